@@ -18,12 +18,12 @@ type ToolSchema struct {
 // Config is the model configuration of a request. Provider names the adapter ("openai",
 // "scripted"); Model the model id; BaseURL the endpoint for OpenAI-compatible providers.
 type Config struct {
-	Provider        string  `json:"provider"`
-	Model           string  `json:"model"`
-	BaseURL         string  `json:"baseUrl,omitempty"`
-	MaxTokens       int     `json:"maxTokens,omitempty"`
+	Provider        string   `json:"provider"`
+	Model           string   `json:"model"`
+	BaseURL         string   `json:"baseUrl,omitempty"`
+	MaxTokens       int      `json:"maxTokens,omitempty"`
 	Temperature     *float64 `json:"temperature,omitempty"`
-	ReasoningEffort string  `json:"reasoningEffort,omitempty"`
+	ReasoningEffort string   `json:"reasoningEffort,omitempty"`
 }
 
 // Request is one frozen model call: configuration, system prompt, history and the ordered wire
