@@ -1,0 +1,43 @@
+# dshd: `make run` serves a development instance on :8080 over a local PostgreSQL in ./.data;
+# `make test` runs every test against a throwaway PostgreSQL (both install PostgreSQL first when
+# it is missing: scripts/ensure-deps.sh).
+
+GO       ?= go
+BIN      ?= bin/dshd
+BENCH    ?= .
+BENCHPKG ?= ./...
+
+# Development settings for `make run`; override on the command line or in the environment.
+export DSHD_ADDR        ?= :8080
+export DSHD_ADMIN_TOKEN ?= dev-admin-token
+export DSHD_DEMO_TOOLS  ?= 1
+
+.PHONY: run test bench lint build deps clean-data
+
+deps:
+	@scripts/ensure-deps.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/server
+
+# devdb starts (or reuses) the cluster in ./.data, applies migrations, makes sure the development
+# tenant, its API key and a default preset exist, and writes them to ./.data/dev.env.
+run: deps build
+	./$(BIN) devdb
+	. ./.data/dev.env && exec ./$(BIN) serve
+
+test: deps
+	$(GO) test -race ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(BENCHPKG)
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# Stops the development cluster and deletes ./.data.
+clean-data: build
+	./$(BIN) devdb -stop
+	rm -rf .data
