@@ -1,0 +1,58 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// Call is one tool call of an assistant message, as the model produced it.
+type Call struct {
+	// ID is the model's call id (callId).
+	ID string
+	// Name is the tool name the model asked for.
+	Name string
+	// Arguments is the raw JSON string the model produced; it is logged as is on `tool/call`.
+	Arguments string
+	// Index is the call's position in model order. RunStep sets it; callers need not.
+	Index int
+}
+
+// Emitter records what the scheduler does. The agent loop implements it over the session log:
+// ToolCall appends `tool/call`, ToolResult appends `tool/result` (SES-7), Contexts appends the
+// `agent/inbox/spliced` handoff of LOOP-6.
+//
+// Calling discipline (what an implementation may rely on):
+//   - All methods are called from one goroutine at a time (the scheduler's lane), never
+//     concurrently, and in the order the events must appear in the log.
+//   - For each call, ToolCall comes before the call's prepare stage, and ToolResult after its
+//     ToolCall; Contexts, when the result has additionalContexts, comes right after that
+//     call's ToolResult and before anything else is emitted.
+//   - ToolResult events come in model order. Calls that never started get ToolCall immediately
+//     followed by ToolResult (the synthetic SCHED-6 pair).
+//   - The ctx passed is detached from the step signal's cancellation (context.WithoutCancel),
+//     because results must still be recorded after an abort. It carries the step's values.
+//   - Once any method returns an error, the scheduler calls no method of this Emitter again for
+//     this step and returns the first error from RunStep (SCHED-7).
+//
+// Buffering: an implementation may buffer appends and write them in batches, but Flush must make
+// everything emitted so far durable before it returns. The scheduler calls Flush before it launches
+// any Dispatch (a body never starts before its `tool/call` is durable, so crash repair can tell a
+// started call from one that never started) and once at the end of the step. Events that other
+// components append while a call is being prepared (for example `approval/asked`) must land after
+// that call's `tool/call`: an implementation that buffers must share its buffer with those writers
+// or flush before they append.
+type Emitter interface {
+	// ToolCall appends `tool/call {turn, step, callId, name, arguments}` and returns its seq, which
+	// the matching ToolResult cites.
+	ToolCall(ctx context.Context, c Call) (seq int64, err error)
+	// ToolResult appends the `tool/result` of c, citing callSeq in sourceEventSeqs. r is final and
+	// shared: it must not be modified.
+	ToolResult(ctx context.Context, c Call, callSeq int64, r *registry.Result) error
+	// Contexts hands the additionalContexts of c's committed result to the next-step inbox (LOOP-6).
+	// msgs is never empty and must not be modified.
+	Contexts(ctx context.Context, c Call, msgs []llm.Message) error
+	// Flush makes everything emitted so far durable. It is a no-op when nothing is pending.
+	Flush(ctx context.Context) error
+}

@@ -1,0 +1,200 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// run is the state of one RunStep. Every field is owned by the lane goroutine; dispatch goroutines
+// touch only their own slot's dispatch fields and hand the slot back over settledCh.
+type run struct {
+	s     *Scheduler
+	ctx   context.Context // the step signal
+	emCtx context.Context // ctx without its cancellation, for the emitter
+	step  Step
+	calls []Call
+	em    Emitter
+
+	slots     []*slot    // by call index; nil until the call starts
+	next      int        // index of the next call to start
+	head      int        // commit cursor: index of the next call to commit
+	inflight  int        // dispatched calls whose bodies have not settled
+	settledCh chan *slot // dispatch goroutines report here; capacity len(calls), never blocks
+
+	out    Outcome
+	err    error // first internal failure (SCHED-7)
+	emDead bool  // the emitter failed; call it no more
+}
+
+func newRun(s *Scheduler, ctx context.Context, step Step, calls []Call, em Emitter) *run {
+	r := &run{
+		s:         s,
+		ctx:       ctx,
+		emCtx:     context.WithoutCancel(ctx),
+		step:      step,
+		calls:     make([]Call, len(calls)),
+		em:        em,
+		slots:     make([]*slot, len(calls)),
+		settledCh: make(chan *slot, len(calls)),
+	}
+	for i, c := range calls {
+		c.Index = i
+		r.calls[i] = c
+	}
+	r.out.Results = make([]CallResult, 0, len(calls))
+	return r
+}
+
+// exec runs every group, then settles the step: drain, synthetic pairs on abort, final flush.
+func (r *run) exec() {
+	defer r.recoverInternal()
+	for r.next < len(r.calls) && r.mayStart() {
+		r.runGroup()
+	}
+	r.drain()
+	if r.ctx.Err() != nil {
+		r.out.Aborted = true
+	}
+	if r.out.Aborted && r.err == nil {
+		r.synthesize()
+	}
+	if !r.emDead {
+		r.emit(r.em.Flush(r.emCtx))
+	}
+}
+
+// mayStart reports whether a new call may start: no internal failure and the step signal not
+// aborted. It is the SCHED-6 check, made before every start.
+func (r *run) mayStart() bool {
+	if r.err != nil {
+		return false
+	}
+	if r.ctx.Err() != nil {
+		r.out.Aborted = true
+		return false
+	}
+	return true
+}
+
+// runGroup runs the group that begins at r.next (SCHED-2) and drains it.
+func (r *run) runGroup() {
+	if r.mode(r.next) != registry.Parallel {
+		r.start(r.next)
+		r.drain()
+		return
+	}
+	limit, err := r.s.cfg.maxParallel()
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	r.start(r.next)
+	for {
+		r.commitReady()
+		if r.next >= len(r.calls) || !r.mayStart() {
+			break
+		}
+		if r.inflight >= limit {
+			r.waitOne()
+			continue
+		}
+		if r.mode(r.next) != registry.Parallel {
+			break
+		}
+		r.start(r.next)
+	}
+	r.drain()
+}
+
+// mode classifies call i just before it would start. A panicking classifier means exclusive.
+func (r *run) mode(i int) (m registry.Mode) {
+	in := r.step.input(r.calls[i])
+	defer func() {
+		if v := recover(); v != nil {
+			r.logPanic("executionMode", r.calls[i], v, debug.Stack())
+			m = registry.Exclusive
+		}
+	}()
+	return r.s.pipe.ExecutionMode(in)
+}
+
+// waitOne blocks until one dispatched body settles and marks its slot done.
+func (r *run) waitOne() {
+	if r.s.onWait != nil {
+		r.s.onWait()
+	}
+	sl := <-r.settledCh
+	sl.done = true
+	r.inflight--
+}
+
+// drain waits for every started call and commits them all in order.
+func (r *run) drain() {
+	for r.head < r.next {
+		if !r.slots[r.head].done {
+			r.waitOne()
+			continue
+		}
+		r.commitReady()
+	}
+}
+
+// commitReady commits every settled call at the head of the queue, in model order (SCHED-4).
+func (r *run) commitReady() {
+	for r.head < r.next && r.slots[r.head].done {
+		r.commit(r.slots[r.head])
+		r.head++
+	}
+}
+
+// synthesize gives every call that never started its synthetic ABORTED_BEFORE_DISPATCH pair
+// (SCHED-6).
+func (r *run) synthesize() {
+	for ; r.next < len(r.calls) && !r.emDead; r.next++ {
+		c := r.calls[r.next]
+		seq, err := r.em.ToolCall(r.emCtx, c)
+		if !r.emit(err) {
+			return
+		}
+		res := registry.AbortedBeforeDispatchResult()
+		if !r.emit(r.em.ToolResult(r.emCtx, c, seq, res)) {
+			return
+		}
+		r.out.Results = append(r.out.Results, CallResult{Call: c, CallSeq: seq, Result: res, Synthetic: true})
+	}
+}
+
+// emit records an emitter error as the internal failure and reports whether err was nil.
+func (r *run) emit(err error) bool {
+	if err == nil {
+		return true
+	}
+	r.emDead = true
+	r.fail(fmt.Errorf("scheduler: emitter: %w", err))
+	return false
+}
+
+// fail records the first internal failure; later ones are dropped.
+func (r *run) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// recoverInternal turns a panic of the scheduler itself into an internal failure, after waiting
+// for every dispatched body so that no goroutine outlives RunStep.
+func (r *run) recoverInternal() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	r.s.cfg.Logger.Error("scheduler: internal panic", "panic", v, "stack", string(debug.Stack()))
+	r.fail(fmt.Errorf("scheduler: internal panic: %v", v))
+	for r.inflight > 0 {
+		<-r.settledCh
+		r.inflight--
+	}
+}

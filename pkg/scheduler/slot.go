@@ -1,0 +1,157 @@
+package scheduler
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// slot is one started call. While the call is dispatched, the dispatch goroutine owns settled,
+// result and broken; it writes them and then sends the slot on settledCh, after which the lane
+// owns every field again. All other fields are lane-owned throughout.
+type slot struct {
+	call    Call
+	callSeq int64
+	prep    *registry.Prepared
+	settled *registry.Settled // set by Dispatch
+	result  *registry.Result  // a result that skips Finalize/Finish (a contained panic)
+	broken  bool              // Dispatch returned nil (set by the dispatch goroutine)
+	done    bool              // ready to commit (lane-owned)
+	dead    bool              // never got a durable tool/call or a dispatch; commits nothing
+}
+
+// start starts call i (SCHED-3): `tool/call`, the prepare stage, then, for a dispatched call, a
+// flush and the dispatch goroutine. The next call is not touched before prepare has resolved.
+func (r *run) start(i int) {
+	sl := &slot{call: r.calls[i], done: true}
+	r.slots[i] = sl
+	r.next = i + 1
+	seq, err := r.em.ToolCall(r.emCtx, sl.call)
+	if !r.emit(err) {
+		sl.dead = true
+		return
+	}
+	sl.callSeq = seq
+	sl.prep, sl.result = r.prepare(sl.call)
+	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
+		return
+	}
+	if !r.emit(r.em.Flush(r.emCtx)) {
+		sl.dead = true // no new dispatches after a failure (SCHED-7)
+		return
+	}
+	sl.done = false
+	r.inflight++
+	go r.dispatch(sl)
+}
+
+// prepare runs the prepare stage of c, containing a panic or a nil Prepared as a failure result.
+func (r *run) prepare(c Call) (p *registry.Prepared, res *registry.Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.logPanic("prepare", c, v, debug.Stack())
+			p, res = nil, panicResult(v)
+		}
+	}()
+	p = r.s.pipe.Prepare(r.ctx, r.step.input(c))
+	if p == nil {
+		r.fail(fmt.Errorf("scheduler: %w: Prepare returned nil for call %q", ErrPipelineContract, c.ID))
+		return nil, contractResult("prepare")
+	}
+	return p, nil
+}
+
+// dispatch runs on its own goroutine: the body stage of one call. It always reports back on
+// settledCh, whatever happens, so the lane never waits forever (SCHED-8).
+func (r *run) dispatch(sl *slot) {
+	defer func() { r.settledCh <- sl }()
+	defer func() {
+		if v := recover(); v != nil {
+			r.logPanic("dispatch", sl.call, v, debug.Stack())
+			sl.settled, sl.result = nil, panicResult(v)
+		}
+	}()
+	sl.settled = r.s.pipe.Dispatch(r.ctx, sl.prep)
+	if sl.settled == nil {
+		sl.broken, sl.result = true, contractResult("dispatch")
+	}
+}
+
+// commit finalizes or finishes a settled call, emits its `tool/result` and hands over its
+// contexts (SCHED-4). A dead slot commits nothing.
+func (r *run) commit(sl *slot) {
+	if sl.dead {
+		return
+	}
+	res := sl.result
+	if res == nil {
+		res = r.finish(sl)
+	}
+	if sl.broken {
+		r.fail(fmt.Errorf("scheduler: %w: Dispatch returned nil for call %q", ErrPipelineContract, sl.call.ID))
+	}
+	if !res.IsError && res.ConcludesTurn {
+		r.out.ConcludesTurn = true
+	}
+	r.out.Results = append(r.out.Results, CallResult{Call: sl.call, CallSeq: sl.callSeq, Result: res})
+	if r.emDead || !r.emit(r.em.ToolResult(r.emCtx, sl.call, sl.callSeq, res)) {
+		return
+	}
+	if len(res.AdditionalContexts) > 0 {
+		r.emit(r.em.Contexts(r.emCtx, sl.call, res.AdditionalContexts))
+	}
+}
+
+// finish runs the finalize stage of a dispatched call, or the finish stage of one that was not
+// dispatched, containing a panic or a nil Result as a failure result.
+func (r *run) finish(sl *slot) (res *registry.Result) {
+	stage := "finish"
+	if sl.settled != nil {
+		stage = "finalize"
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.logPanic(stage, sl.call, v, debug.Stack())
+			res = panicResult(v)
+		}
+	}()
+	if sl.settled != nil {
+		res = r.s.pipe.Finalize(r.ctx, sl.settled)
+	} else {
+		res = r.s.pipe.Finish(r.ctx, sl.prep)
+	}
+	if res == nil {
+		r.fail(fmt.Errorf("scheduler: %w: %s returned nil for call %q", ErrPipelineContract, stage, sl.call.ID))
+		res = contractResult(stage)
+	}
+	return res
+}
+
+// logPanic logs a panic recovered from a pipeline stage, with its stack.
+func (r *run) logPanic(stage string, c Call, v any, stack []byte) {
+	r.s.cfg.Logger.Error("scheduler: pipeline panic contained",
+		"stage", stage, "callId", c.ID, "tool", c.Name, "panic", fmt.Sprint(v), "stack", string(stack))
+}
+
+// panicResult is the failure result of a contained panic: `Error: panic: <value>`, no info (a
+// panic is not a HarnessError).
+func panicResult(v any) *registry.Result {
+	return failureResult(fmt.Sprintf("panic: %v", v))
+}
+
+// contractResult is the failure result standing in for a nil pipeline value; the nil itself is
+// also reported as an internal failure.
+func contractResult(stage string) *registry.Result {
+	return failureResult(fmt.Sprintf("internal error: %s returned no result", stage))
+}
+
+// failureResult is a failure with the standard `Error: <message>` content (RES-3).
+func failureResult(msg string) *registry.Result {
+	return &registry.Result{
+		IsError: true,
+		Content: []llm.Block{llm.TextBlock("Error: " + msg)},
+		Error:   &registry.ToolError{Message: msg},
+	}
+}
