@@ -42,6 +42,13 @@ func (a *Attempts) Fail(key string, p Plan) bool {
 	return a.n[key] <= p.Script.FailTimes
 }
 
+// Reset forgets every counter.
+func (a *Attempts) Reset() {
+	a.mu.Lock()
+	a.n = nil
+	a.mu.Unlock()
+}
+
 // Config configures a Provider.
 type Config struct {
 	// SleepFunc waits for latency and chunk delays, returning early with ctx.Err(). Default: a
