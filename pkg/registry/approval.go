@@ -1,0 +1,81 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+)
+
+// Approval outcomes (APR-1).
+const (
+	OutcomeAllowedOnce = "allowed-once"
+	OutcomeRejected    = "rejected"
+	OutcomeCancelled   = "cancelled"
+	OutcomeUnavailable = "unavailable"
+)
+
+// ApprovalRequest is what an approver is asked (APR-3): it carries no tool arguments.
+type ApprovalRequest struct {
+	Agent    string
+	ToolName string
+	CallID   string
+	Reason   string
+}
+
+// Approver resolves an `ask`. It returns one of the four outcomes; it should return
+// OutcomeCancelled promptly when ctx is cancelled. An error (or any other outcome) fails the
+// call with a final result (PIPE-6).
+type Approver interface {
+	Approve(ctx context.Context, req ApprovalRequest) (outcome string, err error)
+}
+
+// ApproverFunc adapts a function to Approver.
+type ApproverFunc func(ctx context.Context, req ApprovalRequest) (string, error)
+
+// Approve implements Approver.
+func (f ApproverFunc) Approve(ctx context.Context, req ApprovalRequest) (string, error) {
+	return f(ctx, req)
+}
+
+// denied is a denial result (PIPE-5 with E1 codes).
+func denied(reason, name, code string) *Result {
+	return coded(name, code, reason)
+}
+
+// ask resolves an ask decision (APR-1). It returns allow=true to continue to the guards, or the
+// prepared result and its kind.
+func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow bool, res *Result, kind PrepKind) {
+	box := r.approver.Load()
+	if box == nil {
+		if reason == "" {
+			reason = fmt.Sprintf("tool %q requires approval (not yet supported)", e.Name)
+		}
+		return false, denied(reason, NameToolDenied, CodeToolDenied), PrepPostResult
+	}
+	if e.Agent == "" {
+		return false, denied(fmt.Sprintf("tool %q requires approval, but the call has no agent to route it through", e.Name),
+			NameToolDenied, CodeToolDenied), PrepPostResult
+	}
+	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason})
+	if err != nil {
+		return false, failureOf(err), PrepFinalResult
+	}
+	switch outcome {
+	case OutcomeAllowedOnce:
+		return true, nil, PrepDispatch
+	case OutcomeRejected:
+		return false, denied(fmt.Sprintf("the user rejected tool %q", e.Name), NameApprovalRejected, CodeApprovalRejected), PrepPostResult
+	case OutcomeCancelled:
+		if ctx.Err() != nil {
+			return false, AbortedBeforeDispatchResult(), PrepPostResult
+		}
+		return false, denied(fmt.Sprintf("approval for tool %q was cancelled", e.Name), NameApprovalCancelled, CodeApprovalCancelled), PrepPostResult
+	case OutcomeUnavailable:
+		return false, denied(fmt.Sprintf("tool %q requires approval, but no approval channel is available", e.Name), NameToolDenied, CodeToolDenied), PrepPostResult
+	}
+	return false, failure(fmt.Sprintf("approval for tool %q returned an unknown outcome %q", e.Name, outcome), nil), PrepFinalResult
+}
+
+func callApprover(ctx context.Context, a Approver, req ApprovalRequest) (outcome string, err error) {
+	defer func() { err = recoverErr(recover(), err) }()
+	return a.Approve(ctx, req)
+}
