@@ -45,14 +45,14 @@ type Execution struct {
 	token   Token
 	started atomic.Bool
 
-	mu         sync.Mutex
-	inBody     bool
-	bodyCtx    []llm.Message
-	wrapCtx    []llm.Message
-	mutations  []FileMutation
-	concludes  bool
-	reg        *Registry
-	prep       *Prepared
+	mu        sync.Mutex
+	inBody    bool
+	bodyCtx   []llm.Message
+	wrapCtx   []llm.Message
+	mutations []FileMutation
+	concludes bool
+	reg       *Registry
+	prep      *Prepared
 }
 
 // Token returns the execution's token, for nested calls' Input.Parent.

@@ -161,7 +161,7 @@ type Decision struct {
 }
 
 // Allow, Deny and Ask build decisions.
-func Allow() Decision              { return Decision{} }
+func Allow() Decision             { return Decision{} }
 func Deny(reason string) Decision { return Decision{Kind: DecisionDeny, Reason: reason} }
 func Ask(reason string) Decision  { return Decision{Kind: DecisionAsk, Reason: reason} }
 

@@ -225,4 +225,3 @@ func article(typ string) string {
 	}
 	return "a " + typ
 }
-
