@@ -1,0 +1,142 @@
+// Package preset defines agent presets (DESIGN.md section 4), their defaults and validation, and
+// stores them, versioned, in PostgreSQL.
+//
+// A preset is a named, tenant-owned agent configuration. Every update writes a new immutable
+// version; a session pins the version it was created with and reads it with PresetVersionGet,
+// which also works after the preset was deleted.
+package preset
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Providers, tool presentation modes and approval policies.
+const (
+	ProviderOpenAI   = "openai"   // any OpenAI-compatible chat-completions endpoint (DeepSeek by default)
+	ProviderScripted = "scripted" // the deterministic scripted model (pkg/llm/scripted)
+
+	ModeNative = "native"
+	ModeCode   = "code"
+	ModeBoth   = "both"
+
+	PolicyAsk   = "ask"
+	PolicyNever = "never"
+
+	// UnlistedTools marks where toolOrder puts the tools it does not list (PRM-5).
+	UnlistedTools = "<unlisted-tools>"
+)
+
+// Defaults filled by Normalize for fields a client leaves out.
+const (
+	DefaultMode                 = ModeNative
+	DefaultMaxParallelToolCalls = 10 // SCHED: the pool cap of parallel tool bodies
+	DefaultMaxParallelSubCalls  = 10 // PRS-1: the pool cap of run_code sub-calls
+	DefaultPolicy               = PolicyAsk
+	DefaultApprovalTimeoutMs    = 300_000 // an unanswered approval is cancelled after 5 minutes
+	DefaultMaxSteps             = 50      // model calls per turn
+)
+
+// Body is what a client writes: everything but Name and Model has a default. After Normalize,
+// every pointer field is set and every slice and map is non-nil.
+type Body struct {
+	Name     string   `json:"name"`
+	Model    Model    `json:"model"`
+	Tools    Tools    `json:"tools"`
+	Prompt   Prompt   `json:"prompt"`
+	Approval Approval `json:"approval"`
+	Limits   Limits   `json:"limits"`
+}
+
+// Model selects the model provider. BaseURL is for the openai provider only; empty means the
+// provider's default endpoint.
+type Model struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	BaseURL  string `json:"baseUrl,omitempty"`
+}
+
+// Tools selects which tools the agent sees and how. An empty Allow allows every tool; Deny always
+// wins. An empty ToolOrder sorts tools by name.
+type Tools struct {
+	Mode                 string   `json:"mode"`
+	Allow                []string `json:"allow"`
+	Deny                 []string `json:"deny"`
+	ToolOrder            []string `json:"toolOrder"`
+	MaxParallelToolCalls *int     `json:"maxParallelToolCalls"`
+	MaxParallelSubCalls  *int     `json:"maxParallelSubCalls"`
+}
+
+// Prompt configures system prompt assembly (PRM rules).
+type Prompt struct {
+	Persona   string            `json:"persona"`
+	Sections  []Section         `json:"sections"`
+	Variables map[string]string `json:"variables"`
+}
+
+// Section is a named prompt section (PRM-2). Order is required and must be finite.
+type Section struct {
+	Name     string   `json:"name"`
+	Order    *float64 `json:"order"`
+	Text     string   `json:"text"`
+	Complete bool     `json:"complete"`
+}
+
+// Approval says which tools ask before they run, and what happens to an ask.
+type Approval struct {
+	Policy    string   `json:"policy"`
+	Ask       []string `json:"ask"`
+	TimeoutMs *int     `json:"timeoutMs"`
+}
+
+// Limits bound a turn.
+type Limits struct {
+	MaxSteps *int `json:"maxSteps"`
+}
+
+// Preset is one version of a preset as stored.
+type Preset struct {
+	ID        uuid.UUID `json:"id"`
+	Version   int       `json:"version"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"` // when this version was written
+	Body
+}
+
+// Normalize fills the defaults of every field left out. It does not validate.
+func (b *Body) Normalize() {
+	t := &b.Tools
+	if t.Mode == "" {
+		t.Mode = DefaultMode
+	}
+	t.Allow, t.Deny, t.ToolOrder = nonNil(t.Allow), nonNil(t.Deny), nonNil(t.ToolOrder)
+	t.MaxParallelToolCalls = orDefault(t.MaxParallelToolCalls, DefaultMaxParallelToolCalls)
+	t.MaxParallelSubCalls = orDefault(t.MaxParallelSubCalls, DefaultMaxParallelSubCalls)
+	if b.Prompt.Sections == nil {
+		b.Prompt.Sections = []Section{}
+	}
+	if b.Prompt.Variables == nil {
+		b.Prompt.Variables = map[string]string{}
+	}
+	if b.Approval.Policy == "" {
+		b.Approval.Policy = DefaultPolicy
+	}
+	b.Approval.Ask = nonNil(b.Approval.Ask)
+	b.Approval.TimeoutMs = orDefault(b.Approval.TimeoutMs, DefaultApprovalTimeoutMs)
+	b.Limits.MaxSteps = orDefault(b.Limits.MaxSteps, DefaultMaxSteps)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func orDefault(p *int, def int) *int {
+	if p != nil {
+		return p
+	}
+	return &def
+}

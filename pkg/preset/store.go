@@ -1,0 +1,192 @@
+package preset
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound reports a preset (or preset version) that does not exist, belongs to another
+// tenant, or was deleted.
+var ErrNotFound = errors.New("preset: not found")
+
+// ErrInvalidCursor reports a list cursor this store did not produce.
+var ErrInvalidCursor = errors.New("preset: invalid cursor")
+
+// Store reads and writes presets. It is safe for concurrent use.
+type Store struct {
+	pool  *pgxpool.Pool
+	rules Rules
+}
+
+// NewStore returns a store over pool that validates every write with rules.
+func NewStore(pool *pgxpool.Pool, rules Rules) *Store { return &Store{pool: pool, rules: rules} }
+
+// PresetCreate validates b (filling defaults) and stores it as version 1 of a new preset.
+func (s *Store) PresetCreate(ctx context.Context, tenantID uuid.UUID, b Body) (Preset, error) {
+	if err := s.rules.Validate(&b); err != nil {
+		return Preset{}, err
+	}
+	p := Preset{ID: uuid.New(), Version: 1, Body: b}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO presets (id, tenant_id, name, version) VALUES ($1, $2, $3, 1)
+			RETURNING created_at, updated_at`, p.ID, tenantID, b.Name).Scan(&p.CreatedAt, &p.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		return versionInsert(ctx, tx, tenantID, p)
+	})
+	if err != nil {
+		return Preset{}, fmt.Errorf("preset: create: %w", err)
+	}
+	return p, nil
+}
+
+// PresetUpdate validates b and stores it as the next version of preset id.
+func (s *Store) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b Body) (Preset, error) {
+	if err := s.rules.Validate(&b); err != nil {
+		return Preset{}, err
+	}
+	p := Preset{ID: id, Body: b}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The row lock taken by UPDATE serializes concurrent updates of one preset.
+		err := tx.QueryRow(ctx, `UPDATE presets SET version = version + 1, name = $3, updated_at = now()
+			WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
+			RETURNING version, created_at, updated_at`, id, tenantID, b.Name).
+			Scan(&p.Version, &p.CreatedAt, &p.UpdatedAt)
+		if err != nil {
+			return err
+		}
+		return versionInsert(ctx, tx, tenantID, p)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Preset{}, ErrNotFound
+	}
+	if err != nil {
+		return Preset{}, fmt.Errorf("preset: update: %w", err)
+	}
+	return p, nil
+}
+
+func versionInsert(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, p Preset) error {
+	body, err := json.Marshal(p.Body)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO preset_versions (preset_id, version, tenant_id, body, created_at)
+		VALUES ($1, $2, $3, $4, $5)`, p.ID, p.Version, tenantID, body, p.UpdatedAt)
+	return err
+}
+
+const presetSelect = `SELECT p.id, v.version, p.created_at, v.created_at, v.body
+	FROM presets p JOIN preset_versions v ON v.preset_id = p.id `
+
+// PresetGet returns the current version of preset id, or ErrNotFound.
+func (s *Store) PresetGet(ctx context.Context, tenantID, id uuid.UUID) (Preset, error) {
+	row := s.pool.QueryRow(ctx, presetSelect+`AND v.version = p.version
+		WHERE p.id = $1 AND p.tenant_id = $2 AND p.deleted_at IS NULL`, id, tenantID)
+	return scanOne(row)
+}
+
+// PresetVersionGet returns one version of preset id, also after the preset was deleted (a
+// session keeps using the version it pinned), or ErrNotFound.
+func (s *Store) PresetVersionGet(ctx context.Context, tenantID, id uuid.UUID, version int) (Preset, error) {
+	row := s.pool.QueryRow(ctx, presetSelect+`AND v.version = $3
+		WHERE p.id = $1 AND p.tenant_id = $2`, id, tenantID, version)
+	return scanOne(row)
+}
+
+// PresetDelete deletes preset id: it disappears from reads and lists, and no new session can
+// use it; its versions stay for the sessions that pinned them.
+func (s *Store) PresetDelete(ctx context.Context, tenantID, id uuid.UUID) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE presets SET deleted_at = now()
+		WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, id, tenantID)
+	if err != nil {
+		return fmt.Errorf("preset: delete: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// PresetList returns up to limit presets (current versions) in creation order, after the
+// position cursor ("" for the first page), and the cursor of the next page ("" after the last).
+func (s *Store) PresetList(ctx context.Context, tenantID uuid.UUID, cursor string, limit int) ([]Preset, string, error) {
+	after, afterID, err := cursorDecode(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.pool.Query(ctx, presetSelect+`AND v.version = p.version
+		WHERE p.tenant_id = $1 AND p.deleted_at IS NULL AND (p.created_at, p.id) > ($2, $3)
+		ORDER BY p.created_at, p.id LIMIT $4`, tenantID, after, afterID, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("preset: list: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Preset, error) { return scan(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("preset: list: %w", err)
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		last := items[limit-1]
+		next = cursorEncode(last.CreatedAt, last.ID)
+	}
+	return items, next, nil
+}
+
+func scanOne(row pgx.Row) (Preset, error) {
+	p, err := scan(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Preset{}, ErrNotFound
+	}
+	if err != nil {
+		return Preset{}, fmt.Errorf("preset: get: %w", err)
+	}
+	return p, nil
+}
+
+func scan(row pgx.Row) (Preset, error) {
+	var p Preset
+	var body []byte
+	if err := row.Scan(&p.ID, &p.Version, &p.CreatedAt, &p.UpdatedAt, &body); err != nil {
+		return Preset{}, err
+	}
+	if err := json.Unmarshal(body, &p.Body); err != nil {
+		return Preset{}, fmt.Errorf("preset %s version %d: stored body: %w", p.ID, p.Version, err)
+	}
+	p.Body.Normalize() // bodies written before a field existed get its default
+	return p, nil
+}
+
+// A cursor is the (created_at, id) of the last item of a page, base64url("<unix µs>.<uuid>").
+func cursorEncode(t time.Time, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(t.UnixMicro(), 10) + "." + id.String()))
+}
+
+func cursorDecode(c string) (time.Time, uuid.UUID, error) {
+	if c == "" {
+		return time.Unix(0, 0), uuid.Nil, nil // before every row
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, uuid.Nil, ErrInvalidCursor
+	}
+	us, idText, ok := strings.Cut(string(raw), ".")
+	micros, err1 := strconv.ParseInt(us, 10, 64)
+	id, err2 := uuid.Parse(idText)
+	if !ok || err1 != nil || err2 != nil {
+		return time.Time{}, uuid.Nil, ErrInvalidCursor
+	}
+	return time.UnixMicro(micros), id, nil
+}

@@ -1,0 +1,164 @@
+package preset_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// storeWithTenants returns a preset store and two tenants on a fresh database.
+func storeWithTenants(t *testing.T) (*preset.Store, uuid.UUID, uuid.UUID) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	tenants := tenant.NewStore(pool)
+	a, _, err := tenants.TenantCreate(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := tenants.TenantCreate(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return preset.NewStore(pool, preset.Rules{}), a.ID, b.ID
+}
+
+func TestPresetVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, tn, _ := storeWithTenants(t)
+	p1, err := s.PresetCreate(ctx, tn, body(t, `{"name":"one","model":{"provider":"scripted","model":"m1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1.Version != 1 || p1.Tools.Mode != preset.ModeNative {
+		t.Fatalf("created %+v", p1)
+	}
+	p2, err := s.PresetUpdate(ctx, tn, p1.ID, body(t, `{"name":"two","model":{"provider":"scripted","model":"m2"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Version != 2 || p2.Name != "two" || !p2.CreatedAt.Equal(p1.CreatedAt) {
+		t.Fatalf("updated %+v", p2)
+	}
+	cur, err := s.PresetGet(ctx, tn, p1.ID)
+	if err != nil || cur.Version != 2 || cur.Model.Model != "m2" {
+		t.Fatalf("PresetGet = %+v, %v", cur, err)
+	}
+	old, err := s.PresetVersionGet(ctx, tn, p1.ID, 1)
+	if err != nil || old.Version != 1 || old.Name != "one" || old.Model.Model != "m1" {
+		t.Fatalf("PresetVersionGet(1) = %+v, %v", old, err)
+	}
+	if err := s.PresetDelete(ctx, tn, p1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PresetGet(ctx, tn, p1.ID); !errors.Is(err, preset.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if _, err := s.PresetUpdate(ctx, tn, p1.ID, body(t, `{"name":"x","model":{"provider":"scripted","model":"m"}}`)); !errors.Is(err, preset.ErrNotFound) {
+		t.Fatalf("update after delete: %v", err)
+	}
+	if v, err := s.PresetVersionGet(ctx, tn, p1.ID, 2); err != nil || v.Name != "two" {
+		t.Fatalf("a pinned version must stay readable after delete: %+v, %v", v, err)
+	}
+	if err := s.PresetDelete(ctx, tn, p1.ID); !errors.Is(err, preset.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestPresetRejectsInvalidWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, tn, _ := storeWithTenants(t)
+	bad := body(t, `{"name":"n","model":{"provider":"scripted","model":"m"},"tools":{"mode":"nope"}}`)
+	var ve *preset.ValidationError
+	if _, err := s.PresetCreate(ctx, tn, bad); !errors.As(err, &ve) {
+		t.Fatalf("create: %v", err)
+	}
+	p, err := s.PresetCreate(ctx, tn, body(t, `{"name":"n","model":{"provider":"scripted","model":"m"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PresetUpdate(ctx, tn, p.ID, bad); !errors.As(err, &ve) {
+		t.Fatalf("update: %v", err)
+	}
+	if cur, _ := s.PresetGet(ctx, tn, p.ID); cur.Version != 1 {
+		t.Fatalf("a rejected update wrote version %d", cur.Version)
+	}
+}
+
+func TestPresetTenantIsolation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, a, b := storeWithTenants(t)
+	p, err := s.PresetCreate(ctx, a, body(t, `{"name":"n","model":{"provider":"scripted","model":"m"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := body(t, `{"name":"x","model":{"provider":"scripted","model":"m"}}`)
+	for name, err := range map[string]error{
+		"get":     func() error { _, err := s.PresetGet(ctx, b, p.ID); return err }(),
+		"version": func() error { _, err := s.PresetVersionGet(ctx, b, p.ID, 1); return err }(),
+		"update":  func() error { _, err := s.PresetUpdate(ctx, b, p.ID, nb); return err }(),
+		"delete":  s.PresetDelete(ctx, b, p.ID),
+	} {
+		if !errors.Is(err, preset.ErrNotFound) {
+			t.Errorf("%s by another tenant: %v; want ErrNotFound", name, err)
+		}
+	}
+	items, _, err := s.PresetList(ctx, b, "", 10)
+	if err != nil || len(items) != 0 {
+		t.Fatalf("other tenant lists %d presets, %v", len(items), err)
+	}
+	if got, err := s.PresetGet(ctx, a, p.ID); err != nil || got.Version != 1 {
+		t.Fatalf("owner's preset changed: %+v, %v", got, err)
+	}
+}
+
+func TestPresetListPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, tn, _ := storeWithTenants(t)
+	want := map[uuid.UUID]bool{}
+	for range 7 {
+		p, err := s.PresetCreate(ctx, tn, body(t, `{"name":"n","model":{"provider":"scripted","model":"m"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p.ID] = true
+	}
+	seen := map[uuid.UUID]bool{}
+	cursor, pages := "", 0
+	for {
+		items, next, err := s.PresetList(ctx, tn, cursor, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, p := range items {
+			if seen[p.ID] || !want[p.ID] {
+				t.Fatalf("page %d: unexpected or repeated preset %s", pages, p.ID)
+			}
+			seen[p.ID] = true
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(seen) != 7 || pages != 3 {
+		t.Fatalf("saw %d presets in %d pages; want 7 in 3", len(seen), pages)
+	}
+	for _, c := range []string{"!!", "bm90LWEtY3Vyc29y"} {
+		if _, _, err := s.PresetList(ctx, tn, c, 3); !errors.Is(err, preset.ErrInvalidCursor) {
+			t.Errorf("cursor %q: %v", c, err)
+		}
+	}
+}
