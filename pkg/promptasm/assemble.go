@@ -64,13 +64,14 @@ type Result struct {
 // *AssemblyError on any failure (PRM-8). Every provider is evaluated on every call.
 func (r *Registry) Assemble(ctx context.Context, in Input) (Result, error) {
 	a, err := r.assemble(ctx, in)
-	if err == nil {
-		var res Result
-		if res, err = render(a); err == nil {
-			return res, nil
-		}
+	if err != nil {
+		return Result{}, &AssemblyError{Err: err}
 	}
-	return Result{}, &AssemblyError{Err: err}
+	res, err := render(a)
+	if err != nil {
+		return Result{}, &AssemblyError{Err: err}
+	}
+	return res, nil
 }
 
 func (r *Registry) assemble(ctx context.Context, in Input) (Assembly, error) {

@@ -185,3 +185,51 @@ func TestPRM8_AssemblyFailuresAreAssemblyErrors(t *testing.T) {
 		t.Fatalf("registration error %v must not be an *AssemblyError", err)
 	}
 }
+
+func TestPRM6_DisposedListenerStopsRunning(t *testing.T) {
+	t.Parallel()
+	r := newRegistry(t, Config{IncludeHarnessIdentity: new(false)})
+	stop := must(t)(r.OnAssemble("s", func(ctx context.Context, a Assembly, next Next) (Assembly, error) {
+		a.Sections = append(a.Sections, SectionText{Name: "l", Text: "L"})
+		return next(ctx, a)
+	}))
+	if got := assemble(t, r, Input{Chain: Chain{"s"}}).System; got != "L" {
+		t.Fatalf("System = %q", got)
+	}
+	stop()
+	stop()
+	if got := assemble(t, r, Input{Chain: Chain{"s"}}).System; got != "" {
+		t.Fatalf("System after dispose = %q", got)
+	}
+}
+
+// TestRegistryConcurrentUse runs assemblies while registrations come and go; run it with -race.
+func TestRegistryConcurrentUse(t *testing.T) {
+	t.Parallel()
+	r := newRegistry(t, Config{Persona: "{{model}}"})
+	must(t)(r.Tools(Global, staticTools("a", "b")))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			scope := []string{"x", "y"}[i%2]
+			d1, err1 := r.Section(scope, Section{Name: "s", Order: float64(i), Text: "S"})
+			d2, err2 := r.Tools(scope, staticTools("c"))
+			d3, err3 := r.RuntimeContext(Global, ContextEntry{Name: "c", Text: "C"})
+			if err := errors.Join(err1, err2, err3); err != nil {
+				t.Errorf("register: %v", err)
+				return
+			}
+			d1()
+			d2()
+			d3()
+		}
+	}()
+	for range 200 {
+		res := assemble(t, r, Input{Chain: Chain{"x", "y"}, Model: "m"})
+		if !strings.HasPrefix(toolNamesOf(res.Tools), "a,b") {
+			t.Fatalf("tools = %s", toolNamesOf(res.Tools))
+		}
+	}
+	<-done
+}

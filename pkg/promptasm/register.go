@@ -86,9 +86,9 @@ func (r *Registry) SuppressRuntimeContext(scope string) (func(), error) {
 }
 
 // OnAssemble adds a listener to the assemble waterfall (PRM-6). A Global listener sees every
-// assembly; a scoped one only assemblies whose chain includes its scope. Listeners run in
-// registration order, global ones first, the first outermost. It does not notify change
-// listeners.
+// assembly; a scoped one only assemblies whose chain includes its scope. The participating
+// listeners run in registration order, whatever their layer, the first outermost. It does not
+// notify change listeners.
 func (r *Registry) OnAssemble(scope string, fn AssembleListener) (func(), error) {
 	if fn == nil {
 		return nil, fmt.Errorf("prompt assemble listener: nil AssembleListener")

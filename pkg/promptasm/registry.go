@@ -14,19 +14,6 @@ const Global = ""
 // {presetScope, sessionScope}. The global layer is implied and never listed.
 type Chain []string
 
-// has reports whether scope is on the chain; the global scope always is.
-func (c Chain) has(scope string) bool {
-	if scope == Global {
-		return true
-	}
-	for _, s := range c {
-		if s == scope {
-			return true
-		}
-	}
-	return false
-}
-
 // Section is one contribution to the system prompt (PRM-2).
 type Section struct {
 	// Name identifies the section; unique per layer. A scoped section shadows a farther one of
