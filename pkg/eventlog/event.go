@@ -1,0 +1,206 @@
+package eventlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// FormatVersion is the pinned session format version (SES-9, SES-16). Any other version is refused.
+const FormatVersion = 0
+
+// Core event types (SES-8).
+const (
+	TypeTurnStart            = "turn/start"
+	TypeTurnEnd              = "turn/end"
+	TypeStepStart            = "step/start"
+	TypeStepEnd              = "step/end"
+	TypeUserMessage          = "user/message"
+	TypeAssistantChunk       = "assistant/chunk"
+	TypeAssistantMessage     = "assistant/message"
+	TypeToolCall             = "tool/call"
+	TypeToolResult           = "tool/result"
+	TypeTodoWrite            = "todo/write"
+	TypeRequestHeader        = "request/header"
+	TypeRequestContext       = "request/context"
+	TypeSessionEndSeed       = "session/end-seed"
+	TypeToolCodeDispatch     = "tool/code-dispatch"
+	TypeToolCodeDispatchInit = "tool/code-dispatch-start"
+	TypeInboxSpliced         = "agent/inbox/spliced"
+	TypeApprovalAsked        = "approval/asked"
+	TypeApprovalDecided      = "approval/decided"
+	TypeApprovalPolicy       = "approval/policy"
+)
+
+// knownTypes is the vocabulary this build understands (SES-8, SES-9): the core kinds plus the
+// plugin-owned kinds of the reference's known-event-types list. knownPrefixes covers the
+// families SPEC.md names with a wildcard.
+var knownTypes = map[string]bool{
+	"agent-preset/selected": true, TypeInboxSpliced: true, TypeApprovalAsked: true,
+	TypeApprovalDecided: true, TypeApprovalPolicy: true, TypeAssistantChunk: true,
+	TypeAssistantMessage: true, "command/done": true, "command/run": true, "compact/end": true,
+	"compact/prune": true, "compact/start": true, "compact/summary": true,
+	"feedback/record": true, "goal/change": true, "hook/invoked": true, "hook/result": true,
+	"llm/retry": true, "llm/retry-started": true, "permission/preset": true, "plan/mode": true,
+	TypeRequestContext: true, TypeRequestHeader: true, "sandbox/mode": true,
+	"schedule/change": true, TypeSessionEndSeed: true, "session/title": true,
+	"session/title-llm-request": true, TypeStepEnd: true, TypeStepStart: true,
+	"subagent/descriptor": true, TypeTodoWrite: true, "tool-workflow/agent-end": true,
+	"tool-workflow/agent-start": true, "tool-workflow/run-end": true,
+	"tool-workflow/run-start": true, TypeToolCall: true, TypeToolCodeDispatch: true,
+	TypeToolCodeDispatchInit: true, TypeToolResult: true, TypeTurnEnd: true, TypeTurnStart: true,
+	TypeUserMessage: true, "web/deepseek-search-llm-request": true,
+}
+
+var knownPrefixes = []string{"compaction/", "team/"}
+
+// KnownType reports whether typ belongs to the event vocabulary of this build (SES-9).
+func KnownType(typ string) bool {
+	if knownTypes[typ] {
+		return true
+	}
+	for _, p := range knownPrefixes {
+		if strings.HasPrefix(typ, p) && len(typ) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsSurfaceType reports whether events of type typ join the model-visible surface (SES-2).
+func IsSurfaceType(typ string) bool {
+	return typ == TypeUserMessage || typ == TypeAssistantMessage || typ == TypeToolResult
+}
+
+// Event is one committed log entry (SES-1). Seq is its index in the session's log, contiguous
+// from 0; Time is epoch milliseconds; Data is compact, lossless JSON exactly as validated. Events
+// returned by this package are values: treat Data and SourceEventSeqs as read-only.
+//
+// Its JSON form is exactly {type, seq, time, data, surfaceOp?, sourceEventSeqs?, ignorable?:true}.
+// SourceEventSeqs is written whenever it is non-nil, so an assistant/message citing no chunks
+// carries "sourceEventSeqs":[].
+type Event struct {
+	Type            string
+	Seq             int64
+	Time            int64
+	Data            json.RawMessage
+	SurfaceOp       *SurfaceOp
+	SourceEventSeqs []int64
+	Ignorable       bool
+}
+
+// SurfaceOp says how a surface event joins the surface: append to the tail, or replace the
+// current nodes from Start through End inclusive (SES-2, SES-3). Its JSON form is "append" or
+// {"op":"replace","start":N,"end":M}.
+type SurfaceOp struct {
+	Replace    bool
+	Start, End int64
+}
+
+// Append is the surfaceOp of an ordinary surface event. It is shared: never modify it.
+var Append = &SurfaceOp{}
+
+// ReplaceOp returns the surfaceOp of a replacement of the surface nodes start..end.
+func ReplaceOp(start, end int64) *SurfaceOp { return &SurfaceOp{Replace: true, Start: start, End: end} }
+
+// MarshalJSON implements json.Marshaler.
+func (o SurfaceOp) MarshalJSON() ([]byte, error) {
+	if !o.Replace {
+		return []byte(`"append"`), nil
+	}
+	return fmt.Appendf(nil, `{"op":"replace","start":%d,"end":%d}`, o.Start, o.End), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler. It accepts exactly "append" or
+// {"op":"replace","start":N,"end":M} with non-negative integers and no other key.
+func (o *SurfaceOp) UnmarshalJSON(b []byte) error {
+	if string(b) == `"append"` {
+		*o = SurfaceOp{}
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("surfaceOp must be \"append\" or {op:'replace', start, end}")
+	}
+	var op string
+	var start, end int64
+	if len(raw) != 3 || json.Unmarshal(raw["op"], &op) != nil || op != "replace" ||
+		json.Unmarshal(raw["start"], &start) != nil || json.Unmarshal(raw["end"], &end) != nil ||
+		start < 0 || end < 0 {
+		return fmt.Errorf("surfaceOp must be \"append\" or {op:'replace', start, end}")
+	}
+	*o = SurfaceOp{Replace: true, Start: start, End: end}
+	return nil
+}
+
+type eventJSON struct {
+	Type            string          `json:"type"`
+	Seq             int64           `json:"seq"`
+	Time            int64           `json:"time"`
+	Data            json.RawMessage `json:"data"`
+	SurfaceOp       *SurfaceOp      `json:"surfaceOp,omitempty"`
+	SourceEventSeqs *[]int64        `json:"sourceEventSeqs,omitempty"`
+	Ignorable       bool            `json:"ignorable,omitempty"`
+}
+
+// MarshalJSON implements json.Marshaler.
+func (e Event) MarshalJSON() ([]byte, error) {
+	j := eventJSON{Type: e.Type, Seq: e.Seq, Time: e.Time, Data: e.Data, SurfaceOp: e.SurfaceOp,
+		Ignorable: e.Ignorable}
+	if j.Data == nil {
+		j.Data = json.RawMessage("null")
+	}
+	if e.SourceEventSeqs != nil {
+		j.SourceEventSeqs = &e.SourceEventSeqs
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler. A missing time reads as 0 (the reference logs omit
+// it); sourceEventSeqs:[] stays a non-nil empty slice.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var j eventJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = Event{Type: j.Type, Seq: j.Seq, Time: j.Time, Data: j.Data, SurfaceOp: j.SurfaceOp,
+		Ignorable: j.Ignorable}
+	if j.SourceEventSeqs != nil {
+		e.SourceEventSeqs = *j.SourceEventSeqs
+		if e.SourceEventSeqs == nil {
+			e.SourceEventSeqs = []int64{}
+		}
+	}
+	return nil
+}
+
+// NewEvent is an event to append. Data is marshalled once with encoding/json; a json.RawMessage
+// (or []byte holding JSON) passes through after validation. Seq and time are assigned by the log.
+type NewEvent struct {
+	Type            string
+	Data            any
+	SurfaceOp       *SurfaceOp
+	SourceEventSeqs []int64
+	Ignorable       bool
+}
+
+// rawData returns the JSON bytes of the event's data, marshalling it if needed.
+func (ne NewEvent) rawData() ([]byte, error) {
+	switch d := ne.Data.(type) {
+	case json.RawMessage:
+		return d, nil
+	case []byte:
+		return d, nil
+	case nil:
+		return nil, fmt.Errorf("data is required")
+	default:
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(d); err != nil {
+			return nil, err
+		}
+		return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	}
+}

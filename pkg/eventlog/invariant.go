@@ -1,0 +1,137 @@
+package eventlog
+
+import (
+	"fmt"
+
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// InvariantError is a broken relational invariant (SES-10) at the event with seq Seq.
+type InvariantError struct {
+	Seq    int64
+	Type   string
+	Reason string
+}
+
+func (e *InvariantError) Error() string {
+	return fmt.Sprintf("eventlog: SES-10 invariant broken at seq %d (%s): %s", e.Seq, e.Type, e.Reason)
+}
+
+// trace is the relational state of a log walked in order.
+type trace struct {
+	openTurn, openStep int64 // 0 when none is open
+	nextTurn, nextStep int64
+	pending            map[string]bool // call ids with a tool/call in the open step
+}
+
+// CheckInvariants is the optional relational checker of SES-10 over a whole log (seqs in order):
+//   - turn/start numbers are consecutive from the first one and turns do not nest; turn/end
+//     matches the open turn and requires no open step;
+//   - step numbers restart at 1 in each turn and increase by one; assistant/chunk,
+//     assistant/message, tool/call and tool/result (append) are inside the open step and name it;
+//   - a tool/result append has an earlier tool/call with its callId in the same step, unless it is
+//     a synthetic TOOL_NOT_STARTED result; a tool/result replacement is inside a turn;
+//   - todo/write, request/header and request/context are inside a turn.
+//
+// It returns the first violation as an *InvariantError, or nil. Other packages' tests use it to
+// check the logs they produce.
+func CheckInvariants(events []Event) error {
+	t := trace{nextStep: 1, pending: map[string]bool{}}
+	for i, ev := range events {
+		if i > 0 && ev.Seq <= events[i-1].Seq {
+			return &InvariantError{ev.Seq, ev.Type, "seqs must increase"}
+		}
+		if reason := t.step(ev); reason != "" {
+			return &InvariantError{ev.Seq, ev.Type, reason}
+		}
+	}
+	return nil
+}
+
+func (t *trace) step(ev Event) string {
+	switch ev.Type {
+	case TypeTurnStart:
+		d, _ := decode[turnData](ev.Data)
+		turn := deref(d.Turn)
+		switch {
+		case t.openTurn != 0:
+			return fmt.Sprintf("turn/start %d while turn %d is open", turn, t.openTurn)
+		case t.nextTurn != 0 && turn != t.nextTurn:
+			return fmt.Sprintf("turn/start %d, want %d", turn, t.nextTurn)
+		}
+		t.openTurn, t.nextTurn, t.nextStep = turn, turn+1, 1
+	case TypeTurnEnd:
+		d, _ := decode[turnData](ev.Data)
+		switch {
+		case t.openTurn == 0 || deref(d.Turn) != t.openTurn:
+			return fmt.Sprintf("turn/end %d does not match the open turn %d", deref(d.Turn), t.openTurn)
+		case t.openStep != 0:
+			return fmt.Sprintf("turn/end while step %d is open", t.openStep)
+		}
+		t.openTurn = 0
+	case TypeStepStart:
+		d, _ := decode[stepData](ev.Data)
+		switch {
+		case t.openTurn == 0 || deref(d.Turn) != t.openTurn:
+			return fmt.Sprintf("step/start in turn %d, open turn is %d", deref(d.Turn), t.openTurn)
+		case t.openStep != 0:
+			return fmt.Sprintf("step/start while step %d is open", t.openStep)
+		case deref(d.Step) != t.nextStep:
+			return fmt.Sprintf("step/start %d, want %d", deref(d.Step), t.nextStep)
+		}
+		t.openStep = t.nextStep
+	case TypeStepEnd:
+		if r := t.inStep(ev); r != "" {
+			return r
+		}
+		t.openStep, t.nextStep = 0, t.nextStep+1
+		clear(t.pending)
+	case TypeAssistantChunk, TypeAssistantMessage:
+		return t.inStep(ev)
+	case TypeToolCall:
+		if r := t.inStep(ev); r != "" {
+			return r
+		}
+		d, _ := decode[toolCallData](ev.Data)
+		t.pending[d.CallID] = true
+	case TypeToolResult:
+		return t.result(ev)
+	case TypeTodoWrite, TypeRequestHeader, TypeRequestContext:
+		if t.openTurn == 0 {
+			return ev.Type + " outside a turn"
+		}
+	}
+	return ""
+}
+
+func (t *trace) inStep(ev Event) string {
+	d, _ := decode[stepData](ev.Data)
+	if t.openTurn == 0 || t.openStep == 0 || deref(d.Turn) != t.openTurn || deref(d.Step) != t.openStep {
+		return fmt.Sprintf("%s names turn %d step %d, open is turn %d step %d",
+			ev.Type, deref(d.Turn), deref(d.Step), t.openTurn, t.openStep)
+	}
+	return ""
+}
+
+func (t *trace) result(ev Event) string {
+	if ev.SurfaceOp != nil && ev.SurfaceOp.Replace {
+		if t.openTurn == 0 {
+			return "tool/result replacement outside a turn"
+		}
+		return ""
+	}
+	if r := t.inStep(ev); r != "" {
+		return r
+	}
+	d, _ := decode[toolResultData](ev.Data)
+	if d.Message == nil {
+		return "tool/result without a message"
+	}
+	id := d.Message.Source.CallID
+	notStarted := d.Error != nil && d.Error.Code != nil && *d.Error.Code == registry.CodeToolNotStarted
+	if !t.pending[id] && !notStarted {
+		return fmt.Sprintf("tool/result for %s without an earlier tool/call in this step", id)
+	}
+	delete(t.pending, id)
+	return ""
+}

@@ -1,0 +1,195 @@
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/dshd/dshd/pkg/llm"
+)
+
+// ListQuery selects a page of events: those with seq > After (-1 for the whole log), of the given
+// types (all when empty), at most Limit (default 100, at most 1000), in seq order.
+type ListQuery struct {
+	After int64
+	Limit int
+	Types []string
+}
+
+// Default and maximum page sizes of EventList.
+const (
+	DefaultEventPage = 100
+	MaxEventPage     = 1000
+)
+
+const eventColumns = `seq, type, time, data, surface_op, source_event_seqs, ignorable`
+
+// surfaceTypes are the types DeriveMessages and surface folds read.
+var surfaceTypes = []string{TypeUserMessage, TypeAssistantMessage, TypeToolResult}
+
+// EventList returns a page of the session's events. It returns ErrNotFound for an unknown,
+// another tenant's or a deleted session; an empty page means there is nothing after q.After yet.
+// Because the counter row lock makes commit order equal seq order, a reader that pages with the
+// last seq it saw never skips an event committed later.
+func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q ListQuery) ([]Event, error) {
+	if q.Limit <= 0 {
+		q.Limit = DefaultEventPage
+	}
+	q.Limit = min(q.Limit, MaxEventPage)
+	var types []string
+	if len(q.Types) > 0 {
+		types = q.Types
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 AND ($5::text[] IS NULL OR type = ANY($5))
+		  AND EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL)
+		ORDER BY seq LIMIT $4`, sessionID, tenantID, q.After, q.Limit, types)
+	if err != nil {
+		return nil, translate(err, "list events")
+	}
+	evs, err := collectEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		if _, err := lastSeq(ctx, s.pool, tenantID, sessionID, false); err != nil {
+			return nil, err
+		}
+	}
+	return evs, nil
+}
+
+func collectEvents(rows pgx.Rows) ([]Event, error) {
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var ev Event
+		var op []byte
+		var srcValid pgtype.Array[int64]
+		if err := r.Scan(&ev.Seq, &ev.Type, &ev.Time, &ev.Data, &op, &srcValid, &ev.Ignorable); err != nil {
+			return ev, err
+		}
+		if op != nil {
+			ev.SurfaceOp = new(SurfaceOp)
+			if err := json.Unmarshal(op, ev.SurfaceOp); err != nil {
+				return ev, err
+			}
+		}
+		if srcValid.Valid {
+			ev.SourceEventSeqs = srcValid.Elements
+			if ev.SourceEventSeqs == nil {
+				ev.SourceEventSeqs = []int64{}
+			}
+		}
+		return ev, nil
+	})
+	return evs, translate(err, "read events")
+}
+
+// loadEvents reads events of a session with seq > after (types all when nil, at most limit when
+// limit > 0). The caller has checked the tenant.
+func (s *Store) loadEvents(ctx context.Context, q querier, sessionID uuid.UUID, after int64, types []string, limit int) ([]Event, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE session_id = $1 AND seq > $2 AND ($3::text[] IS NULL OR type = ANY($3))
+		ORDER BY seq LIMIT $4`, sessionID, after, types, lim)
+	if err != nil {
+		return nil, translate(err, "read events")
+	}
+	return collectEvents(rows)
+}
+
+func loadEvent(ctx context.Context, q querier, sessionID uuid.UUID, seq int64) (Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE session_id = $1 AND seq = $2`, sessionID, seq)
+	if err != nil {
+		return Event{}, translate(err, "read event")
+	}
+	evs, err := collectEvents(rows)
+	if err != nil {
+		return Event{}, err
+	}
+	if len(evs) == 0 {
+		return Event{}, ErrNotFound
+	}
+	return evs[0], nil
+}
+
+// loadSurface folds the session's committed surface markers (trusted: they were validated when
+// appended) into the current surface.
+func loadSurface(ctx context.Context, q querier, sessionID uuid.UUID) (*surface, error) {
+	rows, err := q.Query(ctx, `SELECT seq, surface_op FROM events
+		WHERE session_id = $1 AND type = ANY($2) ORDER BY seq`, sessionID, surfaceTypes)
+	if err != nil {
+		return nil, translate(err, "read surface")
+	}
+	sf := &surface{}
+	var seq int64
+	var op []byte
+	_, err = pgx.ForEachRow(rows, []any{&seq, &op}, func() error {
+		var o SurfaceOp
+		if op != nil {
+			if err := json.Unmarshal(op, &o); err != nil {
+				return err
+			}
+		}
+		sf.fold(seq, o)
+		return nil
+	})
+	return sf, translate(err, "read surface")
+}
+
+// fold applies a trusted surface marker.
+func (s *surface) fold(seq int64, op SurfaceOp) {
+	if !op.Replace {
+		s.nodes = append(s.nodes, seq)
+		return
+	}
+	for i, n := range s.nodes {
+		if n != op.Start {
+			continue
+		}
+		for j := i; j < len(s.nodes); j++ {
+			if s.nodes[j] == op.End {
+				s.nodes = append(append(s.nodes[:i:i], seq), s.nodes[j+1:]...)
+				s.gen++
+				return
+			}
+		}
+	}
+}
+
+// DeriveMessages returns the session's model-visible history (SES-5): the surface events folded
+// with their replacements, mapped to messages. ErrNotFound as SessionGet.
+func (s *Store) DeriveMessages(ctx context.Context, tenantID, sessionID uuid.UUID) ([]llm.Message, error) {
+	var out []llm.Message
+	err := s.inReadTx(ctx, "derive messages", func(tx pgx.Tx) error {
+		if _, err := lastSeq(ctx, tx, tenantID, sessionID, false); err != nil {
+			return err
+		}
+		evs, err := s.loadEvents(ctx, tx, sessionID, -1, surfaceTypes, 0)
+		if err != nil {
+			return err
+		}
+		bySeq := make(map[int64]Event, len(evs))
+		var sf surface
+		for _, ev := range evs {
+			bySeq[ev.Seq] = ev
+			if ev.SurfaceOp != nil {
+				sf.fold(ev.Seq, *ev.SurfaceOp)
+			}
+		}
+		out, err = deriveNodes(sf.nodes, func(seq int64) Event { return bySeq[seq] })
+		return err
+	})
+	return out, err
+}
+
+// inReadTx runs fn in a repeatable-read, read-only transaction, so every query sees one snapshot.
+func (s *Store) inReadTx(ctx context.Context, what string, fn func(tx pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	return translate(err, what)
+}

@@ -1,0 +1,132 @@
+package eventlog
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// Texts of the synthetic crash-repair results (SES-14).
+const (
+	OutcomeUnknownText = "The tool call was recorded as started, but the run was interrupted before " +
+		"its result was recorded, so its outcome is unknown. Retry it only if the operation is " +
+		"read-only or idempotent; otherwise check the external state first (or ask the user) " +
+		"before doing it again."
+	NotStartedText = "The tool call was interrupted before it started, so it had no effect. " +
+		"You may retry it if it is still needed."
+)
+
+// OpenTurn returns the turn left open at the end of events (a log or any suffix of it that
+// starts at or before the last turn/start): the last turn/start that has no turn/end after it.
+func OpenTurn(events []Event) (turn int64, open bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		switch events[i].Type {
+		case TypeTurnEnd:
+			return 0, false
+		case TypeTurnStart:
+			d, _ := decode[turnData](events[i].Data)
+			if d.Turn != nil {
+				return *d.Turn, true
+			}
+			return 0, true
+		}
+	}
+	return 0, false
+}
+
+type pendingCall struct {
+	id      string
+	step    int64
+	callSeq int64 // -1 when no tool/call was logged
+}
+
+// Closers returns the events that close a log whose last turn is still open (SES-14), in order:
+// a tool/result for every tool call of the open step's assistant message that has no result
+// (TOOL_OUTCOME_UNKNOWN citing the tool/call seq when the call was logged, TOOL_NOT_STARTED
+// otherwise), step/end if a step is open, then turn/end {reason:{kind:'interrupted'}}. The
+// closers continue the seqs and reuse the time of the last event. A balanced or empty log gets
+// nil. events may be the suffix of a log that starts at its last turn/start.
+func Closers(events []Event) []Event {
+	var (
+		turn, step int64
+		inTurn     bool
+		inStep     bool
+		pending    []pendingCall
+	)
+	drop := func(id string) {
+		for i, p := range pending {
+			if p.id == id {
+				pending = append(pending[:i], pending[i+1:]...)
+				return
+			}
+		}
+	}
+	for _, ev := range events {
+		switch ev.Type {
+		case TypeTurnStart:
+			d, _ := decode[turnData](ev.Data)
+			turn, inTurn, inStep, pending = deref(d.Turn), true, false, nil
+		case TypeTurnEnd:
+			inTurn, inStep, pending = false, false, nil
+		case TypeStepStart:
+			d, _ := decode[stepData](ev.Data)
+			step, inStep = deref(d.Step), true
+		case TypeStepEnd:
+			inStep, pending = false, nil
+		case TypeAssistantMessage:
+			d, _ := decode[assistantData](ev.Data)
+			if d.Message != nil {
+				for _, b := range d.Message.ToolCalls() {
+					pending = append(pending, pendingCall{id: b.ID, step: deref(d.Step), callSeq: -1})
+				}
+			}
+		case TypeToolCall:
+			d, _ := decode[toolCallData](ev.Data)
+			for i := range pending {
+				if pending[i].id == d.CallID {
+					pending[i].callSeq = ev.Seq
+				}
+			}
+		case TypeToolResult:
+			d, _ := decode[toolResultData](ev.Data)
+			if d.Message != nil {
+				drop(d.Message.Source.CallID)
+			}
+		}
+	}
+	if !inTurn || len(events) == 0 {
+		return nil
+	}
+	last := events[len(events)-1]
+	seq, now := last.Seq+1, last.Time
+	var out []Event
+	add := func(typ string, data any, op *SurfaceOp, sources []int64) {
+		raw, _ := json.Marshal(data)
+		out = append(out, Event{Type: typ, Seq: seq, Time: now, Data: raw, SurfaceOp: op, SourceEventSeqs: sources})
+		seq++
+	}
+	for _, p := range pending {
+		text, info, sources := NotStartedText, registry.ErrorInfo{Name: "ToolNotStartedError", Code: registry.CodeToolNotStarted}, []int64(nil)
+		if p.callSeq >= 0 {
+			text, sources = OutcomeUnknownText, []int64{p.callSeq}
+			info = registry.ErrorInfo{Name: "ToolOutcomeUnknownError", Code: registry.CodeToolOutcomeUnknown}
+		}
+		msg := llm.NewToolResultMessage(fmt.Sprintf("interrupted-tool-result-%s-%d", p.id, seq), p.id,
+			[]llm.Block{llm.TextBlock(text)}, true)
+		add(TypeToolResult, map[string]any{"turn": turn, "step": p.step, "message": msg, "error": info}, Append, sources)
+	}
+	if inStep {
+		add(TypeStepEnd, map[string]any{"turn": turn, "step": step}, nil, nil)
+	}
+	add(TypeTurnEnd, map[string]any{"turn": turn, "reason": map[string]string{"kind": "interrupted"}}, nil, nil)
+	return out
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
