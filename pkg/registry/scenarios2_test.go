@@ -25,7 +25,9 @@ func TestScenario13_PostExecuteAccept(t *testing.T) {
 		{"both", rawTool("t", `"v"`, nil), PostDecision{Content: []llm.Block{llm.TextBlock("X")}, Value: json.RawMessage(`"w"`)},
 			func(r *Result) bool { return r.IsError && strings.Contains(r.Error.Message, "both content and value") }},
 		{"value-on-failure", failingTool("t", errExploded), PostDecision{Value: json.RawMessage(`"w"`)},
-			func(r *Result) bool { return r.IsError && strings.Contains(r.Error.Message, "value of a failed result") }},
+			func(r *Result) bool {
+				return r.IsError && strings.Contains(r.Error.Message, "value of a failed result")
+			}},
 	}
 	for _, c := range cases {
 		e := newEnv(t, Config{})
