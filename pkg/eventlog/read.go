@@ -27,8 +27,9 @@ const (
 
 const eventColumns = `seq, type, time, data, surface_op, source_event_seqs, ignorable`
 
-// surfaceTypes are the types DeriveMessages and surface folds read.
-var surfaceTypes = []string{TypeUserMessage, TypeAssistantMessage, TypeToolResult}
+// surfaceFilter selects the surface events, spelled as literals so that the partial index of
+// migration 00002 applies.
+const surfaceFilter = `type IN ('user/message', 'assistant/message', 'tool/result')`
 
 // EventList returns a page of the session's events. It returns ErrNotFound for an unknown,
 // another tenant's or a deleted session; an empty page means there is nothing after q.After yet.
@@ -122,7 +123,7 @@ func loadEvent(ctx context.Context, q querier, sessionID uuid.UUID, seq int64) (
 // appended) into the current surface.
 func loadSurface(ctx context.Context, q querier, sessionID uuid.UUID) (*surface, error) {
 	rows, err := q.Query(ctx, `SELECT seq, surface_op FROM events
-		WHERE session_id = $1 AND type = ANY($2) ORDER BY seq`, sessionID, surfaceTypes)
+		WHERE session_id = $1 AND `+surfaceFilter+` ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, translate(err, "read surface")
 	}
@@ -170,7 +171,12 @@ func (s *Store) DeriveMessages(ctx context.Context, tenantID, sessionID uuid.UUI
 		if _, err := lastSeq(ctx, tx, tenantID, sessionID, false); err != nil {
 			return err
 		}
-		evs, err := s.loadEvents(ctx, tx, sessionID, -1, surfaceTypes, 0)
+		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM events
+			WHERE session_id = $1 AND `+surfaceFilter+` ORDER BY seq`, sessionID)
+		if err != nil {
+			return err
+		}
+		evs, err := collectEvents(rows)
 		if err != nil {
 			return err
 		}
