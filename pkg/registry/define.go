@@ -68,6 +68,7 @@ func Define[Args, Out any](spec DefineSpec[Args, Out], body BodyFunc[Args, Out])
 	}
 	if spec.ConcurrencySafe || spec.IsConcurrencySafe != nil {
 		t.IsConcurrencySafe = d.safe
+		t.Parallel = spec.ConcurrencySafe
 	}
 	if spec.PresentCall != nil {
 		t.PresentCall = d.presentCall

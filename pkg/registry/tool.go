@@ -28,6 +28,9 @@ type Tool struct {
 	Execute func(ctx context.Context, exec *Execution) (json.RawMessage, error)
 	// IsConcurrencySafe classifies a call (REG-9); nil means exclusive. A panic means exclusive.
 	IsConcurrencySafe func(args json.RawMessage) bool
+	// Parallel advertises the tool as parallel-safe in the catalogue (`GET /v1/tools`); the
+	// scheduler still asks IsConcurrencySafe per call.
+	Parallel bool
 	// FinalizeContent may replace the content of every outcome (PIPE-17): a nil slice keeps it.
 	FinalizeContent func(exec *Execution, res *Result) ([]llm.Block, error)
 	// PresentCall gives a short human label of a call, or "" (soft; never fails, SCH-11).

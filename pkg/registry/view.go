@@ -151,7 +151,7 @@ type CatalogueItem struct {
 }
 
 // Catalogue lists the global layer's tools, sorted by name. ConcurrencySafe is true when the
-// tool has a classifier that accepts an empty argument object.
+// tool advertises Parallel or its classifier accepts an empty argument object.
 func (r *Registry) Catalogue() ([]CatalogueItem, error) {
 	r.mu.RLock()
 	vis := r.visibleLocked(nil)
@@ -162,7 +162,7 @@ func (r *Registry) Catalogue() ([]CatalogueItem, error) {
 		if err != nil {
 			return nil, err
 		}
-		safe := e.IsConcurrencySafe != nil && classify(e, json.RawMessage(`{}`))
+		safe := e.IsConcurrencySafe != nil && (e.Parallel || classify(e, json.RawMessage(`{}`)))
 		out = append(out, CatalogueItem{s.Name, s.Description, s.Parameters, safe})
 	}
 	return out, nil
