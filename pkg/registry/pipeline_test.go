@@ -16,7 +16,10 @@ func TestPIPE1_ArgsCopiedOnceAndRootCallIDDefaults(t *testing.T) {
 	e := newEnv(t, Config{})
 	var seen *Execution
 	tool := rawTool("t", `1`, nil)
-	tool.Execute = func(_ context.Context, x *Execution) (json.RawMessage, error) { seen = x; return json.RawMessage(`1`), nil }
+	tool.Execute = func(_ context.Context, x *Execution) (json.RawMessage, error) {
+		seen = x
+		return json.RawMessage(`1`), nil
+	}
 	e.register(e.g, tool)
 	args := []byte(`{"a":1}`)
 	p := e.r.Prepare(e.ctx, Input{CallID: "c7", Name: "t", Args: args})
