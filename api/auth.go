@@ -1,0 +1,73 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+type tenantKey struct{}
+
+// tenantID returns the tenant authenticated by the auth middleware.
+func tenantID(r *http.Request) uuid.UUID {
+	id, _ := r.Context().Value(tenantKey{}).(uuid.UUID)
+	return id
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// authenticate requires `Authorization: Bearer <api key>` and puts the key's tenant in the
+// request context; anything else answers 401.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := bearer(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd"`)
+			writeProblem(w, CodeUnauthorized, "send an API key as Authorization: Bearer <key>")
+			return
+		}
+		id, err := s.cfg.Tenants.KeyAuthenticate(r.Context(), key)
+		if errors.Is(err, tenant.ErrNotFound) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="invalid_token"`)
+			writeProblem(w, CodeUnauthorized, "unknown or revoked API key")
+			return
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		info(r).tenant = id
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, id)))
+	})
+}
+
+// adminOnly requires `Authorization: Bearer <DSHD_ADMIN_TOKEN>`; without a configured admin
+// token every admin request answers 401.
+func (s *Server) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r)
+		if s.cfg.AdminToken == "" {
+			writeProblem(w, CodeUnauthorized, "tenant administration is disabled: the server has no DSHD_ADMIN_TOKEN")
+			return
+		}
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd-admin"`)
+			writeProblem(w, CodeUnauthorized, "send the admin token as Authorization: Bearer <token>")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

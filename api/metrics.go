@@ -1,0 +1,58 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the HTTP metrics of one Server, in their own registry so that several servers can
+// live in one process (tests run two).
+type metrics struct {
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec   // every request, streams included
+	latency  *prometheus.HistogramVec // every request except SSE streams
+	streams  prometheus.Gauge         // SSE streams open now
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dshd_http_requests_total",
+			Help: "HTTP requests served, by chi route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dshd_http_request_duration_seconds",
+			Help:    "HTTP request latency by chi route pattern, method and status; SSE streams are not included.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method", "status"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dshd_sse_streams_open",
+			Help: "Server-sent event streams open now.",
+		}),
+	}
+	m.registry.MustRegister(m.requests, m.latency, m.streams,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observe records one finished request. route is the chi route pattern ("" when none matched).
+func (m *metrics) observe(route, method string, status int, seconds float64, stream bool) {
+	if route == "" {
+		route = "unmatched"
+	}
+	route = metricsRoute(route)
+	s := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, method, s).Inc()
+	if !stream {
+		m.latency.WithLabelValues(route, method, s).Observe(seconds)
+	}
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}

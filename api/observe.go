@@ -1,0 +1,120 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
+)
+
+// reqInfo is what the observe middleware knows about a request; handlers and the auth middleware
+// fill in the tenant, the session and whether the response is a stream. It belongs to the
+// request's goroutine.
+type reqInfo struct {
+	id      string
+	tenant  uuid.UUID
+	session string
+	stream  bool
+	base    *slog.Logger
+}
+
+type infoKey struct{}
+
+func info(r *http.Request) *reqInfo {
+	if i, ok := r.Context().Value(infoKey{}).(*reqInfo); ok {
+		return i
+	}
+	return &reqInfo{base: slog.Default()}
+}
+
+// logger returns the server's logger with the request id, tenant and session of r.
+func logger(r *http.Request) *slog.Logger {
+	i := info(r)
+	l := i.base.With(slog.String("request_id", i.id))
+	if i.tenant != uuid.Nil {
+		l = l.With(slog.String("tenant", i.tenant.String()))
+	}
+	if i.session != "" {
+		l = l.With(slog.String("session", i.session))
+	}
+	return l
+}
+
+func setSession(r *http.Request, id uuid.UUID) { info(r).session = id.String() }
+
+// observe gives each request an id (a sane incoming X-Request-Id, else a new one), recovers
+// panics as 500 problems, and records one log line and the HTTP metrics when the request ends.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-Id")
+		if !validRequestID(id) {
+			id = uuid.NewString()
+		}
+		w.Header().Set("X-Request-Id", id)
+		ri := &reqInfo{id: id, base: s.logger}
+		r = r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				logger(r).Error("panic", slog.String("error", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+				if ww.Status() == 0 {
+					writeProblem(ww, CodeInternal, "internal error")
+				}
+			}
+			s.finish(r, ww, time.Since(start))
+		}()
+		next.ServeHTTP(ww, r)
+	})
+}
+
+func (s *Server) finish(r *http.Request, ww middleware.WrapResponseWriter, d time.Duration) {
+	status := ww.Status()
+	if status == 0 {
+		status = http.StatusOK
+	}
+	route := ""
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		route = rc.RoutePattern()
+	}
+	ri := info(r)
+	s.metrics.observe(route, r.Method, status, d.Seconds(), ri.stream)
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	logger(r).LogAttrs(r.Context(), level, "request",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
+		slog.Int("status", status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.Int("bytes", ww.BytesWritten()), slog.Bool("stream", ri.stream))
+}
+
+// validRequestID accepts ids of 1 to 64 printable ASCII characters without spaces.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// limitBody caps every request body; reading past the cap fails with *http.MaxBytesError (413).
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}

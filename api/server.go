@@ -1,0 +1,156 @@
+// Package api is the HTTP surface of dshd (DESIGN.md section 4): a chi router with API-key
+// authentication, problem+json errors mapped in one table (errors.go), request logs and
+// Prometheus metrics, presets, sessions, event pages and live SSE streams of the session log.
+//
+// Only this package imports chi.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/tenant"
+	"github.com/dshd/dshd/web"
+)
+
+// Subscriber wakes the streams of a session when events are appended to it (eventlog.Hub).
+// Subscribe returns a channel that receives a value after new appends (wake-ups coalesce; the
+// subscriber re-reads the log after its cursor) and a cancel func the caller must call.
+type Subscriber interface {
+	Subscribe(sessionID uuid.UUID) (wake <-chan struct{}, cancel func())
+}
+
+// Config holds the dependencies and settings of a Server.
+type Config struct {
+	Tenants *tenant.Store   // required
+	Presets *preset.Store   // required
+	Log     *eventlog.Store // required: sessions and their events
+	Hub     Subscriber      // required: live wake-ups for SSE streams
+
+	// Ready reports whether the service can take traffic (database reachable, migrations
+	// applied); /readyz answers 503 with its error. Nil means always ready.
+	Ready func(context.Context) error
+	// Logger receives request logs and internal errors. Default slog.Default().
+	Logger *slog.Logger
+	// AdminToken authorizes POST /v1/tenants. Empty disables tenant administration.
+	AdminToken string
+	// MaxBodyBytes caps request bodies; a larger body answers 413. Default 1 MiB.
+	MaxBodyBytes int64
+	// Heartbeat is the interval of the SSE comment heartbeat, which also re-reads the log in case
+	// a wake-up was lost. Default 15 s.
+	Heartbeat time.Duration
+	// StreamWriteTimeout bounds each write of an SSE frame batch; a client that reads slower than
+	// that is disconnected (it resumes with Last-Event-ID). Default 30 s.
+	StreamWriteTimeout time.Duration
+	// StreamPage is how many events an SSE stream reads from the database at a time. Default 500.
+	StreamPage int
+}
+
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 15 * time.Second
+	}
+	if c.StreamWriteTimeout <= 0 {
+		c.StreamWriteTimeout = 30 * time.Second
+	}
+	if c.StreamPage <= 0 {
+		c.StreamPage = 500
+	}
+}
+
+// Server is the HTTP handler of dshd. It is safe for concurrent use.
+type Server struct {
+	cfg       Config
+	logger    *slog.Logger
+	metrics   *metrics
+	router    chi.Router
+	done      chan struct{} // closed by Close: streams end
+	closeOnce sync.Once
+}
+
+// New returns a server with cfg's dependencies.
+func New(cfg Config) *Server {
+	cfg.defaults()
+	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{})}
+	s.router = s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Close ends every open SSE stream cleanly (the response completes after the frames already
+// sent) and makes new streams end at once. Call it when the HTTP server starts shutting down
+// (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Idempotent.
+func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(s.observe, s.limitBody)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, CodeNotFound, "no such endpoint: "+r.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	})
+	r.Get("/healthz", handleHealth)
+	r.Get("/readyz", s.handleReady)
+	r.Method(http.MethodGet, "/metrics", s.metrics.handler())
+	r.Get("/openapi.yaml", handleOpenAPI)
+	r.Method(http.MethodGet, "/", web.Handler())
+	r.Route("/v1", func(r chi.Router) {
+		r.With(s.adminOnly).Post("/tenants", tenantResource{tenants: s.cfg.Tenants}.handleTenantCreate)
+		r.Group(func(r chi.Router) {
+			r.Use(s.authenticate)
+			r.Mount("/presets", presetResource{presets: s.cfg.Presets}.routes())
+			r.Mount("/sessions", sessionResource{s: s}.routes())
+		})
+	})
+	return r
+}
+
+func handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			logger(r).Warn("not ready", slog.String("error", err.Error()))
+			writeProblem(w, CodeNotReady, "not ready: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(dshd.OpenAPI)
+}
+
+// metricsRoute is the route label of a chi pattern: mounted roots lose their trailing slash.
+func metricsRoute(pattern string) string {
+	if len(pattern) > 1 {
+		return strings.TrimSuffix(pattern, "/")
+	}
+	return pattern
+}

@@ -1,0 +1,178 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+)
+
+// sessionResource serves /v1/sessions: sessions of the authenticated tenant, their history and
+// their event log (events.go, stream.go).
+type sessionResource struct {
+	s *Server
+}
+
+func (rs sessionResource) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Post("/", rs.handleSessionCreate)
+	r.Get("/", rs.handleSessionList)
+	r.Get("/{id}", rs.handleSessionGet)
+	r.Delete("/{id}", rs.handleSessionDelete)
+	r.Get("/{id}/history", rs.handleSessionHistory)
+	r.Get("/{id}/events", rs.handleEventList)
+	return r
+}
+
+// sessionJSON is a session as the API shows it.
+type sessionJSON struct {
+	ID            uuid.UUID  `json:"id"`
+	PresetID      *uuid.UUID `json:"presetId"`
+	PresetVersion *int       `json:"presetVersion"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	ParentSession string     `json:"parentSession,omitempty"`
+	SeedLength    *int64     `json:"seedLength,omitempty"`
+	LastSeq       int64      `json:"lastSeq"` // -1 for an empty log, at the time of the read
+}
+
+func sessionOut(s eventlog.Session) sessionJSON {
+	out := sessionJSON{ID: s.ID, PresetID: s.PresetID, CreatedAt: s.CreatedAt,
+		ParentSession: s.Header.ParentSession, SeedLength: s.Header.SeedLength, LastSeq: s.LastSeq}
+	if s.PresetID != nil {
+		v := s.PresetVersion
+		out.PresetVersion = &v
+	}
+	return out
+}
+
+// sessionCreateRequest creates a session of a preset, or (with fork) a child of an existing
+// session that inherits its preset version (SES-15).
+type sessionCreateRequest struct {
+	PresetID *uuid.UUID   `json:"presetId"`
+	Fork     *forkRequest `json:"fork"`
+}
+
+type forkRequest struct {
+	SessionID   uuid.UUID `json:"sessionId"`
+	BoundarySeq *int64    `json:"boundarySeq"` // default: the source's last event
+}
+
+// handleSessionCreate creates a session pinned to the preset's current version, or forks one:
+// 201 session.
+func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
+	var req sessionCreateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var (
+		sess eventlog.Session
+		err  error
+	)
+	switch {
+	case req.Fork != nil && req.PresetID != nil:
+		err = errorf(CodeInvalidRequest, "give presetId or fork, not both: a fork keeps the preset of its source")
+	case req.Fork != nil:
+		sess, err = rs.s.cfg.Log.Fork(r.Context(), tenantID(r), req.Fork.SessionID, req.Fork.BoundarySeq, nil)
+	case req.PresetID != nil:
+		sess, err = rs.create(r, *req.PresetID)
+	default:
+		err = errorf(CodeInvalidRequest, "presetId is required (or fork: {sessionId, boundarySeq})")
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	setSession(r, sess.ID)
+	logger(r).Info("session created", "preset", req.PresetID, "fork", req.Fork != nil)
+	writeJSON(w, http.StatusCreated, sessionOut(sess))
+}
+
+func (rs sessionResource) create(r *http.Request, presetID uuid.UUID) (eventlog.Session, error) {
+	p, err := rs.s.cfg.Presets.PresetGet(r.Context(), tenantID(r), presetID)
+	if err != nil {
+		return eventlog.Session{}, err
+	}
+	return rs.s.cfg.Log.SessionCreate(r.Context(), tenantID(r), eventlog.SessionParams{
+		PresetID: &p.ID, PresetVersion: p.Version, AgentPreset: p.Name})
+}
+
+// handleSessionList answers {items, nextCursor}, newest first.
+func (rs sessionResource) handleSessionList(w http.ResponseWriter, r *http.Request) {
+	limit, err := pageLimit(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	list, next, err := rs.s.cfg.Log.SessionList(r.Context(), tenantID(r), r.URL.Query().Get("cursor"), limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	items := make([]sessionJSON, len(list))
+	for i, s := range list {
+		items[i] = sessionOut(s)
+	}
+	writeJSON(w, http.StatusOK, page[sessionJSON]{Items: items, NextCursor: next})
+}
+
+func (rs sessionResource) handleSessionGet(w http.ResponseWriter, r *http.Request) {
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	sess, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionOut(sess))
+}
+
+// handleSessionDelete deletes the session: 204; afterwards it answers 404 everywhere.
+func (rs sessionResource) handleSessionDelete(w http.ResponseWriter, r *http.Request) {
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := rs.s.cfg.Log.SessionDelete(r.Context(), tenantID(r), id); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleSessionHistory answers {messages}: the model-visible history rebuilt from the log (SES-5).
+func (rs sessionResource) handleSessionHistory(w http.ResponseWriter, r *http.Request) {
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	msgs, err := rs.s.cfg.Log.DeriveMessages(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if msgs == nil {
+		msgs = []llm.Message{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Messages []llm.Message `json:"messages"`
+	}{msgs})
+}
+
+// sessionID parses {id} and records it for the request log.
+func (rs sessionResource) sessionID(r *http.Request) (uuid.UUID, error) {
+	id, err := pathID(r, "session")
+	if err == nil {
+		setSession(r, id)
+	}
+	return id, err
+}

@@ -1,0 +1,44 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+// tenantResource serves tenant administration (admin token only).
+type tenantResource struct {
+	tenants *tenant.Store
+}
+
+type tenantCreateRequest struct {
+	Name string `json:"name"`
+}
+
+// tenantCreated is the only response that ever carries an API key's secret.
+type tenantCreated struct {
+	ID        uuid.UUID `json:"id"`
+	Name      string    `json:"name"`
+	APIKey    string    `json:"apiKey"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// handleTenantCreate creates a tenant with its first API key: 201 {id, name, apiKey, createdAt}.
+func (rs tenantResource) handleTenantCreate(w http.ResponseWriter, r *http.Request) {
+	var req tenantCreateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	t, key, err := rs.tenants.TenantCreate(r.Context(), req.Name)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	info(r).tenant = t.ID
+	logger(r).Info("tenant created", "name", t.Name)
+	writeJSON(w, http.StatusCreated, tenantCreated{ID: t.ID, Name: t.Name, APIKey: key, CreatedAt: t.CreatedAt})
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the server's configuration, read from the environment. Every setting has a default.
+type Config struct {
+	// DatabaseURL (DATABASE_URL) is the PostgreSQL connection string. Default: the development
+	// cluster of `make run`, postgres://postgres@127.0.0.1:55432/dshd?sslmode=disable.
+	DatabaseURL string
+	// Addr (DSHD_ADDR) is the listen address. Default ":8080"; ":0" picks a free port.
+	Addr string
+	// AdminToken (DSHD_ADMIN_TOKEN) authorizes POST /v1/tenants. Default empty: tenant
+	// administration is disabled. `make run` sets "dev-admin-token".
+	AdminToken string
+	// ModelHosts (DSHD_MODEL_HOSTS, comma-separated) are the hosts a preset's model.baseUrl may
+	// point at, a guard against server-side request forgery; "*" allows any. Default
+	// "api.deepseek.com".
+	ModelHosts []string
+	// DemoTools (DSHD_DEMO_TOOLS=1) adds the harmless demo tool pack (echo, sleep) for tests,
+	// benchmarks and first runs. Default off; `make run` turns it on. Used by the agent loop.
+	DemoTools bool
+	// DeepSeekAPIKey (DEEPSEEK_API_KEY) is the key of the default DeepSeek provider. Default
+	// empty: `make run`'s default preset uses the scripted model, so everything works offline.
+	DeepSeekAPIKey string
+	// Heartbeat (DSHD_SSE_HEARTBEAT, a Go duration) is the interval of the SSE comment heartbeat.
+	// Default 15s.
+	Heartbeat time.Duration
+	// MaxBodyBytes (DSHD_MAX_BODY_BYTES) caps request bodies; larger ones answer 413. Default
+	// 1048576 (1 MiB).
+	MaxBodyBytes int64
+	// ShutdownTimeout (DSHD_SHUTDOWN_TIMEOUT, a Go duration) bounds the graceful shutdown on
+	// SIGINT or SIGTERM. Default 10s.
+	ShutdownTimeout time.Duration
+	// LogLevel (DSHD_LOG_LEVEL: debug, info, warn, error) of the JSON logs. Default info.
+	LogLevel slog.Level
+}
+
+// DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:55432/dshd?sslmode=disable"
+
+// ParseConfig reads the configuration from getenv (os.Getenv in main, a map in tests).
+func ParseConfig(getenv func(string) string) (Config, error) {
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	c := Config{
+		DatabaseURL:    env("DATABASE_URL", DefaultDatabaseURL),
+		Addr:           env("DSHD_ADDR", ":8080"),
+		AdminToken:     getenv("DSHD_ADMIN_TOKEN"),
+		ModelHosts:     splitList(env("DSHD_MODEL_HOSTS", "api.deepseek.com")),
+		DeepSeekAPIKey: getenv("DEEPSEEK_API_KEY"),
+	}
+	var err error
+	if c.DemoTools, err = parseBool("DSHD_DEMO_TOOLS", env("DSHD_DEMO_TOOLS", "0")); err != nil {
+		return Config{}, err
+	}
+	if c.Heartbeat, err = parseDuration("DSHD_SSE_HEARTBEAT", env("DSHD_SSE_HEARTBEAT", "15s")); err != nil {
+		return Config{}, err
+	}
+	if c.ShutdownTimeout, err = parseDuration("DSHD_SHUTDOWN_TIMEOUT", env("DSHD_SHUTDOWN_TIMEOUT", "10s")); err != nil {
+		return Config{}, err
+	}
+	if c.MaxBodyBytes, err = strconv.ParseInt(env("DSHD_MAX_BODY_BYTES", "1048576"), 10, 64); err != nil || c.MaxBodyBytes < 1 {
+		return Config{}, fmt.Errorf("DSHD_MAX_BODY_BYTES must be a positive integer")
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
+		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func parseBool(name, v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s must be 1 or 0 (got %q)", name, v)
+}
+
+func parseDuration(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s must be a positive Go duration such as 15s (got %q)", name, v)
+	}
+	return d, nil
+}

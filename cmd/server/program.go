@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/migrations"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+// Main is the program: the one place that knows every concrete type. Tests reuse it on port :0
+// (set Config, call Run, talk to URL(), call Close).
+type Main struct {
+	Config Config
+	Logger *slog.Logger
+
+	pool   *pgxpool.Pool
+	db     *sql.DB // database/sql view of pool, for goose's readiness check
+	hub    *eventlog.Hub
+	api    *api.Server
+	server *http.Server
+	ln     net.Listener
+	served chan error
+	closed bool
+}
+
+// NewMain returns a program with the default configuration and a discarding logger.
+func NewMain() *Main {
+	cfg, _ := ParseConfig(func(string) string { return "" })
+	return &Main{Config: cfg, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+}
+
+// Run applies pending migrations, connects, starts the LISTEN hub and starts serving HTTP on
+// Config.Addr. It returns once the server is listening; call Close to stop it, also after an
+// error.
+func (m *Main) Run(ctx context.Context) error {
+	if m.closed {
+		return errClosed
+	}
+	applied, err := migrations.Up(ctx, m.Config.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		m.Logger.Info("migrations applied", slog.Any("versions", applied))
+	}
+	if m.pool, err = pgxpool.New(ctx, m.Config.DatabaseURL); err != nil {
+		return fmt.Errorf("dshd: database: %w", err)
+	}
+	m.db = stdlib.OpenDBFromPool(m.pool)
+	m.hub = eventlog.NewHub(m.pool, eventlog.HubConfig{Logger: m.Logger})
+	// The hub lives until Close, not until ctx: streams need it during the graceful shutdown.
+	if err := m.hub.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	m.api = api.New(api.Config{
+		Tenants:      tenant.NewStore(m.pool),
+		Presets:      preset.NewStore(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts}),
+		Log:          eventlog.NewStore(m.pool, eventlog.StoreConfig{Logger: m.Logger}),
+		Hub:          m.hub,
+		Ready:        m.ready,
+		Logger:       m.Logger,
+		AdminToken:   m.Config.AdminToken,
+		MaxBodyBytes: m.Config.MaxBodyBytes,
+		Heartbeat:    m.Config.Heartbeat,
+	})
+	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
+		return fmt.Errorf("dshd: listen: %w", err)
+	}
+	m.server = &http.Server{Handler: m.api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+	// Shutdown waits for handlers to return; SSE handlers return when the API server closes.
+	m.server.RegisterOnShutdown(m.api.Close)
+	m.served = make(chan error, 1)
+	go func() { m.served <- m.server.Serve(m.ln) }()
+	return nil
+}
+
+// ready reports whether the database answers and every migration is applied. Its errors are
+// shown on /readyz, so they say what is wrong without the driver's details (which are logged).
+func (m *Main) ready(ctx context.Context) error {
+	if err := m.pool.Ping(ctx); err != nil {
+		m.Logger.Warn("readiness: database unreachable", slog.String("error", err.Error()))
+		return errors.New("database unreachable")
+	}
+	pending, err := migrations.Pending(ctx, m.db)
+	if err != nil {
+		m.Logger.Warn("readiness: migration status", slog.String("error", err.Error()))
+		return errors.New("migration status unknown")
+	}
+	if pending {
+		return errors.New("migrations pending")
+	}
+	return nil
+}
+
+// Addr is the address the server listens on (with the real port when Config.Addr used :0).
+func (m *Main) Addr() string {
+	if m.ln == nil {
+		return ""
+	}
+	return m.ln.Addr().String()
+}
+
+// URL is the base URL of the server, for tests and tools.
+func (m *Main) URL() string {
+	host, port, _ := net.SplitHostPort(m.Addr())
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Close shuts down gracefully within Config.ShutdownTimeout: it stops accepting connections, ends
+// SSE streams, waits for requests in flight, then stops the hub and closes the database. It is
+// safe to call after a failed Run, and more than once.
+func (m *Main) Close() error {
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	var errs []error
+	if m.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		defer cancel()
+		if err := m.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("dshd: shutdown: %w", err))
+			_ = m.server.Close()
+		}
+		if err := <-m.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	} else if m.ln != nil {
+		_ = m.ln.Close()
+	}
+	if m.hub != nil {
+		m.hub.Stop()
+	}
+	if m.db != nil {
+		_ = m.db.Close()
+	}
+	if m.pool != nil {
+		m.pool.Close()
+	}
+	return errors.Join(errs...)
+}
