@@ -87,7 +87,8 @@ func (s *Server) writeStream(w http.ResponseWriter, r *http.Request, wr openai.C
 			s.failMidStream(w, flusher, &buf, plan.Script.Fail)
 			return
 		}
-		if i > 0 && !s.wait(r, plan.Script.ChunkDelay) {
+		// The role chunk and the first delta go out together; chunkdelay separates the rest.
+		if i > 1 && !s.wait(r, plan.Script.ChunkDelay) {
 			return
 		}
 		buf.WriteString("data: ")

@@ -109,7 +109,7 @@ func (s *Script) apply(w string) bool {
 
 func (s *Script) applyNumber(name, value string) bool {
 	n, err := strconv.Atoi(value)
-	if err != nil || n < 0 || n > 1_000_000 {
+	if err != nil || n < 0 || n > 1_000_000_000 {
 		return false
 	}
 	switch name {
