@@ -11,14 +11,14 @@ import (
 
 // env is a kernel plus a registry for one test.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	k   *kernel.Kernel
 	r   *Registry
 	g   *kernel.Fiber // global fiber
 	ctx context.Context
 }
 
-func newEnv(t *testing.T, cfg Config) *env {
+func newEnv(t testing.TB, cfg Config) *env {
 	t.Helper()
 	k := kernel.New(nil)
 	cfg.Scopes = k.Scopes()
