@@ -45,12 +45,15 @@ func (rs *restriction) permits(name string) bool {
 	return !rs.deny[name]
 }
 
-// GuardFunc is a synchronous guard (GRD-1): a non-empty reason denies the call.
-type GuardFunc func(exec *Execution) (reason string)
-
-type guard struct{ fn GuardFunc }
-
 var errUnscoped = errors.New("requires a scoped context")
+
+// active rejects registrations through a disposed fiber (INACTIVE_EFFECT, KRN-3).
+func active(f *kernel.Fiber) error {
+	if f.Active() {
+		return nil
+	}
+	return &kernel.Error{Code: kernel.CodeInactiveEffect, Message: fmt.Sprintf("registration through disposed fiber %q (%s)", f.Name(), kernel.CodeInactiveEffect)}
+}
 
 // layerLocked returns the layer of scope, creating it. Callers hold r.mu.
 func (r *Registry) layerLocked(scope *kernel.Scope) *layer {
@@ -91,8 +94,8 @@ func (r *Registry) commitChange(f *kernel.Fiber, ch Change, undo func(), undoKin
 // otherwise (REG-1). It applies the REG-2 checks and returns an idempotent disposer, also run
 // when f is disposed.
 func (r *Registry) Register(f *kernel.Fiber, t *Tool) (kernel.Disposer, error) {
-	if !f.Active() {
-		return nil, &kernel.Error{Code: kernel.CodeInactiveEffect, Message: "register on an inactive fiber"}
+	if err := active(f); err != nil {
+		return nil, err
 	}
 	e, err := checkTool(t, false)
 	if err != nil {
@@ -128,6 +131,9 @@ func (r *Registry) Register(f *kernel.Fiber, t *Tool) (kernel.Disposer, error) {
 // InstallRunCode installs the reserved run_code tool (CODE-1), visible to scopes whose
 // effective mode is not native (REG-5). Only one can be installed at a time.
 func (r *Registry) InstallRunCode(f *kernel.Fiber, t *Tool) (kernel.Disposer, error) {
+	if err := active(f); err != nil {
+		return nil, err
+	}
 	e, err := checkTool(t, true)
 	if err != nil {
 		return nil, err
@@ -155,6 +161,9 @@ func (r *Registry) InstallRunCode(f *kernel.Fiber, t *Tool) (kernel.Disposer, er
 // Restrict filters the tools f's scope inherits (SCP-3..SCP-5). It needs a scoped fiber, at
 // least one list, no run_code, and names that are currently inherited tools.
 func (r *Registry) Restrict(f *kernel.Fiber, rs Restriction) (kernel.Disposer, error) {
+	if err := active(f); err != nil {
+		return nil, err
+	}
 	scope := f.Scope()
 	switch {
 	case scope == nil:
@@ -238,6 +247,9 @@ func (r *Registry) inheritedNamesLocked(scope *kernel.Scope) []string {
 // PresentAs declares f's scope's presentation mode (PRS-2). It needs a scoped fiber and at most
 // one declaration per scope; disposing it restores the inherited or default mode.
 func (r *Registry) PresentAs(f *kernel.Fiber, mode PresentMode) (kernel.Disposer, error) {
+	if err := active(f); err != nil {
+		return nil, err
+	}
 	scope := f.Scope()
 	if scope == nil {
 		return nil, fmt.Errorf("registry: presentAs %w", errUnscoped)
@@ -263,29 +275,4 @@ func (r *Registry) PresentAs(f *kernel.Fiber, mode PresentMode) (kernel.Disposer
 		}
 	}
 	return r.commitChange(f, Change{Kind: "present-as", Scope: scope.Key()}, undo, "present-as-removed")
-}
-
-// Guard registers fn in f's layer (GRD-1). Guard registration emits no change event (REG-6).
-func (r *Registry) Guard(f *kernel.Fiber, fn GuardFunc) (kernel.Disposer, error) {
-	if fn == nil {
-		return nil, fmt.Errorf("registry: guard is nil")
-	}
-	scope := f.Scope()
-	g := &guard{fn}
-	r.mu.Lock()
-	l := r.layerLocked(scope)
-	l.guards = append(l.guards, g)
-	r.mu.Unlock()
-	d := kernel.Once(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if l := r.layers[scope]; l != nil {
-			l.guards = slices.DeleteFunc(l.guards, func(x *guard) bool { return x == g })
-			r.reclaimLocked(scope)
-		}
-	})
-	if err := f.Track(d); err != nil {
-		return nil, err
-	}
-	return d, nil
 }

@@ -103,23 +103,6 @@ func (r *Registry) preExecute(ctx context.Context, e *Execution) (d Decision, er
 	return r.Hooks.PreExecute.Run(ctx, e.Scope, e)
 }
 
-// runGuards returns the first guard's reason (GRD-1); a panicking guard is an error (GRD-3).
-func (r *Registry) runGuards(e *Execution) (reason string, err error) {
-	r.mu.RLock()
-	gs := r.guardsLocked(e.Scope)
-	r.mu.RUnlock()
-	if len(gs) == 0 {
-		return "", nil
-	}
-	defer func() { err = r.recovered(context.Background(), "guard", recover(), err) }()
-	for _, g := range gs {
-		if reason := g.fn(e); reason != "" {
-			return reason, nil
-		}
-	}
-	return "", nil
-}
-
 // recovered turns a recovered panic into an error and logs its stack.
 func (r *Registry) recovered(ctx context.Context, stage string, v any, err error) error {
 	if v == nil {

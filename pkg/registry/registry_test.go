@@ -246,3 +246,19 @@ func TestCatalogue(t *testing.T) {
 		t.Fatalf("got %+v %v", items, err)
 	}
 }
+
+func TestREG8_RegistrationThroughDisposedFiberIsInactive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	a := e.scope("agent:a", "")
+	a.Dispose()
+	if _, err := e.r.Register(a, rawTool("t", `1`, nil)); !errors.Is(err, kernel.ErrInactiveEffect) {
+		t.Fatalf("register: %v", err)
+	}
+	if _, err := e.r.Guard(a, func(*Execution) string { return "" }); !errors.Is(err, kernel.ErrInactiveEffect) {
+		t.Fatalf("guard: %v", err)
+	}
+	if _, err := e.r.PresentAs(a, ModeCode); !errors.Is(err, kernel.ErrInactiveEffect) {
+		t.Fatalf("presentAs: %v", err)
+	}
+}

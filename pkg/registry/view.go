@@ -168,19 +168,29 @@ func (r *Registry) Catalogue() ([]CatalogueItem, error) {
 	return out, nil
 }
 
-// guardsLocked returns the guards for a call in scope: global first, then the chain farthest
-// to nearest, each in registration order (GRD-1).
-func (r *Registry) guardsLocked(scope *kernel.Scope) []*guard {
-	out := r.layers[nil].guards
-	if scope == nil {
-		return out
+// ExecutionMode classifies a call for the scheduler (REG-9): Parallel only when the visible,
+// uncollapsed definition's classifier returns true for the call's arguments. Unknown, hidden
+// and collapsed tools, a missing classifier, a panic and invalid arguments give Exclusive.
+func (r *Registry) ExecutionMode(in Input) Mode {
+	scope, _ := r.scopes.Lookup(in.Scope)
+	r.mu.RLock()
+	e := r.resolveLocked(in.Name, scope)
+	collapsed := e != nil && in.Parent == nil && in.Name != RunCodeName && r.modeLocked(scope) == ModeCode
+	r.mu.RUnlock()
+	if e == nil || collapsed || e.IsConcurrencySafe == nil || !lossless(in.Args) {
+		return Exclusive
 	}
-	chain := scope.Chain()
-	out = append([]*guard(nil), out...)
-	for i := len(chain) - 1; i >= 0; i-- {
-		if l := r.layers[chain[i]]; l != nil {
-			out = append(out, l.guards...)
+	if classify(e, in.Args) {
+		return Parallel
+	}
+	return Exclusive
+}
+
+func classify(e *entry, args json.RawMessage) (safe bool) {
+	defer func() {
+		if recover() != nil {
+			safe = false
 		}
-	}
-	return out
+	}()
+	return e.IsConcurrencySafe(args)
 }
