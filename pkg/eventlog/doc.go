@@ -21,8 +21,10 @@
 //
 // # Lock order
 //
-// Every writer takes at most one counter row lock per session, and Fork takes the source's row
-// (FOR SHARE... FOR UPDATE, see fork.go) before creating the child. There is no other row lock in
-// this package, so no lock-order cycle is possible. The Hub holds its mutex only to copy or edit
-// the subscriber map, never while sending on the network.
+// The only row lock this package takes is a session's counter row: appends (the UPDATE of the
+// single-statement path, or SELECT ... FOR UPDATE on the validating path) and Repair take it for
+// one session per transaction. Fork takes no lock on its source: the prefix it copies is
+// committed and immutable, and it creates the child's counter row itself. So no transaction
+// holds two counter locks and no lock-order cycle is possible. The Hub holds its subscriber mutex
+// only to edit or walk the map, never during I/O; its lifecycle mutex serializes Start and Stop.
 package eventlog
