@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -141,7 +142,10 @@ func (d *defined[Args, Out]) render(args, value json.RawMessage) ([]llm.Block, e
 
 // renderDefault renders a string value as its text and anything else as compact JSON text.
 func renderDefault(value json.RawMessage) []llm.Block {
-	if len(value) > 0 && value[0] == '"' {
+	if len(value) >= 2 && value[0] == '"' {
+		if inner := value[1 : len(value)-1]; !bytes.ContainsAny(inner, "\\\"") {
+			return []llm.Block{llm.TextBlock(string(inner))}
+		}
 		var s string
 		if json.Unmarshal(value, &s) == nil {
 			return []llm.Block{llm.TextBlock(s)}

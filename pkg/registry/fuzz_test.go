@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 		if lossless(data) {
+			checkDecodeAgainstStdlib(t, data)
 			if _, err := CompileSchema(json.RawMessage(data)); err != nil {
 				if se, ok := err.(*SchemaError); !ok || len(se.Violations) == 0 {
 					t.Fatalf("compile error without violations: %v", err)
@@ -36,4 +38,42 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkDecodeAgainstStdlib compares the hand-written parser with encoding/json (UseNumber).
+func checkDecodeAgainstStdlib(t *testing.T, data []byte) {
+	got, err := decodeValue(data)
+	if err != nil {
+		t.Fatalf("decode %q: %v", data, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var want any
+	if err := dec.Decode(&want); err != nil {
+		t.Fatalf("stdlib decode %q: %v", data, err)
+	}
+	a, _ := json.Marshal(plain(got))
+	b, _ := json.Marshal(want)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("decode %q: got %s want %s", data, a, b)
+	}
+}
+
+// plain converts *object into map[string]any, recursively.
+func plain(v any) any {
+	switch t := v.(type) {
+	case *object:
+		m := map[string]any{}
+		for k, x := range t.vals {
+			m[k] = plain(x)
+		}
+		return m
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = plain(x)
+		}
+		return out
+	}
+	return v
 }

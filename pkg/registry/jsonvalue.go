@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -26,62 +26,120 @@ type object struct {
 }
 
 // decodeValue decodes one lossless JSON value: numbers as json.Number, objects as *object,
-// arrays as []any, and string, bool, nil.
+// arrays as []any, and string, bool, nil. For a duplicated key the last value wins.
 func decodeValue(raw []byte) (any, error) {
 	if !lossless(raw) {
 		return nil, fmt.Errorf("value is not lossless JSON")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := decodeNext(dec)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("trailing data after JSON value")
-	}
-	return v, nil
+	p := parser{b: raw}
+	return p.value()
 }
 
-func decodeNext(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
+// parser reads JSON text that lossless has already accepted, so it checks no syntax.
+type parser struct {
+	b []byte
+	i int
+}
+
+func (p *parser) skip() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
 	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if t == '[' {
-			arr := []any{}
-			for dec.More() {
-				v, err := decodeNext(dec)
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			_, err := dec.Token()
-			return arr, err
+}
+
+func (p *parser) value() (any, error) {
+	p.skip()
+	switch c := p.b[p.i]; {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.str()
+	case c == 't':
+		p.i += 4
+		return true, nil
+	case c == 'f':
+		p.i += 5
+		return false, nil
+	case c == 'n':
+		p.i += 4
+		return nil, nil
+	}
+	start := p.i
+	for p.i < len(p.b) && strings.IndexByte("+-0123456789.eE", p.b[p.i]) >= 0 {
+		p.i++
+	}
+	return json.Number(p.b[start:p.i]), nil
+}
+
+func (p *parser) str() (string, error) {
+	start := p.i
+	p.i++
+	escaped := false
+	for p.b[p.i] != '"' {
+		if p.b[p.i] == '\\' {
+			escaped = true
+			p.i++
 		}
-		obj := &object{vals: map[string]any{}}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return nil, err
-			}
-			k := kt.(string)
-			v, err := decodeNext(dec)
-			if err != nil {
-				return nil, err
-			}
-			if _, dup := obj.vals[k]; !dup {
-				obj.keys = append(obj.keys, k)
-			}
-			obj.vals[k] = v
+		p.i++
+	}
+	p.i++
+	if !escaped {
+		return string(p.b[start+1 : p.i-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(p.b[start:p.i], &s)
+	return s, err
+}
+
+func (p *parser) object() (any, error) {
+	p.i++
+	obj := &object{vals: map[string]any{}}
+	for {
+		p.skip()
+		if p.b[p.i] == '}' {
+			p.i++
+			return obj, nil
 		}
-		_, err := dec.Token()
-		return obj, err
-	default:
-		return tok, nil
+		if p.b[p.i] == ',' {
+			p.i++
+			p.skip()
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.skip()
+		p.i++ // ':'
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := obj.vals[k]; !dup {
+			obj.keys = append(obj.keys, k)
+		}
+		obj.vals[k] = v
+	}
+}
+
+func (p *parser) array() (any, error) {
+	p.i++
+	arr := []any{}
+	for {
+		p.skip()
+		switch p.b[p.i] {
+		case ']':
+			p.i++
+			return arr, nil
+		case ',':
+			p.i++
+		}
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		arr = append(arr, v)
 	}
 }
 
