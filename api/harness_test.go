@@ -1,0 +1,227 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const adminToken = "test-admin-token"
+
+// replica is one API server over a database, as a replica in production: its own hub (LISTEN
+// connection) and HTTP server.
+type replica struct {
+	api *api.Server
+	url string
+}
+
+// env is a migrated database with two tenants and a first replica serving it.
+type env struct {
+	t       *testing.T
+	pool    *pgxpool.Pool
+	log     *eventlog.Store
+	tenantA uuid.UUID
+	tenantB uuid.UUID
+	keyA    string
+	keyB    string
+	*replica
+}
+
+// newEnv starts a fresh database, two tenants and one replica. cfg adjusts the api.Config.
+func newEnv(t *testing.T, cfg ...func(*api.Config)) *env {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	e := &env{t: t, pool: pool, log: eventlog.NewStore(pool, eventlog.StoreConfig{})}
+	tenants := tenant.NewStore(pool)
+	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, keyB, err := tenants.TenantCreate(context.Background(), "tenant-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tenantA, e.keyA, e.tenantB, e.keyB = a.ID, keyA, b.ID, keyB
+	e.replica = e.newReplica(cfg...)
+	return e
+}
+
+// newReplica starts another API server over the same database.
+func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
+	t := e.t
+	t.Helper()
+	hub := eventlog.NewHub(e.pool, eventlog.HubConfig{ReconnectDelay: 100 * time.Millisecond})
+	if err := hub.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := api.Config{
+		Tenants:    tenant.NewStore(e.pool),
+		Presets:    preset.NewStore(e.pool, preset.Rules{ModelHosts: []string{"api.deepseek.com"}}),
+		Log:        e.log,
+		Hub:        hub,
+		Logger:     slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		AdminToken: adminToken,
+	}
+	for _, f := range cfg {
+		f(&c)
+	}
+	srv := api.New(c)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Close() // ends streams, so that ts.Close does not wait for them
+		ts.Close()
+		hub.Stop()
+	})
+	return &replica{api: srv, url: ts.URL}
+}
+
+// response is a finished HTTP exchange.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request with key as the bearer token ("" for none) and body as JSON (a string or
+// []byte is sent as is; nil sends nothing).
+func (r *replica) do(t *testing.T, method, path, key string, body any, headers ...string) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequest(method, r.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// json decodes the body into v, failing the test when it is not JSON.
+func (r response) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+}
+
+// want fails the test unless the status is status.
+func (r response) want(t *testing.T, status int) response {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	return r
+}
+
+// wantProblem fails the test unless r is a problem+json document with status and code.
+func (r response) wantProblem(t *testing.T, status int, code string) api.Problem {
+	t.Helper()
+	r.want(t, status)
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("content type %q, want application/problem+json; body %s", ct, r.body)
+	}
+	var p api.Problem
+	r.json(t, &p)
+	if p.Status != status || p.Code != code || p.Title == "" || p.Type == "" || p.Detail == "" {
+		t.Fatalf("problem %+v, want status %d code %s with type, title and detail", p, status, code)
+	}
+	return p
+}
+
+const minimalPreset = `{"name":"p","model":{"provider":"scripted","model":"default"}}`
+
+// presetCreate creates a preset for key and returns its id.
+func (r *replica) presetCreate(t *testing.T, key, body string) uuid.UUID {
+	t.Helper()
+	var p struct{ ID uuid.UUID }
+	r.do(t, "POST", "/v1/presets", key, body).want(t, http.StatusCreated).json(t, &p)
+	return p.ID
+}
+
+// sessionCreate creates a session of a new minimal preset for key and returns its id.
+func (r *replica) sessionCreate(t *testing.T, key string) uuid.UUID {
+	t.Helper()
+	pid := r.presetCreate(t, key, minimalPreset)
+	var s struct{ ID uuid.UUID }
+	r.do(t, "POST", "/v1/sessions", key, map[string]any{"presetId": pid}).want(t, http.StatusCreated).json(t, &s)
+	return s.ID
+}
+
+// Event constructors for appending test logs directly through the store.
+func turnStart(n int) eventlog.NewEvent {
+	return eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": n}}
+}
+
+func turnEnd(n int) eventlog.NewEvent {
+	return eventlog.NewEvent{Type: "turn/end", Data: map[string]any{"turn": n, "reason": map[string]string{"kind": "completed"}}}
+}
+
+func stepStart(t, s int) eventlog.NewEvent {
+	return eventlog.NewEvent{Type: "step/start", Data: map[string]int{"turn": t, "step": s}}
+}
+
+func stepEnd(t, s int) eventlog.NewEvent {
+	return eventlog.NewEvent{Type: "step/end", Data: map[string]int{"turn": t, "step": s}}
+}
+
+func chunk(t, s int, text string) eventlog.NewEvent {
+	return eventlog.NewEvent{Type: "assistant/chunk", Data: map[string]any{"turn": t, "step": s,
+		"chunk": map[string]string{"type": "text-delta", "text": text}}}
+}
+
+// appendEvents appends to a session of tenant A, failing the test on error.
+func (e *env) appendEvents(sessionID uuid.UUID, evs ...eventlog.NewEvent) []eventlog.Event {
+	e.t.Helper()
+	out, err := e.log.EventAppend(context.Background(), e.tenantA, sessionID, evs...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
