@@ -272,7 +272,11 @@ func (c *Client) open(ctx, actx context.Context, cancel context.CancelCauseFunc,
 		return nil, e
 	}
 	if c.cfg.NonStreaming || strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		defer resp.Body.Close()
+		defer func() {
+			resp.Body.Close()
+			idle.stop()
+			cancel(nil) // the chunks are in memory: the attempt is over
+		}()
 		data, err := io.ReadAll(io.LimitReader(body, maxResponseBody))
 		if err != nil {
 			return nil, asAttemptError(readError(ctx, actx, err, "read response"))

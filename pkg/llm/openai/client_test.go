@@ -352,3 +352,33 @@ func TestNonStreamingGivesTheSameBlocks(t *testing.T) {
 		t.Fatalf("malformed non-streamed response: %v", err)
 	}
 }
+
+func TestStreamCloseUnblocksRecv(t *testing.T) {
+	t.Parallel()
+	_, base := startMock(t, mockllm.Config{})
+	s, err := newClient(base, &recordSleep{}, nil).Stream(context.Background(), userRequest("text chunkdelay:3600000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := s.Recv(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || llm.ErrorCode(err) != "" {
+		t.Fatalf("Recv after Close: %v, want the closed-stream error", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

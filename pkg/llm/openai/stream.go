@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dshd/dshd/pkg/llm"
@@ -69,6 +70,7 @@ type sseStream struct {
 	err     error // returned once pending is drained; io.EOF after a healthy end
 	sawData bool
 
+	closed    atomic.Bool // Close was called
 	closeOnce sync.Once
 }
 
@@ -111,6 +113,9 @@ func (s *sseStream) fill() error {
 }
 
 func (s *sseStream) endError(err error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	if s.ctx.Err() != nil || s.actx.Err() != nil {
 		return readError(s.ctx, s.actx, err, "read stream")
 	}
@@ -134,8 +139,10 @@ func (s *sseStream) finalize() error {
 	return io.EOF
 }
 
-// Close releases the connection. It is idempotent.
+// Close releases the connection; a Recv blocked on it, or any later one, returns an error.
+// It is idempotent.
 func (s *sseStream) Close() error {
+	s.closed.Store(true)
 	s.release()
 	return nil
 }

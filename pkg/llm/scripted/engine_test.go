@@ -33,6 +33,7 @@ func TestParse(t *testing.T) {
 			scripted.Script{Tool: "echo", Say: "Hello, world", Reasoning: "think first", MaxTokens: true, RetryAfter: 1}, true},
 		{"please say hello", scripted.Script{Tool: "echo", RetryAfter: 1}, false},
 		{"tools:x", scripted.Script{Tool: "echo", RetryAfter: 1}, false},
+		{"fail:NOPE", scripted.Script{Tool: "echo", RetryAfter: 1}, false},
 		{"", scripted.Script{Tool: "echo", RetryAfter: 1}, false},
 	}
 	for _, tt := range tests {

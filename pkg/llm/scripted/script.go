@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dshd/dshd/pkg/llm"
 )
 
 // Script is a parsed script: the directives of the last user message. The zero value answers
@@ -49,6 +51,13 @@ type Script struct {
 	Chunks     int
 }
 
+// failCodes are the codes fail: accepts.
+var failCodes = map[string]bool{
+	llm.CodeRateLimit: true, llm.CodeServer: true, llm.CodeTransport: true, llm.CodeTimeout: true,
+	llm.CodeInvalidCredential: true, llm.CodeQuota: true, llm.CodeContextWindowExceeded: true,
+	llm.CodeEmptyResponse: true, FailMalformed: true,
+}
+
 // Parse reads a script. pure is true when the text is not empty and every word of it is a
 // valid directive, which tells a script from ordinary prose.
 func Parse(text string) (s Script, pure bool) {
@@ -90,8 +99,12 @@ func (s *Script) apply(w string) bool {
 		s.Args = decodeArgs(value)
 		return value != ""
 	case "fail":
-		s.Fail = strings.ToUpper(value)
-		return value != ""
+		code := strings.ToUpper(value)
+		if !failCodes[code] {
+			return false
+		}
+		s.Fail = code
+		return true
 	case "reasoning", "say":
 		text, err := url.QueryUnescape(value)
 		if err != nil {
