@@ -172,7 +172,7 @@ func (c *Client) Stream(ctx context.Context, req llm.Request) (llm.Stream, error
 
 func (c *Client) wireRequest(req llm.Request) ChatRequest {
 	wr := ChatRequest{
-		Model:           cmp(req.Config.Model, c.cfg.Model),
+		Model:           orDefault(req.Config.Model, c.cfg.Model),
 		Messages:        WireMessages(req.System, req.Messages),
 		Tools:           WireTools(req.Tools),
 		Stream:          !c.cfg.NonStreaming,
@@ -192,7 +192,7 @@ func (c *Client) wireRequest(req llm.Request) ChatRequest {
 	return wr
 }
 
-func cmp(a, b string) string {
+func orDefault(a, b string) string {
 	if a != "" {
 		return a
 	}
