@@ -397,12 +397,13 @@ type harness struct {
 	em    *fakeEmitter
 	sched *Scheduler
 	waits chan struct{} // one signal each time the lane blocks waiting for a body
+	seen  map[string]bool // bodies seen starting; used by the test goroutine only
 	logs  *syncBuffer
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	h := &harness{t: t, tr: &trace{}, waits: make(chan struct{}, 4096), logs: &syncBuffer{}}
+	h := &harness{t: t, tr: &trace{}, seen: map[string]bool{}, waits: make(chan struct{}, 4096), logs: &syncBuffer{}}
 	h.pipe = newFakePipe(t, h.tr)
 	h.em = newFakeEmitter(t, h.tr)
 	h.pipe.onDispatch = func(id string) {
@@ -452,8 +453,15 @@ func (h *harness) awaitStarted(ids ...string) {
 	for _, id := range ids {
 		want[id] = true
 	}
+	for id := range want {
+		if h.seen[id] {
+			delete(want, id)
+		}
+	}
 	for len(want) > 0 {
-		delete(want, <-h.pipe.started)
+		id := <-h.pipe.started
+		h.seen[id] = true
+		delete(want, id)
 	}
 }
 
