@@ -1,0 +1,248 @@
+package agentloop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/promptasm"
+)
+
+// callModel runs the step's model call, retrying retryable failures, and writes the chunks and
+// the assembled `assistant/message`. It returns the message and the finish kind. On cancellation
+// mid-stream it writes the partial text as an interrupted message and returns the context error.
+func (r *Runner) callModel(ctx context.Context, turn, step int, asm promptasm.Result) (llm.Message, string, error) {
+	backoff := r.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		msg, finish, err := r.streamOnce(ctx, turn, step, asm)
+		if err == nil || ctx.Err() != nil || errors.Is(err, errLog) {
+			return msg, finish, err
+		}
+		var le *llm.Error
+		if !errors.As(err, &le) || !le.Retryable && !llm.RetryableCode(le.Code) || attempt >= r.cfg.ModelRetries {
+			return msg, finish, err
+		}
+		r.cfg.Logger.Warn("model call failed, retrying", "session", r.cfg.SessionID,
+			"turn", turn, "step", step, "attempt", attempt+1, "code", le.Code, "err", le.Message)
+		select {
+		case <-ctx.Done():
+			return msg, finish, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+// recvItem is one result of Stream.Recv, passed from the reading goroutine.
+type recvItem struct {
+	c   llm.Chunk
+	err error
+}
+
+func (r *Runner) streamOnce(ctx context.Context, turn, step int, asm promptasm.Result) (llm.Message, string, error) {
+	req, err := r.request(asm)
+	if err != nil {
+		return llm.Message{}, "", err
+	}
+	stream, err := r.cfg.Provider.Stream(ctx, req)
+	if err != nil {
+		return llm.Message{}, "", err
+	}
+	items := make(chan recvItem, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(items)
+		for {
+			c, err := stream.Recv()
+			select {
+			case items <- recvItem{c, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		stream.Close()
+		for range items {
+		}
+	}()
+
+	cs := &chunkStager{r: r, turn: turn, step: step}
+	tick := time.NewTicker(r.cfg.ChunkWindow)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			drainReceived(items, cs)
+			return llm.Message{}, "", r.interrupted(cs, turn, step, ctx.Err())
+		case <-tick.C:
+			if err := r.flushIfDue(ctx); err != nil {
+				return llm.Message{}, "", err
+			}
+		case it, ok := <-items:
+			if !ok || it.err == io.EOF {
+				return r.assistant(cs, turn, step)
+			}
+			if it.err != nil {
+				if ctx.Err() != nil {
+					drainReceived(items, cs)
+					return llm.Message{}, "", r.interrupted(cs, turn, step, ctx.Err())
+				}
+				return llm.Message{}, "", it.err
+			}
+			cs.push(it.c)
+			if err := r.flushIfDue(ctx); err != nil {
+				return llm.Message{}, "", err
+			}
+		}
+	}
+}
+
+// drainReceived stages the chunks already received when the call is cancelled, so that all
+// output streamed before the cancel is kept.
+func drainReceived(items <-chan recvItem, cs *chunkStager) {
+	for {
+		select {
+		case it, ok := <-items:
+			if !ok || it.err != nil {
+				return
+			}
+			cs.push(it.c)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Runner) flushIfDue(ctx context.Context) error {
+	if r.w.due(r.cfg.ChunkWindow, r.cfg.ChunkBytes) {
+		return r.logErr(r.w.flush(ctx))
+	}
+	return nil
+}
+
+// request builds the frozen model request and stages `request/header` and `request/context`
+// when they changed (LOOP-3).
+func (r *Runner) request(asm promptasm.Result) (llm.Request, error) {
+	msgs, err := r.history()
+	if err != nil {
+		return llm.Request{}, err
+	}
+	h := Header{Config: r.cfg.Model, System: asm.System, Tools: asm.Tools}
+	h.Config.BaseURL = ""
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return llm.Request{}, err
+	}
+	switch {
+	case !r.headerLogged:
+		reason := "initial"
+		if r.m.header != nil {
+			reason = "resume"
+		}
+		r.stageHeader(hb, reason)
+	case !sameJSON(r.m.header, hb) && !sameJSON(r.stagedHeader, hb):
+		r.stageHeader(hb, "change")
+	}
+	cb, _ := json.Marshal(contextData{Provider: r.cfg.Model.Provider, Model: r.cfg.Model.Model})
+	if !sameJSON(r.m.reqCtx, cb) && !sameJSON(r.stagedCtx, cb) {
+		r.stagedCtx = cb
+		r.w.stage(staged{typ: eventlog.TypeRequestContext, data: json.RawMessage(cb)})
+	}
+	return llm.Request{Config: r.cfg.Model, System: asm.System, Messages: msgs, Tools: asm.Tools,
+		SessionID: r.cfg.SessionID}, nil
+}
+
+func (r *Runner) stageHeader(hb json.RawMessage, reason string) {
+	r.headerLogged, r.stagedHeader = true, hb
+	r.w.stage(staged{typ: eventlog.TypeRequestHeader, data: headerData{Header: hb, Reason: reason},
+		size: len(hb)})
+}
+
+// history is the model-visible history: the committed surface plus the surface events still
+// pending in the writer (always plain appends).
+func (r *Runner) history() ([]llm.Message, error) {
+	msgs, err := r.m.log.DeriveMessages()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range r.w.pending {
+		switch d := s.data.(type) {
+		case llm.Message:
+			msgs = append(msgs, d)
+		case toolResultData:
+			msgs = append(msgs, d.Message)
+		case assistantData:
+			if len(d.Message.Content) > 0 {
+				msgs = append(msgs, d.Message)
+			}
+		}
+	}
+	return msgs, nil
+}
+
+// assistant writes the assembled message after a finished stream.
+func (r *Runner) assistant(cs *chunkStager, turn, step int) (llm.Message, string, error) {
+	finish := cs.finish
+	if finish == "" {
+		if len(cs.blocks) == 0 {
+			return llm.Message{}, "", llm.NewError(llm.CodeEmptyResponse, "the model stream ended without output")
+		}
+		finish = llm.FinishStop
+	}
+	if finish == llm.FinishError || finish == llm.FinishAbort {
+		return llm.Message{}, "", llm.NewError(llm.CodeServer, "the model stream finished with %s", finish)
+	}
+	content := cs.content()
+	if finish == llm.FinishMaxTokens {
+		content = dropToolCalls(content)
+	}
+	msg := r.assistantMessage(content)
+	r.w.stage(staged{typ: eventlog.TypeAssistantMessage, surface: true, cites: cs.cites,
+		data: assistantData{Turn: turn, Step: step, Message: msg, Usage: cs.usage}})
+	if r.cfg.AfterAssistantFunc != nil {
+		r.cfg.AfterAssistantFunc(msg)
+	}
+	return msg, finish, nil
+}
+
+// interrupted writes the text and reasoning streamed before a cancel as an interrupted message
+// (half-streamed tool calls are dropped) and returns err.
+func (r *Runner) interrupted(cs *chunkStager, turn, step int, err error) error {
+	content := cs.partial()
+	if len(content) > 0 {
+		r.w.stage(staged{typ: eventlog.TypeAssistantMessage, surface: true, cites: cs.cites,
+			data: assistantData{Turn: turn, Step: step, Message: r.assistantMessage(content),
+				Usage: cs.usage, Interrupted: true}})
+	}
+	return err
+}
+
+func (r *Runner) assistantMessage(content []llm.Block) llm.Message {
+	if content == nil {
+		content = []llm.Block{}
+	}
+	return llm.Message{ID: r.newID(), Role: llm.RoleAssistant, Content: content,
+		Source: llm.Source{Kind: llm.SourceModel, Provider: r.cfg.Model.Provider, Model: r.cfg.Model.Model}}
+}
+
+func dropToolCalls(blocks []llm.Block) []llm.Block {
+	out := blocks[:0:0]
+	for _, b := range blocks {
+		if b.Type != llm.BlockToolCall {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func blank(s string) bool { return strings.TrimSpace(s) == "" }

@@ -1,0 +1,193 @@
+// Package agentloop runs a session's agent: turns and steps (LOOP rules), over a Journal that is
+// the session log. A Runner owns one session while it runs; the caller guarantees that no other
+// Runner serves the same session at the same time (the PostgreSQL journal fences this with a
+// lease). Other writers may append to the log meanwhile (inbox insertions, cancel requests): the
+// runner folds their events in seq order.
+package agentloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/promptasm"
+	"github.com/dshd/dshd/pkg/scheduler"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxSteps     = 100
+	DefaultChunkWindow  = 50 * time.Millisecond
+	DefaultChunkBytes   = 4096
+	DefaultModelRetries = 2
+	DefaultRetryBackoff = 250 * time.Millisecond
+)
+
+// Config is the fixed configuration of one session's agent, resolved from its preset.
+type Config struct {
+	// SessionID is the agent's identity on tool executions and the request's session id.
+	SessionID string
+	// Scope is the tool registry scope of the agent (its preset's tools, restrictions, mode).
+	Scope string
+	// Model is the model configuration; it is what `request/header` records (no secrets).
+	Model llm.Config
+	// Provider streams model calls.
+	Provider llm.Provider
+	// Prompt assembles the system prompt and wire tools; PromptInput carries the chain, mode,
+	// tool order and cwd (Provider and Model are filled from Model).
+	Prompt      *promptasm.Registry
+	PromptInput promptasm.Input
+	// Tools is the tool pipeline (a *registry.Registry); Scheduler runs a step's calls over it.
+	Tools     scheduler.Pipeline
+	Scheduler *scheduler.Scheduler
+	// MaxSteps bounds the steps of one turn; the turn then ends with error MAX_STEPS.
+	// Default DefaultMaxSteps.
+	MaxSteps int
+	// ChunkWindow and ChunkBytes bound how long and how much streamed output may wait before it
+	// is written: at most one batch of `assistant/chunk` events per window or size, with adjacent
+	// deltas of a block merged. Defaults DefaultChunkWindow and DefaultChunkBytes.
+	ChunkWindow time.Duration
+	ChunkBytes  int
+	// ModelRetries is how often a retryable model failure (RATE_LIMIT, SERVER, TRANSPORT,
+	// TIMEOUT) is retried within a step, after RetryBackoff doubling each time. Default
+	// DefaultModelRetries; negative disables.
+	ModelRetries int
+	RetryBackoff time.Duration
+	// Clock and Logger; defaults time.Now and slog.Default().
+	Clock  func() time.Time
+	Logger *slog.Logger
+	// NewID returns fresh message ids. Default: random UUIDs.
+	NewID func() string
+	// AfterAssistantFunc, when set, is called with every assembled assistant message right after
+	// it is staged and before its tool calls run: the in-process analogue of a `session/event`
+	// listener on `assistant/message` (tests use it to cancel before tools start).
+	AfterAssistantFunc func(llm.Message)
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxSteps <= 0 {
+		c.MaxSteps = DefaultMaxSteps
+	}
+	if c.ChunkWindow <= 0 {
+		c.ChunkWindow = DefaultChunkWindow
+	}
+	if c.ChunkBytes <= 0 {
+		c.ChunkBytes = DefaultChunkBytes
+	}
+	if c.ModelRetries == 0 {
+		c.ModelRetries = DefaultModelRetries
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.NewID == nil {
+		c.NewID = uuid.NewString
+	}
+	return c
+}
+
+// CancelError is the cancellation cause a caller gives the turn context
+// (context.WithCancelCause) to say why the turn is aborted. Any other cause reads as `user`.
+type CancelError struct{ Cause Cause }
+
+func (e *CancelError) Error() string { return "turn cancelled: " + e.Cause.Kind }
+
+// Runner serves one session. It is not safe for concurrent use.
+type Runner struct {
+	cfg Config
+	j   Journal
+	m   *mirror
+	w   *writer
+	// headerLogged is true once this runner logged a request/header (LOOP-3: the first request
+	// of a loop instance always logs one).
+	headerLogged bool
+	// stagedHeader and stagedCtx are the last request/header and request/context staged by this
+	// runner, possibly not yet committed.
+	stagedHeader, stagedCtx []byte
+	// intr cancels the running turn (Interrupt, or an `agent/cancel` folded during the turn).
+	intr interrupter
+}
+
+// NewRunner returns a runner of the session behind j.
+func NewRunner(cfg Config, j Journal) *Runner {
+	cfg = cfg.withDefaults()
+	m := newMirror()
+	return &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock)}
+}
+
+// Load folds every committed event the runner has not seen.
+func (r *Runner) Load(ctx context.Context) error { return r.w.refresh(ctx) }
+
+// Pending reports whether the inbox holds messages that a wake should serve.
+func (r *Runner) Pending() bool { return !r.m.inbox.Empty() }
+
+// Cursor returns the seq of the last event the runner has seen.
+func (r *Runner) Cursor() int64 { return r.m.cursor() }
+
+// Flushes returns how many batches the runner has committed.
+func (r *Runner) Flushes() int { return r.w.flushes }
+
+// Repair closes a turn that a crashed runner left open (SES-14) and reports whether it did.
+func (r *Runner) Repair(ctx context.Context) (bool, error) {
+	if _, open := r.m.log.OpenTurn(); !open {
+		return false, nil
+	}
+	for _, ev := range r.m.log.Closers() {
+		s := staged{typ: ev.Type, data: ev.Data, surface: ev.SurfaceOp != nil}
+		for _, seq := range ev.SourceEventSeqs {
+			s.cites = append(s.cites, &handle{seq: seq, idx: -1})
+		}
+		r.w.stage(s)
+	}
+	return true, r.w.flush(ctx)
+}
+
+// Serve loads the log, repairs an interrupted turn, then runs turns while the inbox holds
+// messages. A turn ended by cancellation stops serving: messages kept in the inbox wait for the
+// next wake. Serve returns the reasons of the turns it ran.
+func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
+	if err := r.Load(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := r.Repair(ctx); err != nil {
+		return nil, err
+	}
+	var reasons []Reason
+	for r.Pending() && ctx.Err() == nil {
+		reason, err := r.RunTurn(ctx)
+		if err != nil {
+			return reasons, err
+		}
+		reasons = append(reasons, reason)
+		if reason.Kind == EndAborted {
+			break
+		}
+	}
+	return reasons, nil
+}
+
+// errLog marks a failure to write the log: the turn cannot be closed through the log either.
+var errLog = errors.New("agentloop: session log unavailable")
+
+func (r *Runner) logErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errLog, err)
+}
+
+func (r *Runner) newID() string { return r.cfg.NewID() }
+
+// now returns the runner's clock in epoch milliseconds.
+func (r *Runner) now() time.Time { return r.cfg.Clock() }

@@ -1,0 +1,128 @@
+package agentloop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/scheduler"
+	"github.com/dshd/dshd/pkg/toolctx"
+)
+
+// runTools runs the step's tool calls through the scheduler (B8) and reports whether a committed
+// result concluded the turn. An aborted step is reported through ctx, not as an error.
+func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Block) (bool, error) {
+	calls := make([]scheduler.Call, len(blocks))
+	for i, b := range blocks {
+		calls[i] = scheduler.Call{ID: b.ID, Name: b.Name, Arguments: b.Arguments}
+	}
+	em := &stepEmitter{r: r, turn: turn, step: step, sink: &callSink{byCall: map[string][]sinkEvent{}}}
+	ctx = toolctx.WithSink(ctx, em.sink)
+	st := scheduler.Step{Turn: turn, Step: step,
+		Agent: r.cfg.SessionID, Scope: r.cfg.Scope}
+	out, err := r.cfg.Scheduler.RunStep(ctx, st, calls, em)
+	if err != nil {
+		if em.logErr != nil {
+			return false, r.logErr(em.logErr)
+		}
+		return false, fmt.Errorf("tool scheduler: %w", err)
+	}
+	return out.ConcludesTurn, nil
+}
+
+// stepEmitter implements scheduler.Emitter over the runner's writer. The "seq" it returns from
+// ToolCall is a token naming the staged event; the event's real seq is assigned when its batch
+// is committed, and the `tool/result` citing it is resolved then.
+type stepEmitter struct {
+	r          *Runner
+	turn, step int
+	calls      []*handle
+	logErr     error
+	sink       *callSink
+}
+
+// callSink collects the session events tool bodies emit (toolctx.Emit); they are written right
+// before the emitting call's `tool/result`.
+type callSink struct {
+	mu     sync.Mutex
+	byCall map[string][]sinkEvent
+}
+
+type sinkEvent struct {
+	typ  string
+	data json.RawMessage
+}
+
+// Emit implements toolctx.Sink.
+func (s *callSink) Emit(callID, typ string, data any) error {
+	if !eventlog.KnownType(typ) || eventlog.IsSurfaceType(typ) {
+		return fmt.Errorf("agentloop: a tool may not emit %q events", typ)
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byCall[callID] = append(s.byCall[callID], sinkEvent{typ, b})
+	return nil
+}
+
+func (s *callSink) take(callID string) []sinkEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	evs := s.byCall[callID]
+	delete(s.byCall, callID)
+	return evs
+}
+
+// ToolCall implements scheduler.Emitter.
+func (e *stepEmitter) ToolCall(_ context.Context, c scheduler.Call) (int64, error) {
+	h := e.r.w.stage(staged{typ: eventlog.TypeToolCall, size: 64 + len(c.Arguments),
+		data: toolCallData{Turn: e.turn, Step: e.step, CallID: c.ID, Name: c.Name, Arguments: c.Arguments}})
+	e.calls = append(e.calls, h)
+	return int64(len(e.calls) - 1), nil
+}
+
+// ToolResult implements scheduler.Emitter.
+func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int64, res *registry.Result) error {
+	if token < 0 || token >= int64(len(e.calls)) {
+		return fmt.Errorf("agentloop: tool/result for %s cites unknown call token %d", c.ID, token)
+	}
+	for _, ev := range e.sink.take(c.ID) {
+		e.r.w.stage(staged{typ: ev.typ, data: ev.data, size: len(ev.data)})
+	}
+	msg := llm.NewToolResultMessage(e.r.newID(), c.ID, res.Content, res.IsError)
+	d := toolResultData{Turn: e.turn, Step: e.step, Message: msg, Error: res.ErrorInfo(),
+		Meta: res.Meta, Mutations: res.Mutations}
+	e.r.w.stage(staged{typ: eventlog.TypeToolResult, data: d, surface: true,
+		cites: []*handle{e.calls[token]}, size: 128 + contentSize(res.Content)})
+	return nil
+}
+
+// Contexts implements scheduler.Emitter: the contexts go to the end of the next-step inbox.
+func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.Message) error {
+	e.r.w.stageInsertion(TargetNextStep, msgs)
+	return nil
+}
+
+// Flush implements scheduler.Emitter.
+func (e *stepEmitter) Flush(ctx context.Context) error {
+	if err := e.r.w.flush(ctx); err != nil {
+		e.logErr = err
+		return err
+	}
+	return nil
+}
+
+func contentSize(blocks []llm.Block) int {
+	n := 0
+	for _, b := range blocks {
+		n += len(b.Text) + len(b.Data)
+	}
+	return n
+}

@@ -1,0 +1,168 @@
+package agentloop
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/promptasm"
+)
+
+// RunTurn runs one turn (LOOP-2) and returns how it ended. Cancelling ctx aborts the turn; a
+// *CancelError cause names why. The error is non-nil only when the log itself could not be
+// written: the turn is then left open for crash repair.
+func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r.intr.set(cancel)
+	defer r.intr.set(nil)
+	r.m.onCancel = func(d CancelData) { cancel(&CancelError{Cause: d.Reason}) }
+	defer func() { r.m.onCancel = nil }()
+	turn := r.m.lastTurn + 1
+	r.w.stage(staged{typ: eventlog.TypeTurnStart, data: turnData{Turn: turn}})
+	end, err := r.turnSteps(ctx, turn)
+	if errors.Is(err, errLog) {
+		return Reason{}, err
+	}
+	r.w.stage(staged{typ: eventlog.TypeTurnEnd, data: turnEndData{Turn: turn, Reason: end}})
+	if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
+		return Reason{}, r.logErr(err)
+	}
+	return end, nil
+}
+
+// turnSteps runs the steps of turn and returns its ending.
+func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
+	var ends *Reason
+	step := 0
+	for {
+		if ctx.Err() != nil {
+			return aborted(ctx), nil
+		}
+		if err := r.w.catchUp(ctx); err != nil {
+			return Reason{}, r.logErr(err)
+		}
+		msgs, err := r.claim(ctx, step == 0)
+		if err != nil {
+			return Reason{}, r.logErr(err)
+		}
+		asm, err := r.assemble(ctx)
+		if err != nil {
+			return errorReason(CodePrompt, err), nil
+		}
+		if snap, ok := r.m.snap.Next(r.newID(), asm.RuntimeContext); ok {
+			msgs = append(msgs, snap)
+		}
+		if ends != nil && len(msgs) == 0 {
+			return *ends, nil
+		}
+		if step == 0 && len(msgs) == 0 {
+			return Reason{Kind: EndCompleted}, nil
+		}
+		if step == r.cfg.MaxSteps {
+			return errorReason(CodeMaxSteps, errMaxSteps(r.cfg.MaxSteps)), nil
+		}
+		step++
+		stepEnd, err := r.runStep(ctx, turn, step, asm, msgs)
+		if err != nil {
+			if errors.Is(err, errLog) {
+				return Reason{}, err
+			}
+			if ctx.Err() != nil {
+				return aborted(ctx), nil
+			}
+			return failure(err), nil
+		}
+		if ends == nil || ends.Kind != EndMaxTokens {
+			ends = stepEnd
+		}
+		if ctx.Err() != nil {
+			return aborted(ctx), nil
+		}
+		if err := r.w.catchUp(ctx); err != nil {
+			return Reason{}, r.logErr(err)
+		}
+		if ends != nil && len(r.m.inbox.NextStep) == 0 {
+			return *ends, nil
+		}
+	}
+}
+
+// claim takes the step's input from the inbox: every next-step message, then one next-turn
+// message at a turn boundary (LOOP-2).
+func (r *Runner) claim(ctx context.Context, boundary bool) ([]llm.Message, error) {
+	msgs, err := r.w.claim(ctx, TargetNextStep, 0)
+	if err != nil || !boundary {
+		return msgs, err
+	}
+	turnMsgs, err := r.w.claim(ctx, TargetNextTurn, 1)
+	return append(msgs, turnMsgs...), err
+}
+
+// runStep writes step/start and the entered messages, runs the model call and the tools, and
+// always writes step/end. It returns the step's ending (nil: another step follows).
+func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Result, msgs []llm.Message) (end *Reason, err error) {
+	r.w.stage(staged{typ: eventlog.TypeStepStart, data: stepData{Turn: turn, Step: step}})
+	for _, m := range msgs {
+		r.w.stage(staged{typ: eventlog.TypeUserMessage, data: m, surface: true})
+	}
+	defer func() {
+		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: stepData{Turn: turn, Step: step}})
+	}()
+	msg, finish, err := r.callModel(ctx, turn, step, asm)
+	if err != nil {
+		return nil, err
+	}
+	if finish == llm.FinishMaxTokens {
+		return &Reason{Kind: EndMaxTokens}, nil
+	}
+	calls := msg.ToolCalls()
+	if len(calls) == 0 {
+		return &Reason{Kind: EndCompleted}, nil
+	}
+	concluded, err := r.runTools(ctx, turn, step, calls)
+	if err != nil {
+		return nil, err
+	}
+	if concluded {
+		return &Reason{Kind: EndCompleted}, nil
+	}
+	return nil, nil
+}
+
+func (r *Runner) assemble(ctx context.Context) (promptasm.Result, error) {
+	in := r.cfg.PromptInput
+	in.Provider, in.Model = r.cfg.Model.Provider, r.cfg.Model.Model
+	return r.cfg.Prompt.Assemble(ctx, in)
+}
+
+func aborted(ctx context.Context) Reason {
+	cause := Cause{Kind: "user"}
+	var ce *CancelError
+	if errors.As(context.Cause(ctx), &ce) {
+		cause = ce.Cause
+	}
+	return Reason{Kind: EndAborted, Reason: &cause}
+}
+
+func errorReason(code string, err error) Reason {
+	return Reason{Kind: EndError, Error: &TurnError{Message: err.Error(), Code: code}}
+}
+
+// failure turns a step failure into a turn ending: an LLM error keeps its code and status,
+// anything else is UNKNOWN.
+func failure(err error) Reason {
+	var le *llm.Error
+	if errors.As(err, &le) {
+		return Reason{Kind: EndError, Error: &TurnError{Message: le.Message, Code: le.Code, Status: le.Status}}
+	}
+	return errorReason(CodeUnknown, err)
+}
+
+type errMaxSteps int
+
+func (e errMaxSteps) Error() string {
+	return "the turn reached its step limit (maxSteps " + strconv.Itoa(int(e)) + ")"
+}

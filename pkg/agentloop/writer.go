@@ -1,0 +1,169 @@
+package agentloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+)
+
+// handle names a staged event. Its seq is known once the event is committed (-1 before).
+type handle struct {
+	seq int64
+	idx int // position in the batch being built, -1 outside a build
+}
+
+// Seq returns the committed seq, or -1.
+func (h *handle) Seq() int64 { return h.seq }
+
+// staged is an event waiting for the next flush.
+type staged struct {
+	typ     string
+	data    any
+	dataFn  func(lens *Head) (any, error) // computed at build time, under the append lock
+	surface bool
+	cites   []*handle
+	h       *handle
+	fresh   bool // the batch must be built on an up-to-date view of the log (claims)
+	size    int
+}
+
+// writer stages the events of one turn runner and writes them in batches: a batch is committed
+// when something must be durable (a tool body is about to start, an inbox claim, the turn ends)
+// or when the coalescing window or size of pending chunk events is reached. Events get their
+// seqs, and citations their values, only when the batch is built inside the append.
+//
+// After every commit the writer folds the committed events, and any events other writers
+// appended in between, into the mirror, in seq order. It is owned by the runner's goroutine.
+type writer struct {
+	j       Journal
+	m       *mirror
+	clock   func() time.Time
+	pending []staged
+	size    int
+	oldest  time.Time
+	// flushes counts committed batches (for tests and metrics).
+	flushes int
+}
+
+func newWriter(j Journal, m *mirror, clock func() time.Time) *writer {
+	return &writer{j: j, m: m, clock: clock}
+}
+
+// stage queues an event and returns its handle.
+func (w *writer) stage(s staged) *handle {
+	s.h = &handle{seq: -1, idx: -1}
+	if len(w.pending) == 0 {
+		w.oldest = w.clock()
+	}
+	if s.size == 0 {
+		s.size = 128
+	}
+	w.size += s.size
+	w.pending = append(w.pending, s)
+	return s.h
+}
+
+// due reports whether the pending events have waited window or grown past maxBytes.
+func (w *writer) due(window time.Duration, maxBytes int) bool {
+	return len(w.pending) > 0 && (w.size >= maxBytes || w.clock().Sub(w.oldest) >= window)
+}
+
+// flush commits every pending event. On ErrStale (a claim built on an outdated view) it folds
+// what other writers appended and builds again.
+func (w *writer) flush(ctx context.Context) error {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	var evs []eventlog.Event
+	var err error
+	for attempt := 0; ; attempt++ {
+		evs, err = w.j.Append(ctx, w.build)
+		if !errors.Is(err, ErrStale) || attempt >= 8 {
+			break
+		}
+		if err = w.refresh(ctx); err != nil {
+			return err
+		}
+	}
+	for i := range w.pending {
+		w.pending[i].h.idx = -1
+	}
+	if err != nil {
+		return fmt.Errorf("agentloop: append: %w", err)
+	}
+	if len(evs) != len(w.pending) {
+		return fmt.Errorf("agentloop: append committed %d of %d events", len(evs), len(w.pending))
+	}
+	for i, ev := range evs {
+		w.pending[i].h.seq = ev.Seq
+	}
+	w.pending, w.size = w.pending[:0], 0
+	w.flushes++
+	if evs[0].Seq == w.m.cursor()+1 {
+		return w.m.fold(evs)
+	}
+	return w.refresh(ctx)
+}
+
+// catchUp folds what other writers appended, if the journal says there is anything.
+func (w *writer) catchUp(ctx context.Context) error {
+	if w.j.Latest() <= w.m.cursor() {
+		return nil
+	}
+	return w.refresh(ctx)
+}
+
+// refresh folds every committed event the mirror has not seen.
+func (w *writer) refresh(ctx context.Context) error {
+	evs, err := w.j.Since(ctx, w.m.cursor())
+	if err != nil {
+		return fmt.Errorf("agentloop: read log: %w", err)
+	}
+	return w.m.fold(evs)
+}
+
+// build turns the pending events into a batch for head h. It runs inside the journal's append.
+func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
+	fresh := h.NextSeq == w.m.cursor()+1
+	for i := range w.pending {
+		w.pending[i].h.idx = i
+		if w.pending[i].fresh && !fresh {
+			return nil, ErrStale
+		}
+	}
+	lens := h
+	out := make([]eventlog.NewEvent, len(w.pending))
+	for i, s := range w.pending {
+		data := s.data
+		if s.dataFn != nil {
+			var err error
+			if data, err = s.dataFn(&lens); err != nil {
+				return nil, err
+			}
+		}
+		ne := eventlog.NewEvent{Type: s.typ, Data: data}
+		if s.surface {
+			ne.SurfaceOp = eventlog.Append
+		}
+		// An assistant/message always cites its chunks, even none ([]); other events cite only
+		// when they have something to cite (SES-3).
+		if len(s.cites) > 0 || s.typ == eventlog.TypeAssistantMessage {
+			ne.SourceEventSeqs = make([]int64, 0, len(s.cites))
+			for _, c := range s.cites {
+				switch {
+				case c.idx >= 0:
+					ne.SourceEventSeqs = append(ne.SourceEventSeqs, h.NextSeq+int64(c.idx))
+				case c.seq >= 0:
+					ne.SourceEventSeqs = append(ne.SourceEventSeqs, c.seq)
+				default:
+					return nil, fmt.Errorf("agentloop: %s cites an event that was never written", s.typ)
+				}
+			}
+		}
+		out[i] = ne
+	}
+	return out, nil
+}
