@@ -162,6 +162,7 @@ func (f *fakePipe) Prepare(ctx context.Context, in registry.Input) *registry.Pre
 	if s.prepGated {
 		<-f.gate("prep:" + in.CallID)
 	}
+	defer f.tr.add("prepared:" + in.CallID)
 	switch {
 	case s.panicAt == "prepare":
 		panic(errors.New("pre-execute exploded"))
@@ -396,7 +397,7 @@ type harness struct {
 	pipe  *fakePipe
 	em    *fakeEmitter
 	sched *Scheduler
-	waits chan struct{} // one signal each time the lane blocks waiting for a body
+	waits chan struct{}   // one signal each time the lane blocks waiting for a body
 	seen  map[string]bool // bodies seen starting; used by the test goroutine only
 	logs  *syncBuffer
 }
