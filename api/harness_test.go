@@ -35,7 +35,7 @@ type replica struct {
 
 // env is a migrated database with two tenants and a first replica serving it.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	pool    *pgxpool.Pool
 	log     *eventlog.Store
 	tenantA uuid.UUID
@@ -46,7 +46,7 @@ type env struct {
 }
 
 // newEnv starts a fresh database, two tenants and one replica. cfg adjusts the api.Config.
-func newEnv(t *testing.T, cfg ...func(*api.Config)) *env {
+func newEnv(t testing.TB, cfg ...func(*api.Config)) *env {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	e := &env{t: t, pool: pool, log: eventlog.NewStore(pool, eventlog.StoreConfig{})}
@@ -102,7 +102,7 @@ type response struct {
 
 // do sends a request with key as the bearer token ("" for none) and body as JSON (a string or
 // []byte is sent as is; nil sends nothing).
-func (r *replica) do(t *testing.T, method, path, key string, body any, headers ...string) response {
+func (r *replica) do(t testing.TB, method, path, key string, body any, headers ...string) response {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -144,7 +144,7 @@ func (r *replica) do(t *testing.T, method, path, key string, body any, headers .
 }
 
 // json decodes the body into v, failing the test when it is not JSON.
-func (r response) json(t *testing.T, v any) {
+func (r response) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("body %s: %v", r.body, err)
@@ -152,7 +152,7 @@ func (r response) json(t *testing.T, v any) {
 }
 
 // want fails the test unless the status is status.
-func (r response) want(t *testing.T, status int) response {
+func (r response) want(t testing.TB, status int) response {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
@@ -161,7 +161,7 @@ func (r response) want(t *testing.T, status int) response {
 }
 
 // wantProblem fails the test unless r is a problem+json document with status and code.
-func (r response) wantProblem(t *testing.T, status int, code string) api.Problem {
+func (r response) wantProblem(t testing.TB, status int, code string) api.Problem {
 	t.Helper()
 	r.want(t, status)
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
@@ -178,7 +178,7 @@ func (r response) wantProblem(t *testing.T, status int, code string) api.Problem
 const minimalPreset = `{"name":"p","model":{"provider":"scripted","model":"default"}}`
 
 // presetCreate creates a preset for key and returns its id.
-func (r *replica) presetCreate(t *testing.T, key, body string) uuid.UUID {
+func (r *replica) presetCreate(t testing.TB, key, body string) uuid.UUID {
 	t.Helper()
 	var p struct{ ID uuid.UUID }
 	r.do(t, "POST", "/v1/presets", key, body).want(t, http.StatusCreated).json(t, &p)
@@ -186,7 +186,7 @@ func (r *replica) presetCreate(t *testing.T, key, body string) uuid.UUID {
 }
 
 // sessionCreate creates a session of a new minimal preset for key and returns its id.
-func (r *replica) sessionCreate(t *testing.T, key string) uuid.UUID {
+func (r *replica) sessionCreate(t testing.TB, key string) uuid.UUID {
 	t.Helper()
 	pid := r.presetCreate(t, key, minimalPreset)
 	var s struct{ ID uuid.UUID }
