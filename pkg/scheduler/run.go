@@ -18,11 +18,12 @@ type run struct {
 	calls []Call
 	em    Emitter
 
-	slots     []*slot    // by call index; nil until the call starts
-	next      int        // index of the next call to start
-	head      int        // commit cursor: index of the next call to commit
-	inflight  int        // dispatched calls whose bodies have not settled
-	settledCh chan *slot // dispatch goroutines report here; capacity len(calls), never blocks
+	inputs    []registry.Input // by call index; built on first use
+	slots     []*slot          // by call index; nil until the call starts
+	next      int              // index of the next call to start
+	head      int              // commit cursor: index of the next call to commit
+	inflight  int              // dispatched calls whose bodies have not settled
+	settledCh chan *slot       // dispatch goroutines report here; capacity len(calls), never blocks
 
 	out    Outcome
 	err    error // first internal failure (SCHED-7)
@@ -37,6 +38,7 @@ func newRun(s *Scheduler, ctx context.Context, step Step, calls []Call, em Emitt
 		step:      step,
 		calls:     make([]Call, len(calls)),
 		em:        em,
+		inputs:    make([]registry.Input, len(calls)),
 		slots:     make([]*slot, len(calls)),
 		settledCh: make(chan *slot, len(calls)),
 	}
@@ -111,7 +113,7 @@ func (r *run) runGroup() {
 
 // mode classifies call i just before it would start. A panicking classifier means exclusive.
 func (r *run) mode(i int) (m registry.Mode) {
-	in := r.step.input(r.calls[i])
+	in := r.input(i)
 	defer func() {
 		if v := recover(); v != nil {
 			r.logPanic("executionMode", r.calls[i], v, debug.Stack())
@@ -119,6 +121,14 @@ func (r *run) mode(i int) (m registry.Mode) {
 		}
 	}()
 	return r.s.pipe.ExecutionMode(in)
+}
+
+// input returns the pipeline input of call i, parsing its arguments once (SCHED-1).
+func (r *run) input(i int) registry.Input {
+	if r.inputs[i].Args == nil { // ParseArguments never returns nil
+		r.inputs[i] = r.step.input(r.calls[i])
+	}
+	return r.inputs[i]
 }
 
 // waitOne blocks until one dispatched body settles and marks its slot done.

@@ -34,7 +34,7 @@ func (r *run) start(i int) {
 		return
 	}
 	sl.callSeq = seq
-	sl.prep, sl.result = r.prepare(sl.call)
+	sl.prep, sl.result = r.prepare(sl.call, r.input(i))
 	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
 		return
 	}
@@ -48,14 +48,14 @@ func (r *run) start(i int) {
 }
 
 // prepare runs the prepare stage of c, containing a panic or a nil Prepared as a failure result.
-func (r *run) prepare(c Call) (p *registry.Prepared, res *registry.Result) {
+func (r *run) prepare(c Call, in registry.Input) (p *registry.Prepared, res *registry.Result) {
 	defer func() {
 		if v := recover(); v != nil {
 			r.logPanic("prepare", c, v, debug.Stack())
 			p, res = nil, panicResult(v)
 		}
 	}()
-	p = r.s.pipe.Prepare(r.ctx, r.step.input(c))
+	p = r.s.pipe.Prepare(r.ctx, in)
 	if p == nil {
 		r.fail(fmt.Errorf("scheduler: %w: Prepare returned nil for call %q", ErrPipelineContract, c.ID))
 		return nil, contractResult("prepare")
