@@ -225,3 +225,12 @@ func (e *env) appendEvents(sessionID uuid.UUID, evs ...eventlog.NewEvent) []even
 	}
 	return out
 }
+
+func uuidOf(t testing.TB, s string) uuid.UUID {
+	t.Helper()
+	id, err := uuid.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

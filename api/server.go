@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -99,6 +100,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 // sent) and makes new streams end at once. Call it when the HTTP server starts shutting down
 // (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Idempotent.
 func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+// Routes lists every route the server serves as "METHOD /pattern", sorted, for checks that the
+// documentation (openapi.yaml) covers them.
+func (s *Server) Routes() []string {
+	var out []string
+	_ = chi.Walk(s.router, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		out = append(out, method+" "+metricsRoute(route))
+		return nil
+	})
+	slices.Sort(out)
+	return slices.Compact(out)
+}
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()

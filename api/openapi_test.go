@@ -1,0 +1,202 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v4"
+
+	"github.com/dshd/dshd"
+	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+)
+
+// contract checks real responses against openapi.yaml and remembers which operations it saw.
+type contract struct {
+	t      *testing.T
+	spec   map[string]any
+	sv     schemaValidator
+	tested map[string]bool // "METHOD path status"
+}
+
+func loadContract(t *testing.T) *contract {
+	var spec map[string]any
+	if err := yaml.Unmarshal(dshd.OpenAPI, &spec); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	return &contract{t: t, spec: spec, sv: schemaValidator{spec: spec}, tested: map[string]bool{}}
+}
+
+// check validates r as a response of the operation method path (the spec's path template).
+func (c *contract) check(method, path string, r response) response {
+	t := c.t
+	t.Helper()
+	paths, _ := c.spec["paths"].(map[string]any)
+	item, _ := paths[path].(map[string]any)
+	op, _ := item[strings.ToLower(method)].(map[string]any)
+	if op == nil {
+		t.Fatalf("openapi.yaml has no %s %s", method, path)
+	}
+	responses, _ := op["responses"].(map[string]any)
+	resp, _ := responses[strconv.Itoa(r.status)].(map[string]any)
+	if ref, ok := resp["$ref"].(string); ok {
+		resp, _ = c.sv.resolve(ref).(map[string]any)
+	}
+	if resp == nil {
+		t.Fatalf("openapi.yaml: %s %s does not document status %d (body %s)", method, path, r.status, r.body)
+	}
+	c.tested[method+" "+path+" "+strconv.Itoa(r.status)] = true
+	content, _ := resp["content"].(map[string]any)
+	if content == nil {
+		if len(r.body) != 0 {
+			t.Fatalf("%s %s %d: documented without content, got %s", method, path, r.status, r.body)
+		}
+		return r
+	}
+	ct, _, _ := mime.ParseMediaType(r.header.Get("Content-Type"))
+	media, _ := content[ct].(map[string]any)
+	if media == nil {
+		t.Fatalf("%s %s %d: content type %q is not documented", method, path, r.status, ct)
+	}
+	if ct == "application/json" || ct == "application/problem+json" {
+		var v any
+		if err := json.Unmarshal(r.body, &v); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		if errs := c.sv.validate(media["schema"], v, "body"); len(errs) > 0 {
+			t.Fatalf("%s %s %d does not match openapi.yaml:\n%s\nbody: %s", method, path, r.status, strings.Join(errs, "\n"), r.body)
+		}
+	}
+	return r
+}
+
+// TestOpenAPIDescribesResponses exercises every endpoint and validates each response against
+// openapi.yaml; every route must be documented and every documented operation exercised.
+func TestOpenAPIDescribesResponses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.MaxBodyBytes = 4096 })
+	c := loadContract(t)
+	big := `{"name":"` + strings.Repeat("x", 5000) + `"}`
+
+	c.check("GET", "/healthz", e.do(t, "GET", "/healthz", "", nil))
+	c.check("GET", "/readyz", e.do(t, "GET", "/readyz", "", nil))
+	c.check("GET", "/metrics", e.do(t, "GET", "/metrics", "", nil))
+	c.check("GET", "/", e.do(t, "GET", "/", "", nil))
+	spec := c.check("GET", "/openapi.yaml", e.do(t, "GET", "/openapi.yaml", "", nil))
+	onDisk, err := os.ReadFile("../openapi.yaml")
+	if err != nil || !bytes.Equal(spec.body, onDisk) || !bytes.Equal(spec.body, dshd.OpenAPI) {
+		t.Fatalf("/openapi.yaml does not serve ../openapi.yaml (%v)", err)
+	}
+
+	c.check("POST", "/v1/tenants", e.do(t, "POST", "/v1/tenants", adminToken, `{"name":"t"}`).want(t, 201))
+	c.check("POST", "/v1/tenants", e.do(t, "POST", "/v1/tenants", adminToken, `{"name":`).want(t, 400))
+	c.check("POST", "/v1/tenants", e.do(t, "POST", "/v1/tenants", "", `{"name":"t"}`).want(t, 401))
+	c.check("POST", "/v1/tenants", e.do(t, "POST", "/v1/tenants", adminToken, big).want(t, 413))
+
+	full := `{"name":"full","model":{"provider":"openai","model":"deepseek-chat","baseUrl":"https://api.deepseek.com"},
+		"tools":{"mode":"both","allow":["echo"],"toolOrder":["echo","<unlisted-tools>"]},
+		"prompt":{"persona":"p","sections":[{"name":"s","order":1.5,"text":"t"}],"variables":{"x":"y"}},
+		"approval":{"policy":"ask","ask":["echo"]},"limits":{"maxSteps":5}}`
+	var p struct{ ID string }
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, full).want(t, 201)).json(t, &p)
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, `{"name":"x"}`).want(t, 400))
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", "", full).want(t, 401))
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, big).want(t, 413))
+	c.check("GET", "/v1/presets", e.do(t, "GET", "/v1/presets?limit=1", e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/presets", e.do(t, "GET", "/v1/presets?limit=0", e.keyA, nil).want(t, 400))
+	c.check("GET", "/v1/presets/{id}", e.do(t, "GET", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/presets/{id}", e.do(t, "GET", "/v1/presets/"+p.ID, e.keyB, nil).want(t, 404))
+	c.check("PUT", "/v1/presets/{id}", e.do(t, "PUT", "/v1/presets/"+p.ID, e.keyA, minimalPreset).want(t, 200))
+	c.check("PUT", "/v1/presets/{id}", e.do(t, "PUT", "/v1/presets/"+p.ID, e.keyA, `{}`).want(t, 400))
+
+	var s struct{ ID string }
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{"presetId":"`+p.ID+`"}`).want(t, 201)).json(t, &s)
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{}`).want(t, 400))
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyB, `{"presetId":"`+p.ID+`"}`).want(t, 404))
+	sid := uuidOf(t, s.ID)
+	e.appendEvents(sid, turnStart(1),
+		eventlog.NewEvent{Type: "user/message", Data: llm.NewUserMessage("u1", "hi"), SurfaceOp: eventlog.Append},
+		stepStart(1, 1), chunk(1, 1, "x"), stepEnd(1, 1), turnEnd(1), turnStart(2))
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{"fork":{"sessionId":"`+s.ID+`","boundarySeq":5}}`).want(t, 201))
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{"fork":{"sessionId":"`+s.ID+`"}}`).want(t, 409))
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{"fork":{"sessionId":"`+s.ID+`","boundarySeq":50}}`).want(t, 400))
+	c.check("GET", "/v1/sessions", e.do(t, "GET", "/v1/sessions", e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/sessions/{id}", e.do(t, "GET", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+s.ID+"/history", e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?limit=3", e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?after=z", e.keyA, nil).want(t, 400))
+	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyB, nil).want(t, 404))
+	stream := openStream(t, streamURL(e.replica, sid), e.keyA)
+	stream.next(t)
+	c.check("GET", "/v1/sessions/{id}/events", response{status: stream.resp.StatusCode, header: stream.resp.Header})
+
+	c.check("DELETE", "/v1/sessions/{id}", e.do(t, "DELETE", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 204))
+	c.check("DELETE", "/v1/sessions/{id}", e.do(t, "DELETE", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 404))
+	c.check("DELETE", "/v1/presets/{id}", e.do(t, "DELETE", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 204))
+	c.check("DELETE", "/v1/presets/{id}", e.do(t, "DELETE", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 404))
+
+	c.coverage(e.api.Routes())
+}
+
+// coverage fails the test unless the documented operations are exactly the router's routes and
+// each was exercised with a success status.
+func (c *contract) coverage(routes []string) {
+	t := c.t
+	paths, _ := c.spec["paths"].(map[string]any)
+	var documented []string
+	for path, item := range paths {
+		for method := range item.(map[string]any) {
+			if method == "parameters" {
+				continue
+			}
+			op := strings.ToUpper(method) + " " + path
+			documented = append(documented, op)
+			if !slices.ContainsFunc([]string{"200", "201", "204"}, func(s string) bool { return c.tested[op+" "+s] }) {
+				t.Errorf("%s: no successful response was validated", op)
+			}
+		}
+	}
+	slices.Sort(documented)
+	if !slices.Equal(documented, routes) {
+		t.Errorf("openapi.yaml documents\n%s\nthe router serves\n%s", strings.Join(documented, "\n"), strings.Join(routes, "\n"))
+	}
+}
+
+// TestSchemaValidatorRejects makes sure the contract check can fail: drifted shapes are caught.
+func TestSchemaValidatorRejects(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	preset := map[string]any{"$ref": "#/components/schemas/Preset"}
+	for name, tc := range map[string]struct {
+		schema any
+		body   string
+		want   string
+	}{
+		"missing":    {preset, `{"id":"6f1c1d0e-7b9a-4c47-9a57-1f0c2a3b4c5d"}`, `required property "version" is missing`},
+		"extra":      {map[string]any{"$ref": "#/components/schemas/Problem"}, `{"type":"t","title":"t","status":400,"code":"invalid_request","detail":"d","x":1}`, `property "x" is not in the schema`},
+		"enum":       {map[string]any{"$ref": "#/components/schemas/Problem"}, `{"type":"t","title":"t","status":400,"code":"oops","detail":"d"}`, "is not one of"},
+		"type":       {map[string]any{"$ref": "#/components/schemas/EventPage"}, `{"events":[],"nextAfter":"1"}`, "is not of type integer"},
+		"nested":     {map[string]any{"$ref": "#/components/schemas/EventPage"}, `{"events":[{"type":"t","seq":-1,"time":1,"data":{}}],"nextAfter":1}`, "body.events[0].seq: -1 < minimum 0"},
+		"oneOf":      {map[string]any{"$ref": "#/components/schemas/Event"}, `{"type":"t","seq":1,"time":1,"data":{},"surfaceOp":"prepend"}`, "matches 0 of the oneOf"},
+		"format":     {map[string]any{"$ref": "#/components/schemas/Session"}, `{"id":"x","presetId":null,"presetVersion":null,"createdAt":"2020-01-01T00:00:00Z","lastSeq":-1}`, "is not a uuid"},
+		"allOf":      {preset, `{"id":"6f1c1d0e-7b9a-4c47-9a57-1f0c2a3b4c5d","version":1,"createdAt":"2020-01-01T00:00:00Z","updatedAt":"2020-01-01T00:00:00Z","name":"n","model":{"provider":"scripted","model":"m"},"tools":{},"prompt":{"persona":"","sections":[],"variables":{}},"approval":{"policy":"ask","ask":[],"timeoutMs":1},"limits":{"maxSteps":1}}`, `body.tools: required property "mode" is missing`},
+		"date-time":  {map[string]any{"$ref": "#/components/schemas/TenantCreated"}, `{"id":"6f1c1d0e-7b9a-4c47-9a57-1f0c2a3b4c5d","name":"n","apiKey":"k","createdAt":"yesterday"}`, "is not a date-time"},
+		"additional": {map[string]any{"$ref": "#/components/schemas/Prompt"}, `{"variables":{"a":1}}`, "body.variables.a: 1 is not of type string"},
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(tc.body), &v); err != nil {
+			t.Fatal(err)
+		}
+		errs := c.sv.validate(tc.schema, v, "body")
+		if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, tc.want) }) {
+			t.Errorf("%s: errors %q lack %q", name, errs, tc.want)
+		}
+	}
+}
