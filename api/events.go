@@ -58,7 +58,7 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 // parseEventQuery reads ?after= (default -1: from the start), ?limit= (1 to 1000, default 100)
 // and ?types=a,b. For streams a Last-Event-ID header, when present, wins over ?after=.
 func parseEventQuery(r *http.Request) (eventQuery, error) {
-	after, err := intParam(r, "after", -1, -1, 1<<62)
+	after, err := intParam(r, "after", -1, -1, noMax)
 	if err != nil {
 		return eventQuery{}, err
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 
@@ -12,6 +13,7 @@ import (
 const (
 	defaultPageLimit = 50
 	maxPageLimit     = 500
+	noMax            = math.MaxInt64
 )
 
 // page is the shape of every list: {items, nextCursor}; nextCursor is "" after the last page.
@@ -34,8 +36,11 @@ func intParam(r *http.Request, name string, def, lo, hi int64) (int64, error) {
 	}
 	n, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, errorf(CodeInvalidRequest, name+" must be an integer from "+
-			strconv.FormatInt(lo, 10)+" to "+strconv.FormatInt(hi, 10))
+		want := " must be an integer from " + strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)
+		if hi == noMax {
+			want = " must be an integer >= " + strconv.FormatInt(lo, 10)
+		}
+		return 0, errorf(CodeInvalidRequest, name+want)
 	}
 	return n, nil
 }
