@@ -12,7 +12,7 @@ export DSHD_ADDR        ?= :8080
 export DSHD_ADMIN_TOKEN ?= dev-admin-token
 export DSHD_DEMO_TOOLS  ?= 1
 
-.PHONY: run test bench lint build deps clean-data
+.PHONY: run test bench lint build deps
 
 deps:
 	@scripts/ensure-deps.sh
@@ -36,8 +36,3 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-
-# Stops the development cluster and deletes ./.data.
-clean-data: build
-	./$(BIN) devdb -stop
-	rm -rf .data
