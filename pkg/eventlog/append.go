@@ -9,16 +9,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// appendSQL moves the counter by n, inserts the rows and notifies, in one statement. It does
-// nothing (no row) when the session is not the tenant's live session, when the new base seq would
-// be below $4 (an event would cite a source that is not earlier, SES-3), or when $5 is set and the
-// counter moved since the caller locked and read it.
+// appendSQL moves the counter by n and the inbox lengths by $12 and $13, inserts the rows and
+// notifies, in one statement. It does nothing (no row) when the session is not the tenant's live
+// session, when the new base seq would be below $4 (an event would cite a source that is not
+// earlier, SES-3), when $5 is set and the counter moved since the caller read it, when $14 is set
+// and is not the holder of the run lease, or when an inbox length would go negative.
 const appendSQL = `
 WITH c AS (
-	UPDATE session_counters sc SET last_seq = sc.last_seq + $3
+	UPDATE session_counters sc SET last_seq = sc.last_seq + $3,
+		inbox_next_turn = sc.inbox_next_turn + $12, inbox_next_step = sc.inbox_next_step + $13
 	FROM sessions s
 	WHERE sc.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 	  AND sc.last_seq + 1 >= $4 AND ($5::bigint IS NULL OR sc.last_seq = $5)
+	  AND ($14::uuid IS NULL OR sc.run_owner = $14)
+	  AND sc.inbox_next_turn + $12 >= 0 AND sc.inbox_next_step + $13 >= 0
 	RETURNING sc.last_seq
 ), ins AS (
 	INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
@@ -123,7 +127,7 @@ func (s *Store) appendVia(ctx context.Context, tx pgx.Tx, tenantID, sessionID uu
 		batch[i] = ev
 	}
 	now := s.now().UnixMilli()
-	if !hasReplace(batch) && !s.check {
+	if !hasReplace(batch) && !hasSplice(batch) && !s.check {
 		var q querier = s.pool
 		if tx != nil {
 			q = tx
@@ -150,7 +154,7 @@ func (s *Store) appendFast(ctx context.Context, q querier, tenantID, sessionID u
 	for attempt := 0; ; attempt++ {
 		var last int64
 		err := q.QueryRow(ctx, appendSQL, sessionID, tenantID, n, c.minBase, nil, now,
-			c.types, c.datas, c.ops, c.srcs, c.ignorable).Scan(&last, nil)
+			c.types, c.datas, c.ops, c.srcs, c.ignorable, 0, 0, nil).Scan(&last, nil)
 		if err == nil {
 			stampBatch(batch, last-n+1, now)
 			return batch, nil
@@ -189,11 +193,22 @@ func lastSeq(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, lock
 // appendLocked locks the counter row, validates the batch against what it needs from the log (the
 // surface for a replacement, the whole log for the SES-10 checker), then appends.
 func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID, batch []Event, now int64) ([]Event, error) {
-	last, err := lastSeq(ctx, tx, tenantID, sessionID, true)
+	h, err := s.head(ctx, tx, tenantID, sessionID, true)
 	if err != nil {
 		return nil, err
 	}
+	return s.appendAtHead(ctx, tx, tenantID, sessionID, h, batch, now)
+}
+
+// appendAtHead validates and appends batch to a session whose counter row tx holds locked at head
+// h.
+func (s *Store) appendAtHead(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID, h Head, batch []Event, now int64) ([]Event, error) {
+	last := h.LastSeq
 	stampBatch(batch, last+1, now)
+	lens, err := h.Inbox.after(batch)
+	if err != nil {
+		return nil, err
+	}
 	if s.check {
 		prior, err := s.loadEvents(ctx, tx, sessionID, -1, nil, 0)
 		if err != nil {
@@ -222,7 +237,8 @@ func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, tenantID, sessionID
 	n := int64(len(batch))
 	var got int64
 	err = tx.QueryRow(ctx, appendSQL, sessionID, tenantID, n, c.minBase, last, now,
-		c.types, c.datas, c.ops, c.srcs, c.ignorable).Scan(&got, nil)
+		c.types, c.datas, c.ops, c.srcs, c.ignorable,
+		lens.NextTurn-h.Inbox.NextTurn, lens.NextStep-h.Inbox.NextStep, nil).Scan(&got, nil)
 	if err != nil {
 		return nil, translate(err, "append")
 	}

@@ -107,6 +107,9 @@ func (s *Store) fork(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUI
 	if err := insertEvents(ctx, tx, tenantID, child, tail); err != nil {
 		return Session{}, err
 	}
+	if err := syncInbox(ctx, tx, child); err != nil {
+		return Session{}, err
+	}
 	return sess, notify(ctx, tx, child, sess.LastSeq)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +45,9 @@ type Hub struct {
 	heartbeat  time.Duration
 	logger     *slog.Logger
 
-	mu   sync.Mutex // guards subs; held only to edit or walk the map, never during I/O
-	subs map[uuid.UUID]map[*subscription]struct{}
+	mu     sync.Mutex // guards subs and latest; held only to edit or walk them, never during I/O
+	subs   map[uuid.UUID]map[*subscription]struct{}
+	latest map[uuid.UUID]int64 // highest notified seq of subscribed sessions
 
 	life    sync.Mutex // serializes Start and Stop; guards the fields below
 	running bool
@@ -73,7 +75,7 @@ func NewHubFromURL(connString string, cfg HubConfig) (*Hub, error) {
 func newHub(cc *pgx.ConnConfig, cfg HubConfig) *Hub {
 	cc.RuntimeParams["application_name"] = HubApplicationName
 	h := &Hub{connConfig: cc, delay: cfg.ReconnectDelay, heartbeat: cfg.Heartbeat, logger: cfg.Logger,
-		subs: map[uuid.UUID]map[*subscription]struct{}{}}
+		subs: map[uuid.UUID]map[*subscription]struct{}{}, latest: map[uuid.UUID]int64{}}
 	if h.delay <= 0 {
 		h.delay = time.Second
 	}
@@ -137,6 +139,7 @@ func (h *Hub) Subscribe(sessionID uuid.UUID) (wake <-chan struct{}, cancel func(
 			delete(h.subs[sessionID], sub)
 			if len(h.subs[sessionID]) == 0 {
 				delete(h.subs, sessionID)
+				delete(h.latest, sessionID)
 			}
 		})
 	}
@@ -180,8 +183,8 @@ func (h *Hub) listen(ctx context.Context, conn *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
-		if id, ok := parsePayload(n.Payload); ok {
-			h.wake(id)
+		if id, seq, ok := parsePayload(n.Payload); ok {
+			h.wake(id, seq)
 		}
 	}
 }
@@ -220,21 +223,39 @@ func (h *Hub) beat(ctx context.Context) {
 }
 
 // parsePayload reads "<session id>:<seq>".
-func parsePayload(p string) (uuid.UUID, bool) {
+func parsePayload(p string) (uuid.UUID, int64, bool) {
 	i := strings.LastIndexByte(p, ':')
 	if i < 0 {
-		return uuid.Nil, false
+		return uuid.Nil, 0, false
 	}
 	id, err := uuid.Parse(p[:i])
-	return id, err == nil
+	seq, err2 := strconv.ParseInt(p[i+1:], 10, 64)
+	return id, seq, err == nil && err2 == nil
 }
 
-func (h *Hub) wake(id uuid.UUID) {
+func (h *Hub) wake(id uuid.UUID, seq int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for sub := range h.subs[id] {
+	set := h.subs[id]
+	if len(set) == 0 {
+		return
+	}
+	if seq > h.latest[id] {
+		h.latest[id] = seq
+	}
+	for sub := range set {
 		signal(sub.wake)
 	}
+}
+
+// Latest returns the highest seq notified for a session that has subscribers on this hub, and
+// false when none was seen since its first subscriber arrived. It can lag a commit by the
+// notification's latency.
+func (h *Hub) Latest(sessionID uuid.UUID) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seq, ok := h.latest[sessionID]
+	return seq, ok
 }
 
 func (h *Hub) wakeAll() {

@@ -67,7 +67,10 @@ func (s *Store) SessionCreate(ctx context.Context, tenantID uuid.UUID, p Session
 		if err := insertSession(ctx, tx, sess); err != nil {
 			return err
 		}
-		return insertEvents(ctx, tx, tenantID, sess.ID, seed)
+		if err := insertEvents(ctx, tx, tenantID, sess.ID, seed); err != nil {
+			return err
+		}
+		return syncInbox(ctx, tx, sess.ID)
 	})
 	if err != nil {
 		return Session{}, err

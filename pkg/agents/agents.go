@@ -1,0 +1,277 @@
+// Package agents turns a session's pinned preset version into the configuration of its agent
+// loop: a tool registry scope with the preset's restrictions and presentation mode, prompt
+// sections and variables in a prompt scope, a scheduler with the preset's parallelism, and the
+// model provider. Scopes are set up once per preset version and cached; a preset version is
+// immutable, so the cache never goes stale.
+package agents
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/kernel"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/llm/openai"
+	"github.com/dshd/dshd/pkg/llm/scripted"
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/promptasm"
+	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/scheduler"
+)
+
+// Config configures the agents of a server.
+type Config struct {
+	// Tools are the built-in tools, registered globally.
+	Tools []*registry.Tool
+	// DeepSeekAPIKey is the key used for the openai provider. Empty: openai presets fail their
+	// turns with INVALID_CREDENTIAL (from the provider).
+	DeepSeekAPIKey string
+	// ModelHosts are the hosts an openai preset's baseUrl may point at (checked again here, not
+	// only when the preset is written). Default: api.deepseek.com.
+	ModelHosts []string
+	// Scripted is the scripted model; default scripted.New with default settings.
+	Scripted llm.Provider
+	// OpenAIFunc builds the client of an openai preset; default openai.New. Tests point it at
+	// cmd/mockllm through ModelHosts instead of replacing it.
+	OpenAIFunc func(openai.Config) llm.Provider
+	// Loop is the base agent loop configuration (chunk window, retries, clock, logger); the
+	// per-session fields are filled by Agent.
+	Loop agentloop.Config
+	// Logger receives setup failures; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Agents builds agent loop configurations. It is safe for concurrent use.
+type Agents struct {
+	cfg    Config
+	k      *kernel.Kernel
+	reg    *registry.Registry
+	prompt *promptasm.Registry
+
+	mu      sync.Mutex
+	scopes  map[string]*scope // by preset version key
+	clients map[string]llm.Provider
+}
+
+// scope is the set-up state of one preset version.
+type scope struct {
+	key   string
+	sched *scheduler.Scheduler
+	err   error // a setup failure: every turn of the preset version ends with it
+}
+
+// New registers the built-in tools and returns the agents of a server.
+func New(cfg Config) (*Agents, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Scripted == nil {
+		cfg.Scripted = scripted.New(scripted.Config{})
+	}
+	if cfg.OpenAIFunc == nil {
+		cfg.OpenAIFunc = func(c openai.Config) llm.Provider { return openai.New(c) }
+	}
+	if len(cfg.ModelHosts) == 0 {
+		cfg.ModelHosts = []string{"api.deepseek.com"}
+	}
+	k := kernel.New(cfg.Logger)
+	reg, err := registry.New(registry.Config{Scopes: k.Scopes(), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	g := k.Fiber("builtin-tools", nil)
+	for _, t := range cfg.Tools {
+		if _, err := reg.Register(g, t); err != nil {
+			return nil, fmt.Errorf("agents: register %s: %w", t.Name, err)
+		}
+	}
+	pr, err := promptasm.New(promptasm.Config{})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agents{cfg: cfg, k: k, reg: reg, prompt: pr, scopes: map[string]*scope{}, clients: map[string]llm.Provider{}}
+	if _, err := pr.Tools(promptasm.Global, a.toolSet); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Registry returns the tool registry (for the catalogue).
+func (a *Agents) Registry() *registry.Registry { return a.reg }
+
+// toolSet provides the wire tools of the scope an assembly runs in: the nearest chain element.
+func (a *Agents) toolSet(_ context.Context, in promptasm.Input) (promptasm.ToolSet, error) {
+	key := ""
+	if len(in.Chain) > 0 {
+		key = in.Chain[len(in.Chain)-1]
+	}
+	s, err := a.reg.Schemas(key)
+	if err != nil {
+		return promptasm.ToolSet{}, err
+	}
+	return promptasm.ToolSet{Schemas: s, KnownNames: a.reg.Names("")}, nil
+}
+
+// Session is what Agent needs to know of a session.
+type Session struct {
+	ID     uuid.UUID
+	Preset preset.Preset // the pinned version
+}
+
+// Agent returns the agent loop configuration of a session. A preset version whose setup failed
+// (for example a restriction naming a tool that does not exist) still yields a configuration:
+// its prompt assembly fails, so every turn ends with that error and no step.
+func (a *Agents) Agent(s Session) (agentloop.Config, error) {
+	sc := a.scope(s.Preset)
+	p := s.Preset.Body
+	prov, err := a.provider(p.Model)
+	if err != nil {
+		return agentloop.Config{}, err
+	}
+	cfg := a.cfg.Loop
+	cfg.SessionID = s.ID.String()
+	cfg.Scope = sc.key
+	cfg.Model = llm.Config{Provider: p.Model.Provider, Model: p.Model.Model, BaseURL: p.Model.BaseURL}
+	cfg.Provider = prov
+	cfg.Prompt = a.prompt
+	cfg.PromptInput = promptasm.Input{Chain: promptasm.Chain{sc.key}, ToolOrder: toolOrder(p.Tools.ToolOrder),
+		Mode: promptasm.Mode(p.Tools.Mode)}
+	cfg.Tools = a.reg
+	cfg.Scheduler = sc.sched
+	if p.Limits.MaxSteps != nil {
+		cfg.MaxSteps = *p.Limits.MaxSteps
+	}
+	if sc.err != nil {
+		cfg.Prompt, cfg.PromptInput = a.failing(sc)
+	}
+	return cfg, nil
+}
+
+func toolOrder(o []string) []string {
+	if len(o) == 0 {
+		return nil
+	}
+	return o
+}
+
+// scope sets up (once) and returns the scope of a preset version.
+func (a *Agents) scope(p preset.Preset) *scope {
+	key := fmt.Sprintf("preset:%s@%d", p.ID, p.Version)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sc, ok := a.scopes[key]; ok {
+		return sc
+	}
+	sc := &scope{key: key}
+	sc.err = a.setup(key, p.Body)
+	cap := preset.DefaultMaxParallelToolCalls
+	if p.Tools.MaxParallelToolCalls != nil {
+		cap = *p.Tools.MaxParallelToolCalls
+	}
+	sc.sched = scheduler.New(a.reg, scheduler.Config{Logger: a.cfg.Logger,
+		MaxParallelToolCallsFunc: func() int { return cap }})
+	if sc.err != nil {
+		a.cfg.Logger.Warn("preset setup failed", "preset", p.ID, "version", p.Version, "err", sc.err)
+	}
+	a.scopes[key] = sc
+	return sc
+}
+
+// setup declares the scope and registers the preset's restrictions, mode, sections and variables.
+func (a *Agents) setup(key string, p preset.Body) error {
+	s, err := a.k.Scopes().Declare(key, nil)
+	if err != nil {
+		return err
+	}
+	f := a.k.Fiber(key, s)
+	if len(p.Tools.Allow) > 0 || len(p.Tools.Deny) > 0 {
+		rs := registry.Restriction{Deny: p.Tools.Deny}
+		if len(p.Tools.Allow) > 0 {
+			rs.Allow = p.Tools.Allow
+		}
+		if _, err := a.reg.Restrict(f, rs); err != nil {
+			return err
+		}
+	}
+	if m := registry.PresentMode(p.Tools.Mode); m != "" && m != registry.ModeNative {
+		if _, err := a.reg.PresentAs(f, m); err != nil {
+			return err
+		}
+	}
+	if p.Prompt.Persona != "" {
+		if _, err := a.prompt.Section(key, promptasm.Section{Name: "deployment:persona", Order: 0, Text: p.Prompt.Persona}); err != nil {
+			return err
+		}
+	}
+	for _, sec := range p.Prompt.Sections {
+		order := 0.0
+		if sec.Order != nil {
+			order = *sec.Order
+		}
+		if _, err := a.prompt.Section(key, promptasm.Section{Name: sec.Name, Order: order, Text: sec.Text, Complete: sec.Complete}); err != nil {
+			return err
+		}
+	}
+	for name, value := range p.Prompt.Variables {
+		v := value
+		if _, err := a.prompt.Variable(key, name, func(context.Context, promptasm.Input) (string, bool) { return v, true }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// failing returns a prompt registry whose assembly fails with the setup error of sc.
+func (a *Agents) failing(sc *scope) (*promptasm.Registry, promptasm.Input) {
+	pr, _ := promptasm.New(promptasm.Config{})
+	err := fmt.Errorf("preset setup failed: %w", sc.err)
+	_, _ = pr.OnAssemble(promptasm.Global, func(context.Context, promptasm.Assembly, promptasm.Next) (promptasm.Assembly, error) {
+		return promptasm.Assembly{}, err
+	})
+	return pr, promptasm.Input{Chain: promptasm.Chain{sc.key}}
+}
+
+// provider returns the model client of a preset's model settings.
+func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
+	switch m.Provider {
+	case preset.ProviderScripted:
+		return a.cfg.Scripted, nil
+	case preset.ProviderOpenAI:
+	default:
+		return nil, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
+	}
+	if m.BaseURL != "" {
+		u, err := url.Parse(m.BaseURL)
+		if err != nil || !slices.Contains(a.cfg.ModelHosts, strings.ToLower(u.Host)) {
+			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl host is not in DSHD_MODEL_HOSTS")
+		}
+	}
+	key := m.BaseURL + "\x00" + m.Model
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[key]; ok {
+		return c, nil
+	}
+	c := a.cfg.OpenAIFunc(openai.Config{BaseURL: m.BaseURL, Model: m.Model, APIKey: a.cfg.DeepSeekAPIKey, Logger: a.cfg.Logger})
+	a.clients[key] = c
+	return c, nil
+}
+
+// Prompt returns the system prompt and wire tools a session's agent would get now.
+func (a *Agents) Prompt(ctx context.Context, s Session) (promptasm.Result, error) {
+	cfg, err := a.Agent(s)
+	if err != nil {
+		return promptasm.Result{}, err
+	}
+	in := cfg.PromptInput
+	in.Provider, in.Model = cfg.Model.Provider, cfg.Model.Model
+	return cfg.Prompt.Assemble(ctx, in)
+}

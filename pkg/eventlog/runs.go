@@ -1,0 +1,134 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrLeaseLost is returned by fenced operations of a worker that no longer holds the session's run
+// lease (another worker took it over after it expired).
+var ErrLeaseLost = errors.New("eventlog: the session's run lease is held by another worker")
+
+// ErrMoved is returned by EventAppendAt when the log no longer ends where the caller expected:
+// someone else appended meanwhile. The caller reads what it missed and builds its batch again.
+var ErrMoved = errors.New("eventlog: the session log moved on")
+
+// Head is the state of a session's log under its append lock: the last seq, the inbox lengths and
+// the run lease.
+type Head struct {
+	LastSeq    int64
+	Inbox      InboxLens
+	Owner      *uuid.UUID
+	LeaseUntil *time.Time
+}
+
+// LeaseAcquire gives owner the session's run lease for ttl if it is free, expired or already
+// owner's. It reports whether owner holds the lease and, when not, until when the other holder's
+// lease runs. ErrNotFound for an unknown, other tenant's or deleted session.
+func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration) (bool, time.Time, error) {
+	var until time.Time
+	err := s.pool.QueryRow(ctx, `
+		UPDATE session_counters c SET run_owner = $3, run_lease_until = now() + $4 * interval '1 millisecond'
+		FROM sessions s
+		WHERE c.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
+		  AND (c.run_owner IS NULL OR c.run_owner = $3 OR c.run_lease_until < now())
+		RETURNING c.run_lease_until`, sessionID, tenantID, owner, ttl.Milliseconds()).Scan(&until)
+	if err == nil {
+		return true, until, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return false, time.Time{}, translate(err, "acquire lease")
+	}
+	h, err := s.head(ctx, s.pool, tenantID, sessionID, false)
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	if h.LeaseUntil == nil { // released between the two statements: try again later
+		return false, time.Time{}, nil
+	}
+	return false, *h.LeaseUntil, nil
+}
+
+// LeaseRenew extends owner's lease by ttl from now; ErrLeaseLost when owner no longer holds it.
+func (s *Store) LeaseRenew(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE session_counters c SET run_lease_until = now() + $4 * interval '1 millisecond'
+		FROM sessions s
+		WHERE c.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND c.run_owner = $3`,
+		sessionID, tenantID, owner, ttl.Milliseconds())
+	if err != nil {
+		return translate(err, "renew lease")
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// LeaseRelease gives up owner's lease unless a followup waits in the next-turn inbox (the release
+// and every append lock the same row, so a followup appended before the release keeps the lease
+// with its runner, and one appended after finds the lease free). It reports whether the lease was
+// released; ErrLeaseLost when owner did not hold it.
+func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uuid.UUID) (bool, error) {
+	var waiting int
+	err := s.pool.QueryRow(ctx, `
+		WITH cur AS (
+			SELECT c.session_id, c.inbox_next_turn FROM session_counters c JOIN sessions s ON s.id = c.session_id
+			WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
+		), rel AS (
+			UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL
+			FROM cur WHERE c.session_id = cur.session_id AND cur.inbox_next_turn = 0
+			RETURNING c.session_id
+		)
+		SELECT cur.inbox_next_turn FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, ErrLeaseLost
+	}
+	if err != nil {
+		return false, translate(err, "release lease")
+	}
+	return waiting == 0, nil
+}
+
+// SessionRef names a session of a tenant.
+type SessionRef struct {
+	TenantID, SessionID uuid.UUID
+}
+
+// LeasesExpired returns up to limit sessions whose run lease has expired: their worker died
+// mid-turn, and another must repair the turn and serve the inbox.
+func (s *Store) LeasesExpired(ctx context.Context, limit int) ([]SessionRef, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT s.tenant_id, c.session_id FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.run_owner IS NOT NULL AND c.run_lease_until < now() AND s.deleted_at IS NULL
+		ORDER BY c.run_lease_until LIMIT $1`, limit)
+	if err != nil {
+		return nil, translate(err, "expired leases")
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SessionRef, error) {
+		var ref SessionRef
+		return ref, r.Scan(&ref.TenantID, &ref.SessionID)
+	})
+	return refs, translate(err, "expired leases")
+}
+
+// SessionHead returns the session's head without locking it.
+func (s *Store) SessionHead(ctx context.Context, tenantID, sessionID uuid.UUID) (Head, error) {
+	return s.head(ctx, s.pool, tenantID, sessionID, false)
+}
+
+func (s *Store) head(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, lock bool) (Head, error) {
+	sql := `SELECT c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until
+		FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL`
+	if lock {
+		sql += ` FOR UPDATE OF c`
+	}
+	var h Head
+	err := q.QueryRow(ctx, sql, sessionID, tenantID).Scan(&h.LastSeq, &h.Inbox.NextTurn, &h.Inbox.NextStep, &h.Owner, &h.LeaseUntil)
+	return h, translate(err, "read head")
+}

@@ -1,0 +1,207 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/eventlog"
+)
+
+// turnWorker is the River worker of TurnArgs.
+type turnWorker struct {
+	river.WorkerDefaults[TurnArgs]
+	s       *Service
+	running *running
+}
+
+// Work takes the session's lease or snoozes until the holder's lease runs out, then serves.
+func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
+	a, cfg := job.Args, w.s.cfg
+	// Every serve has its own lease identity: two jobs of one session on one replica must exclude
+	// each other like jobs on different replicas.
+	owner := uuid.New()
+	ok, until, err := cfg.Store.LeaseAcquire(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return nil // the session was deleted: nothing to serve
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		wait := time.Until(until) + 50*time.Millisecond
+		if wait < 50*time.Millisecond {
+			wait = 50 * time.Millisecond
+		}
+		return river.JobSnooze(wait)
+	}
+	return w.serve(ctx, a, owner)
+}
+
+var errLeaseLost = errors.New("worker: lease lost")
+
+// serve runs the session's turns while it holds the lease, renewing it, and releases it when no
+// followup waits.
+func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) error {
+	cfg := w.s.cfg
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r, j, err := w.runner(ctx, a, owner)
+	if err != nil {
+		w.release(a, owner)
+		return err
+	}
+	j.Open()
+	defer j.Close()
+	w.running.add(a.SessionID, r)
+	defer w.running.remove(a.SessionID, r)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); w.renew(ctx, a, owner, r, cancel) }()
+	go func() { defer wg.Done(); w.watch(ctx, a, r, j) }()
+	defer func() { cancel(nil); wg.Wait() }()
+	for {
+		if _, err := r.Serve(ctx); err != nil {
+			if errors.Is(context.Cause(ctx), errLeaseLost) || errors.Is(err, eventlog.ErrLeaseLost) {
+				cfg.Logger.Warn("lease lost while serving", "session", a.SessionID)
+				return nil
+			}
+			return fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+		}
+		released, err := cfg.Store.LeaseRelease(context.WithoutCancel(ctx), a.TenantID, a.SessionID, owner)
+		if errors.Is(err, eventlog.ErrLeaseLost) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if released || ctx.Err() != nil {
+			return nil
+		}
+		// A followup arrived after the last turn: serve it with the lease still held.
+	}
+}
+
+// runner builds the session's runner from its pinned preset version.
+func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, error) {
+	cfg := w.s.cfg
+	sess, err := cfg.Store.SessionGet(ctx, a.TenantID, a.SessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sess.PresetID == nil {
+		return nil, nil, ErrNoPreset
+	}
+	p, err := cfg.Presets.PresetVersionGet(ctx, a.TenantID, *sess.PresetID, sess.PresetVersion)
+	if err != nil {
+		return nil, nil, fmt.Errorf("worker: preset of session %s: %w", a.SessionID, err)
+	}
+	lc, err := cfg.Agents.Agent(agents.Session{ID: a.SessionID, Preset: p})
+	if err != nil {
+		return nil, nil, err
+	}
+	j := &agentloop.StoreJournal{Store: cfg.Store, Hub: cfg.Hub, Tenant: a.TenantID, Session: a.SessionID, Owner: owner}
+	return agentloop.NewRunner(lc, j), j, nil
+}
+
+func (w *turnWorker) release(a TurnArgs, owner uuid.UUID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = w.s.cfg.Store.LeaseRelease(ctx, a.TenantID, a.SessionID, owner)
+}
+
+// renew extends the lease every third of its TTL; losing it stops the runner at once.
+func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, cancel context.CancelCauseFunc) {
+	cfg := w.s.cfg
+	t := time.NewTicker(cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := cfg.Store.LeaseRenew(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
+		if errors.Is(err, eventlog.ErrLeaseLost) {
+			r.Interrupt(agentloop.Cause{Kind: "disposed", Reason: "lease lost"})
+			cancel(errLeaseLost)
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			cfg.Logger.Warn("lease renewal failed", "session", a.SessionID, "err", err)
+		}
+	}
+}
+
+// watch delivers cancel requests written by other replicas to the running turn. A notification
+// is news only when it is past what the journal has already seen (its own appends are not).
+func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *agentloop.StoreJournal) {
+	cfg := w.s.cfg
+	if cfg.Hub == nil {
+		return
+	}
+	wake, unsub := cfg.Hub.Subscribe(a.SessionID)
+	defer unsub()
+	cursor := j.Seen()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		}
+		latest, ok := cfg.Hub.Latest(a.SessionID)
+		if !ok || latest <= j.Seen() || latest <= cursor {
+			continue
+		}
+		evs, err := cfg.Store.EventList(ctx, a.TenantID, a.SessionID,
+			eventlog.ListQuery{After: cursor, Limit: 100, Types: []string{agentloop.TypeCancel}})
+		if err != nil {
+			continue
+		}
+		cursor = latest
+		for _, ev := range evs {
+			var d agentloop.CancelData
+			if json.Unmarshal(ev.Data, &d) == nil {
+				r.Interrupt(d.Reason)
+			}
+		}
+	}
+}
+
+// running indexes the runners of this replica by session.
+type running struct {
+	mu sync.Mutex
+	m  map[uuid.UUID]*agentloop.Runner
+}
+
+func newRunning() *running { return &running{m: map[uuid.UUID]*agentloop.Runner{}} }
+
+func (rn *running) add(id uuid.UUID, r *agentloop.Runner) {
+	rn.mu.Lock()
+	rn.m[id] = r
+	rn.mu.Unlock()
+}
+
+func (rn *running) remove(id uuid.UUID, r *agentloop.Runner) {
+	rn.mu.Lock()
+	if rn.m[id] == r {
+		delete(rn.m, id)
+	}
+	rn.mu.Unlock()
+}
+
+func (rn *running) interruptAll(c agentloop.Cause) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, r := range rn.m {
+		r.Interrupt(c)
+	}
+}

@@ -1,0 +1,250 @@
+// Package worker runs sessions' turns as River jobs on any replica.
+//
+// Posting a message appends it to the session's durable inbox and, for a waking message
+// (followup, steer), enqueues a TurnArgs job in the same transaction, so a message is never
+// accepted without work scheduled for it. A job wakes its session: the worker takes the session's
+// run lease (one holder at a time, enforced on the session's counter row in PostgreSQL, with every
+// append fenced by it), repairs a turn a crashed holder left open, serves the inbox, and releases
+// the lease only when no followup waits. A job that finds the lease held snoozes until it expires.
+// A sweeper enqueues a job for every session whose lease expired, so a crashed replica's turn is
+// repaired even when no new message arrives.
+//
+// Lock order: none across sessions. Per session, the counter row is the only lock; it is taken by
+// appends, lease operations and the inbox check of a release, always in single statements or
+// short transactions.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/preset"
+)
+
+// Queue is the River queue of turn jobs.
+const Queue = "turns"
+
+// TurnArgs wakes a session. Reason is "message" for a posted message and "repair" for the sweeper.
+type TurnArgs struct {
+	TenantID  uuid.UUID `json:"tenantId"`
+	SessionID uuid.UUID `json:"sessionId"`
+	Reason    string    `json:"reason"`
+}
+
+// Kind implements river.JobArgs.
+func (TurnArgs) Kind() string { return "dshd_turn" }
+
+// InsertOpts implements river.JobArgsWithInsertOpts.
+func (TurnArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: Queue, MaxAttempts: 25}
+}
+
+// Config configures the Service. Store, Hub, Presets, Agents and Pool are required.
+type Config struct {
+	Pool    *pgxpool.Pool
+	Store   *eventlog.Store
+	Hub     *eventlog.Hub
+	Presets *preset.Store
+	Agents  *agents.Agents
+	// Owner identifies this replica (in logs). Default: a random UUID. Leases use a fresh
+	// identity per served job.
+	Owner uuid.UUID
+	// LeaseTTL is how long a lease lasts without renewal; it is renewed every third of it.
+	// A crashed holder's session is taken over after at most this long. Default 10s.
+	LeaseTTL time.Duration
+	// MaxWorkers is how many turns this replica runs at once. Default 100.
+	MaxWorkers int
+	// SweepInterval is how often expired leases are looked for. Default 5s.
+	SweepInterval time.Duration
+	// FetchCooldown is River's minimum pause between job fetches. Default 2ms.
+	FetchCooldown time.Duration
+	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
+	InsertOnly bool
+	Logger     *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Owner == uuid.Nil {
+		c.Owner = uuid.New()
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.MaxWorkers <= 0 {
+		c.MaxWorkers = 100
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 5 * time.Second
+	}
+	if c.FetchCooldown <= 0 {
+		c.FetchCooldown = 2 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Service enqueues and runs turn jobs. Start is idempotent through River; Stop blocks until
+// running turns have ended.
+type Service struct {
+	cfg    Config
+	river  *river.Client[pgx.Tx]
+	turns  *turnWorker
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Service; nothing runs until Start.
+func New(cfg Config) (*Service, error) {
+	cfg.defaults()
+	s := &Service{cfg: cfg}
+	s.turns = &turnWorker{s: s, running: newRunning()}
+	rc := &river.Config{
+		Logger:        cfg.Logger.With("component", "river"),
+		JobTimeout:    -1, // a turn runs as long as it needs; leases detect dead workers
+		FetchCooldown: cfg.FetchCooldown,
+	}
+	if !cfg.InsertOnly {
+		workers := river.NewWorkers()
+		if err := river.AddWorkerSafely[TurnArgs](workers, s.turns); err != nil {
+			return nil, err
+		}
+		rc.Workers = workers
+		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.MaxWorkers}}
+		rc.FetchPollInterval = 500 * time.Millisecond
+	}
+	rcl, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: river client: %w", err)
+	}
+	s.river = rcl
+	return s, nil
+}
+
+// Start starts the River client and the lease sweeper.
+func (s *Service) Start(ctx context.Context) error {
+	if s.cfg.InsertOnly {
+		return nil
+	}
+	if err := s.river.Start(ctx); err != nil {
+		return fmt.Errorf("worker: start river: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel, s.done = cancel, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.sweep(sctx)
+	}()
+	return nil
+}
+
+// Stop interrupts running turns (they end aborted with reason `disposed`), waits for their jobs to
+// finish, and stops the sweeper.
+func (s *Service) Stop(ctx context.Context) error {
+	if s.cfg.InsertOnly || s.cancel == nil {
+		return nil
+	}
+	s.cancel()
+	<-s.done
+	s.turns.running.interruptAll(agentloop.Cause{Kind: "disposed"})
+	return s.river.Stop(ctx)
+}
+
+// Owner returns this replica's identity.
+func (s *Service) Owner() uuid.UUID { return s.cfg.Owner }
+
+// sweep enqueues a repair job for every session whose lease expired.
+func (s *Service) sweep(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		refs, err := s.cfg.Store.LeasesExpired(ctx, 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Warn("lease sweep failed", "err", err)
+			}
+			continue
+		}
+		for _, ref := range refs {
+			_, err := s.river.Insert(ctx, TurnArgs{TenantID: ref.TenantID, SessionID: ref.SessionID, Reason: "repair"},
+				&river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: s.cfg.LeaseTTL}})
+			if err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("enqueue repair failed", "session", ref.SessionID, "err", err)
+			}
+		}
+	}
+}
+
+// Message modes (LOOP-1).
+const (
+	ModeFollowup = "followup"
+	ModeSteer    = "steer"
+	ModeInject   = "inject"
+)
+
+// ErrNoPreset is returned by Post for a session that has no preset to run.
+var ErrNoPreset = errors.New("worker: the session has no preset")
+
+// Post appends msg to the session's inbox, at the end of next-turn for a followup and of
+// next-step for steer and inject, and for a followup or steer enqueues a turn job in the same
+// transaction. It returns the `agent/inbox/spliced` event.
+func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string) (eventlog.Event, error) {
+	target := agentloop.TargetNextTurn
+	if mode == ModeSteer || mode == ModeInject {
+		target = agentloop.TargetNextStep
+	}
+	var out []eventlog.Event
+	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.cfg.Store.EventAppendFuncTx(ctx, tx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+			n := h.Inbox.NextTurn
+			if target == agentloop.TargetNextStep {
+				n = h.Inbox.NextStep
+			}
+			return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: agentloop.Insertion(target, n, msg)}}, nil
+		})
+		if err != nil || mode == ModeInject {
+			return err
+		}
+		_, err = s.river.InsertTx(ctx, tx, TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, nil)
+		return err
+	})
+	if err != nil {
+		return eventlog.Event{}, err
+	}
+	return out[0], nil
+}
+
+// Cancel requests the cancellation of the session's running turn (LOOP-7): unless keepInbox it
+// clears the inbox, and it writes the durable `agent/cancel` that the turn's runner, on whatever
+// replica, reacts to. On an idle session (no lease held and an empty inbox) it does nothing and
+// reports false.
+func (s *Service) Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error) {
+	evs, err := s.cfg.Store.EventAppendFunc(ctx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+		running := h.Owner != nil && h.LeaseUntil != nil && h.LeaseUntil.After(time.Now())
+		if !running && h.Inbox.NextTurn == 0 && h.Inbox.NextStep == 0 {
+			return nil, nil
+		}
+		return agentloop.CancelEvents(agentloop.Head{NextSeq: h.LastSeq + 1, NextTurnLen: h.Inbox.NextTurn,
+			NextStepLen: h.Inbox.NextStep}, agentloop.Cause{Kind: "user"}, keepInbox), nil
+	})
+	return len(evs) > 0, err
+}
