@@ -96,6 +96,8 @@ func classify(err error) (code, detail string) {
 			return CodeInternal, "internal error"
 		}
 		return code, forkErr.Code + ": " + forkErr.Message
+	case errors.As(err, &logVE) && logVE.Rule == "cursor":
+		return CodeInvalidRequest, "invalid cursor"
 	case errors.As(err, &logVE):
 		return CodeInvalidRequest, logVE.Error()
 	case errors.Is(err, preset.ErrNotFound):

@@ -42,7 +42,7 @@ func TestBadInputAnswers4xx(t *testing.T) {
 		{"limit zero", "GET", events + "?limit=0", nil, nil, 400, "invalid_request", "limit must be an integer from 1 to 1000"},
 		{"list limit", "GET", "/v1/presets?limit=100000", nil, nil, 400, "invalid_request", "limit must be an integer from 1 to 500"},
 		{"preset cursor", "GET", "/v1/presets?cursor=garbage!", nil, nil, 400, "invalid_request", "invalid cursor"},
-		{"session cursor", "GET", "/v1/sessions?cursor=garbage!", nil, nil, 400, "invalid_request", "cursor"},
+		{"session cursor", "GET", "/v1/sessions?cursor=garbage!", nil, nil, 400, "invalid_request", "invalid cursor"},
 		{"Last-Event-ID not a number", "GET", events, nil, append(sse, "Last-Event-ID", "abc"), 400, "invalid_request", "Last-Event-ID"},
 		{"Last-Event-ID negative", "GET", events, nil, append(sse, "Last-Event-ID", "-5"), 400, "invalid_request", "Last-Event-ID"},
 		{"stream after", "GET", events + "?after=x", nil, sse, 400, "invalid_request", "after"},
