@@ -42,7 +42,7 @@ func (m *mirror) fold(evs []eventlog.Event) error {
 		if ev.Seq <= m.cursor() {
 			continue
 		}
-		if err := m.log.AppendEvents(ev); err != nil {
+		if err := m.log.AppendCommitted(ev); err != nil {
 			return fmt.Errorf("agentloop: fold seq %d: %w", ev.Seq, err)
 		}
 		if err := m.apply(ev); err != nil {
