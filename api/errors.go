@@ -10,6 +10,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
+	"github.com/dshd/dshd/pkg/worker"
 )
 
 // Problem codes: stable, machine-readable, part of the API contract (openapi.yaml lists them).
@@ -25,6 +26,13 @@ const (
 	CodePayloadTooLarge  = "payload_too_large"
 	CodeNotReady         = "not_ready"
 	CodeInternal         = "internal"
+	// CodeIdempotencyConflict: the Idempotency-Key was used before with a different request.
+	CodeIdempotencyConflict = "idempotency_conflict"
+	// CodeNoPreset: the session has no preset, so it cannot run turns.
+	CodeNoPreset = "no_preset"
+	// CodePromptFailed: the session's prompt does not assemble (PRM-8), for example a toolOrder
+	// naming a tool the preset does not have.
+	CodePromptFailed = "prompt_failed"
 )
 
 // problemTable is the one place a problem code gets its HTTP status and title.
@@ -43,6 +51,10 @@ var problemTable = map[string]struct {
 	CodePayloadTooLarge:  {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeNotReady:         {http.StatusServiceUnavailable, "Not ready"},
 	CodeInternal:         {http.StatusInternalServerError, "Internal error"},
+
+	CodeIdempotencyConflict: {http.StatusConflict, "Idempotency key reused"},
+	CodeNoPreset:            {http.StatusConflict, "Session has no preset"},
+	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.
@@ -100,6 +112,10 @@ func classify(err error) (code, detail string) {
 		return CodeInvalidRequest, "invalid cursor"
 	case errors.As(err, &logVE):
 		return CodeInvalidRequest, logVE.Error()
+	case errors.Is(err, worker.ErrIdempotencyConflict):
+		return CodeIdempotencyConflict, "the Idempotency-Key was used before with a different request"
+	case errors.Is(err, worker.ErrNoPreset):
+		return CodeNoPreset, "the session has no preset to run its turns"
 	case errors.Is(err, preset.ErrNotFound):
 		return CodeNotFound, "preset not found"
 	case errors.Is(err, eventlog.ErrNotFound):

@@ -36,7 +36,7 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		return
 	}
 	if acceptsEventStream(r) {
-		rs.s.stream(w, r, id, q)
+		rs.s.stream(w, r, id, q, nil)
 		return
 	}
 	evs, err := rs.s.cfg.Log.EventList(r.Context(), tenantID(r), id,

@@ -17,9 +17,12 @@ import (
 
 	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
+	"github.com/dshd/dshd/pkg/worker"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -42,14 +45,30 @@ type env struct {
 	tenantB uuid.UUID
 	keyA    string
 	keyB    string
+	// mockHost, when set, is a model host presets may point at (a cmd/mockllm server).
+	mockHost string
 	*replica
+}
+
+func (e *env) modelHosts() []string {
+	hosts := []string{"api.deepseek.com"}
+	if e.mockHost != "" {
+		hosts = append(hosts, e.mockHost)
+	}
+	return hosts
 }
 
 // newEnv starts a fresh database, two tenants and one replica. cfg adjusts the api.Config.
 func newEnv(t testing.TB, cfg ...func(*api.Config)) *env {
 	t.Helper()
+	return newEnvHosts(t, "", cfg...)
+}
+
+// newEnvHosts is newEnv with presets allowed to point at mockHost (a cmd/mockllm server).
+func newEnvHosts(t testing.TB, mockHost string, cfg ...func(*api.Config)) *env {
+	t.Helper()
 	pool := pgtest.Pool(t)
-	e := &env{t: t, pool: pool, log: eventlog.NewStore(pool, eventlog.StoreConfig{})}
+	e := &env{t: t, pool: pool, log: eventlog.NewStore(pool, eventlog.StoreConfig{}), mockHost: mockHost}
 	tenants := tenant.NewStore(pool)
 	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
 	if err != nil {
@@ -72,11 +91,32 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err := hub.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	presets := preset.NewStore(e.pool, preset.Rules{ModelHosts: e.modelHosts()})
+	tools, err := agents.BuiltinTools(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	ag, err := agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet,
+		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk, err := worker.New(worker.Config{Pool: e.pool, Store: e.log, Hub: hub, Presets: presets, Agents: ag,
+		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wk.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	c := api.Config{
 		Tenants:    tenant.NewStore(e.pool),
-		Presets:    preset.NewStore(e.pool, preset.Rules{ModelHosts: []string{"api.deepseek.com"}}),
+		Presets:    presets,
 		Log:        e.log,
 		Hub:        hub,
+		Turns:      wk,
+		Prompts:    agents.Prompter{Agents: ag, Presets: presets},
 		Logger:     slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		AdminToken: adminToken,
 	}
@@ -88,6 +128,9 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	t.Cleanup(func() {
 		srv.Close() // ends streams, so that ts.Close does not wait for them
 		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = wk.Stop(ctx)
 		hub.Stop()
 	})
 	return &replica{api: srv, url: ts.URL}

@@ -37,6 +37,8 @@ type Config struct {
 	Presets *preset.Store   // required
 	Log     *eventlog.Store // required: sessions and their events
 	Hub     Subscriber      // required: live wake-ups for SSE streams
+	Turns   Turns           // required: posting messages and cancelling turns
+	Prompts Prompts         // required: prompts of sessions and the tool catalogue
 
 	// Ready reports whether the service can take traffic (database reachable, migrations
 	// applied); /readyz answers 503 with its error. Nil means always ready.
@@ -133,6 +135,7 @@ func (s *Server) routes() chi.Router {
 			r.Use(s.authenticate)
 			r.Mount("/presets", presetResource{presets: s.cfg.Presets}.routes())
 			r.Mount("/sessions", sessionResource{s: s}.routes())
+			r.Get("/tools", s.handleToolList)
 		})
 	})
 	return r

@@ -25,6 +25,9 @@ func (rs sessionResource) routes() chi.Router {
 	r.Delete("/{id}", rs.handleSessionDelete)
 	r.Get("/{id}/history", rs.handleSessionHistory)
 	r.Get("/{id}/events", rs.handleEventList)
+	r.Post("/{id}/messages", rs.handleMessageCreate)
+	r.Post("/{id}/cancel", rs.handleSessionCancel)
+	r.Get("/{id}/prompt", rs.handleSessionPrompt)
 	return r
 }
 

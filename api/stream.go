@@ -24,7 +24,10 @@ import (
 // the read and the wait. A client that reads slowly only delays its own handler; one that stops
 // reading for StreamWriteTimeout is disconnected and resumes with Last-Event-ID. The stream ends
 // cleanly when the client goes away, the session is deleted, or the server closes (Close).
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery) {
+//
+// until, when not nil, ends the stream right after the first event for which it returns true
+// (a message's stream ends with the turn that served it).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool) {
 	ctx := r.Context()
 	tenant := tenantID(r)
 	if _, err := s.cfg.Log.SessionGet(ctx, tenant, id); err != nil {
@@ -53,9 +56,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	defer heartbeat.Stop()
 	cursor := q.after
 	for {
-		var err error
-		if cursor, err = s.backfill(ctx, st, tenant, id, cursor, q.types); err != nil {
+		var (
+			err  error
+			done bool
+		)
+		if cursor, done, err = s.backfill(ctx, st, tenant, id, cursor, q.types, until); err != nil {
 			s.streamEnded(r, err)
+			return
+		}
+		if done {
 			return
 		}
 		select {
@@ -74,26 +83,35 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 }
 
 // backfill sends every event after cursor that is committed now, a page at a time, and returns
-// the new cursor.
-func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UUID, cursor int64, types []string) (int64, error) {
+// the new cursor; done reports that until ended the stream.
+func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UUID, cursor int64, types []string, until func(eventlog.Event) bool) (_ int64, done bool, _ error) {
 	for {
 		evs, err := s.cfg.Log.EventList(ctx, tenant, id, eventlog.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types})
 		if err != nil {
-			return cursor, err
+			return cursor, false, err
 		}
 		if len(evs) == 0 {
-			return cursor, nil
+			return cursor, false, nil
+		}
+		full := len(evs) == s.cfg.StreamPage
+		if until != nil {
+			for i, ev := range evs {
+				if until(ev) {
+					evs, done = evs[:i+1], true
+					break
+				}
+			}
 		}
 		if err := st.events(evs); err != nil {
-			return cursor, err
+			return cursor, false, err
 		}
 		cursor = evs[len(evs)-1].Seq
-		if len(evs) < s.cfg.StreamPage {
-			return cursor, nil
+		if done || !full {
+			return cursor, done, nil
 		}
 		select {
 		case <-s.done:
-			return cursor, nil
+			return cursor, false, nil
 		default:
 		}
 	}

@@ -39,6 +39,12 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel (DSHD_LOG_LEVEL: debug, info, warn, error) of the JSON logs. Default info.
 	LogLevel slog.Level
+	// LeaseTTL (DSHD_LEASE_TTL, a Go duration) is how long a session's run lease lasts without
+	// renewal: after a replica dies, another takes over its sessions within about this long.
+	// Default 10s.
+	LeaseTTL time.Duration
+	// MaxTurns (DSHD_MAX_TURNS) is how many turns this replica runs at once. Default 100.
+	MaxTurns int
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -71,6 +77,12 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxBodyBytes, err = strconv.ParseInt(env("DSHD_MAX_BODY_BYTES", "1048576"), 10, 64); err != nil || c.MaxBodyBytes < 1 {
 		return Config{}, fmt.Errorf("DSHD_MAX_BODY_BYTES must be a positive integer")
+	}
+	if c.LeaseTTL, err = parseDuration("DSHD_LEASE_TTL", env("DSHD_LEASE_TTL", "10s")); err != nil {
+		return Config{}, err
+	}
+	if c.MaxTurns, err = strconv.Atoi(env("DSHD_MAX_TURNS", "100")); err != nil || c.MaxTurns < 1 {
+		return Config{}, fmt.Errorf("DSHD_MAX_TURNS must be a positive integer")
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)

@@ -16,9 +16,12 @@ import (
 
 	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/migrations"
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
+	"github.com/dshd/dshd/pkg/worker"
 )
 
 // Main is the program: the one place that knows every concrete type. Tests reuse it on port :0
@@ -30,6 +33,7 @@ type Main struct {
 	pool   *pgxpool.Pool
 	db     *sql.DB // database/sql view of pool, for goose's readiness check
 	hub    *eventlog.Hub
+	worker *worker.Service
 	api    *api.Server
 	server *http.Server
 	ln     net.Listener
@@ -66,11 +70,32 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	logStore := eventlog.NewStore(m.pool, eventlog.StoreConfig{Logger: m.Logger})
+	presets := preset.NewStore(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts})
+	tools, err := agents.BuiltinTools(m.Config.DemoTools)
+	if err != nil {
+		return err
+	}
+	ag, err := agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey,
+		ModelHosts: m.Config.ModelHosts, Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
+	if err != nil {
+		return err
+	}
+	m.worker, err = worker.New(worker.Config{Pool: m.pool, Store: logStore, Hub: m.hub, Presets: presets,
+		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns, Logger: m.Logger})
+	if err != nil {
+		return err
+	}
+	if err := m.worker.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
 	m.api = api.New(api.Config{
 		Tenants:      tenant.NewStore(m.pool),
-		Presets:      preset.NewStore(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts}),
-		Log:          eventlog.NewStore(m.pool, eventlog.StoreConfig{Logger: m.Logger}),
+		Presets:      presets,
+		Log:          logStore,
 		Hub:          m.hub,
+		Turns:        m.worker,
+		Prompts:      agents.Prompter{Agents: ag, Presets: presets},
 		Ready:        m.ready,
 		Logger:       m.Logger,
 		AdminToken:   m.Config.AdminToken,
@@ -145,6 +170,15 @@ func (m *Main) Close() error {
 		}
 	} else if m.ln != nil {
 		_ = m.ln.Close()
+	}
+	if m.worker != nil {
+		// Running turns end aborted (disposed) and their leases are released; queued work stays
+		// in the queue for the other replicas.
+		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		defer cancel()
+		if err := m.worker.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("dshd: stop worker: %w", err))
+		}
 	}
 	if m.hub != nil {
 		m.hub.Stop()

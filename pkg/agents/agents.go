@@ -250,7 +250,7 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
 	}
 	if m.BaseURL != "" {
 		u, err := url.Parse(m.BaseURL)
-		if err != nil || !slices.Contains(a.cfg.ModelHosts, strings.ToLower(u.Host)) {
+		if err != nil || !(slices.Contains(a.cfg.ModelHosts, "*") || slices.Contains(a.cfg.ModelHosts, strings.ToLower(u.Host))) {
 			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl host is not in DSHD_MODEL_HOSTS")
 		}
 	}

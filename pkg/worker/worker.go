@@ -15,6 +15,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -176,6 +177,9 @@ func (s *Service) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if _, err := s.cfg.Pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - interval '1 day'`); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("idempotency key expiry failed", "err", err)
+		}
 		refs, err := s.cfg.Store.LeasesExpired(ctx, 100)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -203,34 +207,93 @@ const (
 // ErrNoPreset is returned by Post for a session that has no preset to run.
 var ErrNoPreset = errors.New("worker: the session has no preset")
 
+// ErrIdempotencyConflict is returned by Post when the idempotency key was used before with
+// another request.
+var ErrIdempotencyConflict = errors.New("worker: the idempotency key was used with a different request")
+
+// Idempotency makes a Post safe to retry: the first Post with Key records its result in the same
+// transaction; a later one with the same Key and Hash returns that result and appends nothing.
+type Idempotency struct {
+	Key  string
+	Hash []byte // a digest of the request (session, mode, content)
+}
+
+// Posted is the result of a Post: the message id and the seq of its `agent/inbox/spliced` event.
+// Replayed is true when an idempotent retry returned an earlier result.
+type Posted struct {
+	MessageID string
+	Seq       int64
+	Replayed  bool
+}
+
 // Post appends msg to the session's inbox, at the end of next-turn for a followup and of
-// next-step for steer and inject, and for a followup or steer enqueues a turn job in the same
-// transaction. It returns the `agent/inbox/spliced` event.
-func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string) (eventlog.Event, error) {
+// next-step for steer and inject, and for a followup or steer enqueues a turn job, all in one
+// transaction: a message is never accepted without work scheduled for it.
+func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
 	target := agentloop.TargetNextTurn
 	if mode == ModeSteer || mode == ModeInject {
 		target = agentloop.TargetNextStep
 	}
-	var out []eventlog.Event
+	var out Posted
 	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.cfg.Store.EventAppendFuncTx(ctx, tx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+		if idem != nil {
+			prev, found, err := idempotencyClaim(ctx, tx, tenantID, sessionID, idem)
+			if err != nil || found {
+				out = prev
+				return err
+			}
+		}
+		evs, err := s.cfg.Store.EventAppendFuncTx(ctx, tx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			n := h.Inbox.NextTurn
 			if target == agentloop.TargetNextStep {
 				n = h.Inbox.NextStep
 			}
 			return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: agentloop.Insertion(target, n, msg)}}, nil
 		})
-		if err != nil || mode == ModeInject {
+		if err != nil {
 			return err
 		}
-		_, err = s.river.InsertTx(ctx, tx, TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, nil)
+		out = Posted{MessageID: msg.ID, Seq: evs[0].Seq}
+		if mode != ModeInject {
+			if _, err := s.river.InsertTx(ctx, tx, TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, nil); err != nil {
+				return err
+			}
+		}
+		if idem != nil {
+			_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET message_id = $3, seq = $4 WHERE tenant_id = $1 AND key = $2`,
+				tenantID, idem.Key, out.MessageID, out.Seq)
+		}
 		return err
 	})
 	if err != nil {
-		return eventlog.Event{}, err
+		return Posted{}, err
 	}
-	return out[0], nil
+	return out, nil
+}
+
+// idempotencyClaim records the key, or finds the earlier request that used it. Two concurrent
+// requests with one key serialize on its primary key: the second waits for the first to commit
+// and then replays its result.
+func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID, idem *Idempotency) (Posted, bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, request_hash, session_id)
+		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, tenantID, idem.Key, idem.Hash, sessionID)
+	if err != nil || tag.RowsAffected() == 1 {
+		return Posted{}, false, err
+	}
+	var (
+		hash  []byte
+		msgID *string
+		seq   *int64
+	)
+	err = tx.QueryRow(ctx, `SELECT request_hash, message_id, seq FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
+		tenantID, idem.Key).Scan(&hash, &msgID, &seq)
+	if err != nil {
+		return Posted{}, false, err
+	}
+	if !bytes.Equal(hash, idem.Hash) || msgID == nil || seq == nil {
+		return Posted{}, false, ErrIdempotencyConflict
+	}
+	return Posted{MessageID: *msgID, Seq: *seq, Replayed: true}, true, nil
 }
 
 // Cancel requests the cancellation of the session's running turn (LOOP-7): unless keepInbox it

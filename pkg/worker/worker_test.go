@@ -151,7 +151,7 @@ func (e *env) waitTurnEnds(hub *eventlog.Hub, sid uuid.UUID, n int, within time.
 
 func post(t *testing.T, r *replica, tenantID, sid uuid.UUID, text, mode string) {
 	t.Helper()
-	if _, err := r.svc.Post(context.Background(), tenantID, sid, llm.NewUserMessage(uuid.NewString(), text), mode); err != nil {
+	if _, err := r.svc.Post(context.Background(), tenantID, sid, llm.NewUserMessage(uuid.NewString(), text), mode, nil); err != nil {
 		t.Fatal(err)
 	}
 }

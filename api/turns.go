@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/promptasm"
+	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/worker"
+)
+
+// Turns runs sessions' turns: posting messages to their inbox and cancelling (pkg/worker).
+type Turns interface {
+	Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *worker.Idempotency) (worker.Posted, error)
+	Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error)
+}
+
+// Prompts tells what a session's agent would send the model, and lists the built-in tools
+// (agents.Prompter). A prompt that cannot be assembled is a *promptasm.AssemblyError, a model
+// provider that cannot be used an *llm.Error; both are the client's to fix.
+type Prompts interface {
+	Prompt(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session) (system string, tools []llm.ToolSchema, err error)
+	Tools() ([]registry.CatalogueItem, error)
+}
+
+// MaxMessageBytes bounds the text of one posted message.
+const MaxMessageBytes = 256 << 10
+
+type messageRequest struct {
+	Content *string `json:"content"`
+	Mode    string  `json:"mode"`
+}
+
+type messageResponse struct {
+	MessageID string `json:"messageId"`
+	Seq       int64  `json:"seq"`
+}
+
+// handleMessageCreate posts a message to the session's inbox (LOOP-1) and answers 202
+// {messageId, seq}; with Accept: text/event-stream it streams the session's events from the
+// message's splice until the turn that serves the message ends. An Idempotency-Key makes a retry
+// return the original answer; the same key with another request answers 409.
+func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "session")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req messageRequest
+	if err = decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.Mode == "" {
+		req.Mode = worker.ModeFollowup
+	}
+	switch {
+	case req.Content == nil || strings.TrimSpace(*req.Content) == "":
+		writeProblem(w, CodeInvalidRequest, "content must be a non-empty string")
+		return
+	case len(*req.Content) > MaxMessageBytes:
+		writeProblem(w, CodeInvalidRequest, "content is longer than 256 KiB")
+		return
+	case req.Mode != worker.ModeFollowup && req.Mode != worker.ModeSteer && req.Mode != worker.ModeInject:
+		writeProblem(w, CodeInvalidRequest, `mode must be "followup", "steer" or "inject"`)
+		return
+	}
+	sess, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if sess.PresetID == nil {
+		writeProblem(w, CodeNoPreset, "the session has no preset to run its turns")
+		return
+	}
+	var idem *worker.Idempotency
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		if len(key) > 255 {
+			writeProblem(w, CodeInvalidRequest, "Idempotency-Key is longer than 255 characters")
+			return
+		}
+		h := sha256.New()
+		h.Write([]byte(id.String() + "\x00" + req.Mode + "\x00" + *req.Content))
+		idem = &worker.Idempotency{Key: key, Hash: h.Sum(nil)}
+	}
+	msg := llm.NewUserMessage(uuid.NewString(), *req.Content)
+	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), id, msg, req.Mode, idem)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if acceptsEventStream(r) {
+		t := &turnWatch{messageID: posted.MessageID}
+		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, messageResponse{MessageID: posted.MessageID, Seq: posted.Seq})
+}
+
+// turnWatch follows a stream to find the end of the turn that serves one message: the turn whose
+// step enters the message as a `user/message`. A cancel that clears the inbox before the message
+// was served ends the stream too.
+type turnWatch struct {
+	messageID string
+	current   int // the open turn
+	serving   int // the turn that entered the message, 0 before
+}
+
+func (t *turnWatch) observe(ev eventlog.Event) (last bool) {
+	switch ev.Type {
+	case eventlog.TypeTurnStart, eventlog.TypeTurnEnd:
+		var d struct {
+			Turn int `json:"turn"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil {
+			return false
+		}
+		if ev.Type == eventlog.TypeTurnStart {
+			t.current = d.Turn
+			return false
+		}
+		return t.serving != 0 && d.Turn == t.serving
+	case eventlog.TypeUserMessage:
+		var m struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(ev.Data, &m) == nil && m.ID == t.messageID {
+			t.serving = t.current
+		}
+	case eventlog.TypeInboxSpliced:
+		var s agentloop.Splice
+		return t.serving == 0 && json.Unmarshal(ev.Data, &s) == nil && s.Outcome == agentloop.OutcomeCanceled
+	}
+	return false
+}
+
+type cancelRequest struct {
+	KeepInbox bool `json:"keepInbox"`
+}
+
+type cancelResponse struct {
+	Cancelled bool `json:"cancelled"`
+}
+
+// handleSessionCancel cancels the session's running turn (LOOP-7): 200 {cancelled}. cancelled is
+// false for an idle session, where cancel does nothing.
+func (rs sessionResource) handleSessionCancel(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "session")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req cancelRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	done, err := rs.s.cfg.Turns.Cancel(r.Context(), tenantID(r), id, req.KeepInbox)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, cancelResponse{Cancelled: done})
+}
+
+type promptResponse struct {
+	System string           `json:"system"`
+	Tools  []llm.ToolSchema `json:"tools"`
+}
+
+// handleSessionPrompt answers the system prompt and wire tools the session's model would get now.
+func (rs sessionResource) handleSessionPrompt(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "session")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	sess, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if sess.PresetID == nil {
+		writeProblem(w, CodeNoPreset, "the session has no preset to assemble a prompt from")
+		return
+	}
+	system, tools, err := rs.s.cfg.Prompts.Prompt(r.Context(), tenantID(r), sess)
+	var (
+		ae *promptasm.AssemblyError
+		le *llm.Error
+	)
+	if errors.As(err, &ae) || errors.As(err, &le) {
+		writeProblem(w, CodePromptFailed, err.Error())
+		return
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if tools == nil {
+		tools = []llm.ToolSchema{}
+	}
+	writeJSON(w, http.StatusOK, promptResponse{System: system, Tools: tools})
+}
+
+// handleToolList answers the catalogue of built-in tools.
+func (s *Server) handleToolList(w http.ResponseWriter, r *http.Request) {
+	items, err := s.cfg.Prompts.Tools()
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if items == nil {
+		items = []registry.CatalogueItem{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+}

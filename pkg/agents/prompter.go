@@ -1,0 +1,60 @@
+package agents
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/tools/demo"
+	"github.com/dshd/dshd/pkg/tools/todo"
+)
+
+// BuiltinTools returns the tools every agent may use: todo_write, plus the demo pack (echo,
+// sleep) when withDemo is set.
+func BuiltinTools(withDemo bool) ([]*registry.Tool, error) {
+	td, err := todo.Tool()
+	if err != nil {
+		return nil, err
+	}
+	tools := []*registry.Tool{td}
+	if withDemo {
+		d, err := demo.Tools()
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, d...)
+	}
+	return tools, nil
+}
+
+// Prompter answers what a stored session's agent would send the model, reading the session's
+// pinned preset version.
+type Prompter struct {
+	Agents  *Agents
+	Presets *preset.Store
+}
+
+// Prompt returns the system prompt and wire tools of the session's next model request. An assembly
+// failure is a *promptasm.AssemblyError; a model provider that cannot be used is an *llm.Error.
+func (p Prompter) Prompt(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session) (string, []llm.ToolSchema, error) {
+	if sess.PresetID == nil {
+		return "", nil, fmt.Errorf("agents: session %s has no preset", sess.ID)
+	}
+	pv, err := p.Presets.PresetVersionGet(ctx, tenantID, *sess.PresetID, sess.PresetVersion)
+	if err != nil {
+		return "", nil, err
+	}
+	res, err := p.Agents.Prompt(ctx, Session{ID: sess.ID, Preset: pv})
+	if err != nil {
+		return "", nil, err
+	}
+	return res.System, res.Tools, nil
+}
+
+// Tools returns the catalogue of built-in tools.
+func (p Prompter) Tools() ([]registry.CatalogueItem, error) { return p.Agents.Registry().Catalogue() }
