@@ -86,7 +86,8 @@ func TestREADMEExamples(t *testing.T) {
 		`{"status":"ok"}`, `{"status":"ready"}`, "dshd_http_requests_total", "openapi: 3.1.0", "<title>dshd</title>",
 		`"name":"acme","apiKey":"dshd_`, `"version":2`, `"mode":"both"`, `"presetVersion":2`, `{"messages":[]}`,
 		`"type":"session/end-seed"`, "event: session/end-seed", `"code":"unauthorized"`, `"code":"invalid_request"`,
-		"204\n204\n",
+		"204\n204\n", "event: turn/end", "Done after 1 steps and 4 tool results.", `"messageId":`,
+		`"cancelled":`, `"system":"You are an AI agent running on dshd.`, `"name":"todo_write"`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("README examples output lacks %q", want)

@@ -22,6 +22,7 @@ func newTestMain(t *testing.T) *Main {
 	m.Config.DatabaseURL = pgtest.URL(t)
 	m.Config.Addr = "127.0.0.1:0"
 	m.Config.AdminToken = "admin"
+	m.Config.DemoTools = true
 	if err := m.Run(context.Background()); err != nil {
 		m.Close()
 		t.Fatal(err)
