@@ -50,13 +50,8 @@ type messageResponse struct {
 // message's splice until the turn that serves the message ends. An Idempotency-Key makes a retry
 // return the original answer; the same key with another request answers 409.
 func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "session")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
 	var req messageRequest
-	if err = decodeJSON(r, &req); err != nil {
+	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -74,15 +69,11 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		writeProblem(w, CodeInvalidRequest, `mode must be "followup", "steer" or "inject"`)
 		return
 	}
-	sess, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id)
-	if err != nil {
-		writeError(w, r, err)
+	sess, ok := rs.runnable(w, r)
+	if !ok {
 		return
 	}
-	if sess.PresetID == nil {
-		writeProblem(w, CodeNoPreset, "the session has no preset to run its turns")
-		return
-	}
+	id := sess.ID
 	var idem *worker.Idempotency
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		if len(key) > 255 {
@@ -144,6 +135,24 @@ func (t *turnWatch) observe(ev eventlog.Event) (last bool) {
 	return false
 }
 
+// runnable reads the {id} session of the request's tenant and checks that it has a preset to run;
+// otherwise it answers the problem and returns false.
+func (rs sessionResource) runnable(w http.ResponseWriter, r *http.Request) (eventlog.Session, bool) {
+	id, err := rs.sessionID(r)
+	if err == nil {
+		var sess eventlog.Session
+		if sess, err = rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id); err == nil {
+			if sess.PresetID == nil {
+				writeProblem(w, CodeNoPreset, "the session has no preset to run")
+				return sess, false
+			}
+			return sess, true
+		}
+	}
+	writeError(w, r, err)
+	return eventlog.Session{}, false
+}
+
 type cancelRequest struct {
 	KeepInbox bool `json:"keepInbox"`
 }
@@ -155,7 +164,7 @@ type cancelResponse struct {
 // handleSessionCancel cancels the session's running turn (LOOP-7): 200 {cancelled}. cancelled is
 // false for an idle session, where cancel does nothing.
 func (rs sessionResource) handleSessionCancel(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "session")
+	id, err := rs.sessionID(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -182,18 +191,8 @@ type promptResponse struct {
 
 // handleSessionPrompt answers the system prompt and wire tools the session's model would get now.
 func (rs sessionResource) handleSessionPrompt(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "session")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	sess, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if sess.PresetID == nil {
-		writeProblem(w, CodeNoPreset, "the session has no preset to assemble a prompt from")
+	sess, ok := rs.runnable(w, r)
+	if !ok {
 		return
 	}
 	system, tools, err := rs.s.cfg.Prompts.Prompt(r.Context(), tenantID(r), sess)
