@@ -21,6 +21,7 @@ type turnWorker struct {
 	river.WorkerDefaults[TurnArgs]
 	s       *Service
 	running *running
+	cache   *runnerCache
 }
 
 // Work takes the session's lease or snoozes until the holder's lease runs out, then serves.
@@ -61,6 +62,13 @@ func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) err
 	}
 	j.Open()
 	defer j.Close()
+	// A runner whose serve failed may hold staged events that were never written: it is not kept.
+	keep := false
+	defer func() {
+		if keep {
+			w.cache.put(a.SessionID, r, j)
+		}
+	}()
 	w.running.add(a.SessionID, r)
 	defer w.running.remove(a.SessionID, r)
 	var wg sync.WaitGroup
@@ -84,14 +92,21 @@ func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) err
 			return err
 		}
 		if released || ctx.Err() != nil {
+			keep = released
 			return nil
 		}
 		// A followup arrived after the last turn: serve it with the lease still held.
 	}
 }
 
-// runner builds the session's runner from its pinned preset version.
+// runner returns the session's runner: the one this replica kept from the session's last job
+// (its view of the log is caught up by Serve, the log being append-only), or a new one built from
+// the session's pinned preset version.
 func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, error) {
+	if r, j, ok := w.cache.take(a.SessionID); ok {
+		j.Owner = owner
+		return r, j, nil
+	}
 	cfg := w.s.cfg
 	sess, err := cfg.Store.SessionGet(ctx, a.TenantID, a.SessionID)
 	if err != nil {
@@ -204,4 +219,51 @@ func (rn *running) interruptAll(c agentloop.Cause) {
 	for _, r := range rn.m {
 		r.Interrupt(c)
 	}
+}
+
+// runnerCache keeps the runners of recently served sessions, so the next job of a session starts
+// from the runner's view of the log instead of reading the whole log again. A runner is taken out
+// while it serves (one serve per session at a time, by the lease) and put back only after a clean
+// release. The least recently kept runner is dropped beyond max.
+type runnerCache struct {
+	mu    sync.Mutex
+	max   int
+	tick  uint64
+	items map[uuid.UUID]cachedRunner
+}
+
+type cachedRunner struct {
+	r    *agentloop.Runner
+	j    *agentloop.StoreJournal
+	used uint64
+}
+
+func newRunnerCache(max int) *runnerCache {
+	return &runnerCache{max: max, items: map[uuid.UUID]cachedRunner{}}
+}
+
+func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it, ok := c.items[id]
+	delete(c.items, id)
+	return it.r, it.j, ok
+}
+
+func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJournal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tick++
+	c.items[id] = cachedRunner{r: r, j: j, used: c.tick}
+	if len(c.items) <= c.max {
+		return
+	}
+	var oldest uuid.UUID
+	min := ^uint64(0)
+	for k, it := range c.items {
+		if it.used < min {
+			oldest, min = k, it.used
+		}
+	}
+	delete(c.items, oldest)
 }

@@ -72,6 +72,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// FetchCooldown is River's minimum pause between job fetches. Default 2ms.
 	FetchCooldown time.Duration
+	// CachedRunners is how many idle sessions' runners this replica keeps warm, so that a
+	// session's next turn does not read its whole log again. Default 1000.
+	CachedRunners int
 	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
 	InsertOnly bool
 	Logger     *slog.Logger
@@ -89,6 +92,9 @@ func (c *Config) defaults() {
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 5 * time.Second
+	}
+	if c.CachedRunners <= 0 {
+		c.CachedRunners = 1000
 	}
 	if c.FetchCooldown <= 0 {
 		c.FetchCooldown = 2 * time.Millisecond
@@ -112,7 +118,7 @@ type Service struct {
 func New(cfg Config) (*Service, error) {
 	cfg.defaults()
 	s := &Service{cfg: cfg}
-	s.turns = &turnWorker{s: s, running: newRunning()}
+	s.turns = &turnWorker{s: s, running: newRunning(), cache: newRunnerCache(cfg.CachedRunners)}
 	rc := &river.Config{
 		Logger:        cfg.Logger.With("component", "river"),
 		JobTimeout:    -1, // a turn runs as long as it needs; leases detect dead workers
