@@ -206,6 +206,11 @@ func (a *Agents) setup(key string, p preset.Body) error {
 			return err
 		}
 	}
+	if len(p.Approval.Ask) > 0 {
+		if err := a.askFor(f, p.Approval.Ask); err != nil {
+			return err
+		}
+	}
 	if p.Prompt.Persona != "" {
 		if _, err := a.prompt.Section(key, promptasm.Section{Name: "deployment:persona", Order: 0, Text: p.Prompt.Persona}); err != nil {
 			return err
@@ -227,6 +232,24 @@ func (a *Agents) setup(key string, p preset.Body) error {
 		}
 	}
 	return nil
+}
+
+// askFor makes calls of the named tools, in the preset's scope, ask for approval (PIPE-4). Until
+// durable approvals are mounted, an ask is denied by the pipeline (APR-1: `tool "<n>" requires
+// approval (not yet supported)`), so a tool the preset guards never runs unapproved.
+func (a *Agents) askFor(f *kernel.Fiber, tools []string) error {
+	ask := map[string]bool{}
+	for _, t := range tools {
+		ask[t] = true
+	}
+	_, err := kernel.Listen(f, a.reg.Hooks.PreExecute, kernel.WaterfallFunc[*registry.Execution, registry.Decision](
+		func(ctx context.Context, e *registry.Execution, next func(context.Context) (registry.Decision, error)) (registry.Decision, error) {
+			if ask[e.Name] {
+				return registry.Ask(""), nil
+			}
+			return next(ctx)
+		}))
+	return err
 }
 
 // failing returns a prompt registry whose assembly fails with the setup error of sc.

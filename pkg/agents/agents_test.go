@@ -1,0 +1,137 @@
+package agents_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/preset"
+)
+
+func newAgents(t *testing.T) *agents.Agents {
+	t.Helper()
+	tools, err := agents.BuiltinTools(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agents.New(agents.Config{Tools: tools, Loop: agentloop.Config{RetryBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func presetOf(t *testing.T, body string) preset.Preset {
+	t.Helper()
+	var b preset.Body
+	if err := json.Unmarshal([]byte(body), &b); err != nil {
+		t.Fatal(err)
+	}
+	b.Normalize()
+	return preset.Preset{ID: uuid.New(), Version: 1, Body: b}
+}
+
+// run serves one message through the agent of p on an in-memory log and returns the log.
+func run(t *testing.T, a *agents.Agents, p preset.Preset, text string) []eventlog.Event {
+	t.Helper()
+	cfg, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := agentloop.NewMemJournal(nil)
+	_, err = j.Append(context.Background(), func(h agentloop.Head) ([]eventlog.NewEvent, error) {
+		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced,
+			Data: agentloop.Insertion(agentloop.TargetNextTurn, 0, llm.NewUserMessage("u1", text))}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agentloop.NewRunner(cfg, j).Serve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return j.Events()
+}
+
+func find(evs []eventlog.Event, typ string) []string {
+	var out []string
+	for _, ev := range evs {
+		if ev.Type == typ {
+			out = append(out, string(ev.Data))
+		}
+	}
+	return out
+}
+
+func TestPresetAskGuardsToolUntilApprovalsExist(t *testing.T) {
+	t.Parallel()
+	a := newAgents(t)
+	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"},"approval":{"ask":["sleep"]}}`)
+	evs := run(t, a, p, `tool:sleep args:{"ms":1,"text":"z"}`)
+	res := find(evs, eventlog.TypeToolResult)
+	if len(res) != 1 || !strings.Contains(res[0], `Error: tool \"sleep\" requires approval (not yet supported)`) {
+		t.Fatalf("results %v", res)
+	}
+	// Other tools and other presets are not affected.
+	if res := find(run(t, a, p, "tools:1"), eventlog.TypeToolResult); strings.Contains(res[0], "isError\":true") {
+		t.Fatalf("echo was guarded: %v", res)
+	}
+	free := presetOf(t, `{"name":"q","model":{"provider":"scripted","model":"m"}}`)
+	if res := find(run(t, a, free, `tool:sleep args:{"ms":1,"text":"z"}`), eventlog.TypeToolResult); strings.Contains(res[0], "isError\":true") {
+		t.Fatalf("sleep was guarded in another preset: %v", res)
+	}
+}
+
+func TestPresetRestrictsToolsAndRendersPrompt(t *testing.T) {
+	t.Parallel()
+	a := newAgents(t)
+	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"},
+		"tools":{"allow":["echo","todo_write"],"toolOrder":["todo_write","<unlisted-tools>"]},
+		"prompt":{"persona":"Persona for {{team}} on {{model}}.","sections":[{"name":"rules","order":5,"text":"Rule."}],
+		"variables":{"team":"core"}}}`)
+	res, err := a.Prompt(context.Background(), agents.Session{ID: uuid.New(), Preset: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.System, "Persona for core on m.\n\nRule.") {
+		t.Fatalf("system %q", res.System)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	if strings.Join(names, ",") != "todo_write,echo" {
+		t.Fatalf("tools %v", names)
+	}
+	// A call to a restricted-away tool is an unknown tool (SCP-6).
+	out := find(run(t, a, p, `tool:sleep args:{"ms":1}`), eventlog.TypeToolResult)
+	if len(out) != 1 || !strings.Contains(out[0], `unknown tool \"sleep\"`) {
+		t.Fatalf("results %v", out)
+	}
+}
+
+func TestPresetSetupFailureEndsTurnsWithTheError(t *testing.T) {
+	t.Parallel()
+	a := newAgents(t)
+	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"},"tools":{"allow":["ghost"]}}`)
+	ends := find(run(t, a, p, "text"), eventlog.TypeTurnEnd)
+	if len(ends) != 1 || !strings.Contains(ends[0], `"code":"PROMPT_ASSEMBLY"`) || !strings.Contains(ends[0], "ghost") {
+		t.Fatalf("turn/end %v", ends)
+	}
+}
+
+func TestModelHostsGuardBaseURL(t *testing.T) {
+	t.Parallel()
+	a := newAgents(t)
+	p := presetOf(t, `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"http://169.254.169.254/v1"}}`)
+	if _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
+		t.Fatalf("err %v, want NO_ADAPTER", err)
+	}
+}
