@@ -406,3 +406,23 @@ func TestPRM8_AssemblyFailureEndsTurnWithoutStep(t *testing.T) {
 	}
 	h.checkInvariants()
 }
+
+func TestLOOP7_CancelBetweenTurnsOpensNoEmptyTurn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	r := NewRunner(h.cfg, h.j)
+	h.post(TargetNextTurn, "text")
+	if _, err := r.Serve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A followup arrives and is cancelled before the runner wakes again.
+	h.post(TargetNextTurn, "text")
+	h.cancel(Cause{Kind: "user"}, false)
+	reasons, err := r.Serve(context.Background())
+	if err != nil || len(reasons) != 0 {
+		t.Fatalf("served %+v %v; want no turn", reasons, err)
+	}
+	if n := len(h.ofType(eventlog.TypeTurnStart)); n != 1 {
+		t.Fatalf("%d turns", n)
+	}
+}

@@ -164,7 +164,15 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		return nil, err
 	}
 	var reasons []Reason
-	for r.Pending() && ctx.Err() == nil {
+	for ctx.Err() == nil {
+		// Fold what others appended since (a cancel may have cleared the inbox) before deciding
+		// to open a turn.
+		if err := r.w.catchUp(ctx); err != nil {
+			return reasons, err
+		}
+		if !r.Pending() {
+			break
+		}
 		reason, err := r.RunTurn(ctx)
 		if err != nil {
 			return reasons, err
