@@ -45,6 +45,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxTurns (DSHD_MAX_TURNS) is how many turns this replica runs at once. Default 100.
 	MaxTurns int
+	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
+	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
+	// profile.
+	CPUProfile string
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -64,6 +68,7 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		AdminToken:     getenv("DSHD_ADMIN_TOKEN"),
 		ModelHosts:     splitList(env("DSHD_MODEL_HOSTS", "api.deepseek.com")),
 		DeepSeekAPIKey: getenv("DEEPSEEK_API_KEY"),
+		CPUProfile:     strings.TrimSpace(getenv("DSHD_CPU_PROFILE")),
 	}
 	var err error
 	if c.DemoTools, err = parseBool("DSHD_DEMO_TOOLS", env("DSHD_DEMO_TOOLS", "0")); err != nil {

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/dshd/dshd/migrations"
@@ -59,6 +60,13 @@ func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer)
 	}
 	m.Config = cfg
 	m.Logger = newLogger(stderr, cfg.LogLevel)
+	if cfg.CPUProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 	if err := m.Run(ctx); err != nil {
 		m.Close()
 		return err
@@ -81,6 +89,19 @@ func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Write
 	}
 	logger.Info("migrations applied", slog.Any("versions", applied))
 	return nil
+}
+
+// startCPUProfile writes a CPU profile to path until the returned function is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("DSHD_CPU_PROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("DSHD_CPU_PROFILE: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func newLogger(w io.Writer, level slog.Level) *slog.Logger {
