@@ -7,20 +7,23 @@ import (
 	"os"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Report is everything one run measured.
 type Report struct {
-	Script       string    `json:"script"`
-	Sessions     int       `json:"sessions"`
-	SessionTurns int       `json:"sessionTurns"`
-	Durability   string    `json:"durability"`
-	Ceiling1     *Ceiling  `json:"ceiling1,omitempty"`
-	CeilingK     *Ceiling  `json:"ceilingK,omitempty"`
-	InProcess1   *Phase    `json:"inProcess1,omitempty"`
-	InProcessN   *Phase    `json:"inProcessN,omitempty"`
-	HTTP         Phase     `json:"http"`
-	CPU          CPUReport `json:"cpu"`
+	Script       string     `json:"script"`
+	Sessions     int        `json:"sessions"`
+	SessionTurns int        `json:"sessionTurns"`
+	Durability   string     `json:"durability"`
+	Ceiling1     *Ceiling   `json:"ceiling1,omitempty"`
+	CeilingK     *Ceiling   `json:"ceilingK,omitempty"`
+	InProcess1   *Phase     `json:"inProcess1,omitempty"`
+	InProcessN   *Phase     `json:"inProcessN,omitempty"`
+	HTTP         Phase      `json:"http"`
+	CPU          CPUReport  `json:"cpu"`
+	DB           *DBPerTurn `json:"dbPerTurn,omitempty"`
 	// Ratio is the mean HTTP+SSE turn time over the mean in-process turn time at the same
 	// concurrency; Ratio1 compares with the in-process loop running alone.
 	Ratio  float64 `json:"ratio,omitempty"`
@@ -103,22 +106,33 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var statConn *pgx.Conn
+	if e.databaseURL != "" {
+		if statConn, err = pgx.Connect(ctx, e.databaseURL); err != nil {
+			return nil, err
+		}
+		defer statConn.Close(context.WithoutCancel(ctx))
+	}
 	var before, after cpuSample
+	var dbBefore, dbAfter dbSample
 	n := 0
 	progress("HTTP+SSE load: %d session(s), script %q", o.sessions, o.script)
 	rep.HTTP, err = httpLoad(ctx, loadConfig{Client: c, PresetID: presetID, Script: o.script, Sessions: o.sessions,
 		Duration: o.duration, Turns: o.turns, Warmup: o.warmup, SessionTurns: o.sessionTurns,
 		Sample: func() {
 			if n++; n == 1 {
-				before = sampleCPU(e)
+				dbBefore, before = sampleDB(ctx, statConn), sampleCPU(e)
 			} else {
 				after = sampleCPU(e)
+				time.Sleep(1100 * time.Millisecond) // backends flush their statistics about once a second
+				dbAfter = sampleDB(ctx, statConn)
 			}
 		}})
 	if err != nil {
 		return nil, err
 	}
 	rep.CPU = cpuPerTurn(before, after, rep.HTTP.Turns, e)
+	rep.DB = dbPerTurn(dbBefore, dbAfter, rep.HTTP.Turns)
 	if rep.InProcessN != nil && rep.InProcessN.Latency.Mean > 0 {
 		rep.Ratio = float64(rep.HTTP.Latency.Mean) / float64(rep.InProcessN.Latency.Mean)
 	}
@@ -191,6 +205,10 @@ func (r *Report) print(w io.Writer) {
 	c := r.CPU
 	fmt.Fprintf(w, "CPU per turn: server %s, postgres %s, loadgen+mock %s; machine busy %.0f%% of %d cores\n",
 		msOrNA(c.ServerPerTurn), msOrNA(c.PostgresPerTurn), ms(c.LoadgenPerTurn), 100*c.MachineBusy, c.Cores)
+	if d := r.DB; d != nil {
+		fmt.Fprintf(w, "PostgreSQL per turn: %.1f commits (%.1f per step), %.1f rollbacks, %.0f rows inserted, %.1f WAL flushes, %.0f KiB WAL\n",
+			d.Commits, d.Commits/max(r.HTTP.StepsPerTurn, 1), d.Rollbacks, d.Inserted, d.WALSyncs, d.WALBytes/1024)
+	}
 	for _, ce := range []*Ceiling{r.Ceiling1, r.CeilingK} {
 		if ce != nil {
 			fmt.Fprintf(w, "PostgreSQL insert ceiling, %d conn(s): %.0f single-row commits/s (%s per commit per connection)\n",
