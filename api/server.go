@@ -57,6 +57,9 @@ type Config struct {
 	StreamWriteTimeout time.Duration
 	// StreamPage is how many events an SSE stream reads from the database at a time. Default 500.
 	StreamPage int
+	// StreamTailBuffer is how many recent events of a followed session a replica keeps for its
+	// streams to share (tail.go). Default 2048.
+	StreamTailBuffer int
 }
 
 func (c *Config) defaults() {
@@ -75,6 +78,9 @@ func (c *Config) defaults() {
 	if c.StreamPage <= 0 {
 		c.StreamPage = 500
 	}
+	if c.StreamTailBuffer <= 0 {
+		c.StreamTailBuffer = 2048
+	}
 }
 
 // Server is the HTTP handler of dshd. It is safe for concurrent use.
@@ -85,12 +91,15 @@ type Server struct {
 	router    chi.Router
 	done      chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
+	tails     *tails // shared per-session readers of SSE streams
 }
 
 // New returns a server with cfg's dependencies.
 func New(cfg Config) *Server {
 	cfg.defaults()
-	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{})}
+	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{}),
+		tails: &tails{log: cfg.Log, hub: cfg.Hub, heartbeat: cfg.Heartbeat, page: cfg.StreamPage,
+			keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}}}
 	s.router = s.routes()
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,10 +19,11 @@ import (
 // stream serves the session's log as server-sent events: every event with seq > q.after, in
 // order, then live. Frames are `id: <seq>`, `event: <type>`, `data: <event JSON>`.
 //
-// The stream reads the database, never a process's memory: it backfills in pages, then waits for
-// a hub wake-up (or the heartbeat, which doubles as a poll) and re-reads the rows after its
-// cursor. Because the subscription is taken before the first read, no commit can fall between
-// the read and the wait. A client that reads slowly only delays its own handler; one that stops
+// The stream reads the database, never a process's memory of another replica: it backfills in
+// pages, then follows the session's shared tail on this replica (tail.go), which reads each new
+// row once after a hub wake-up (or its heartbeat, which doubles as a poll). The tail is acquired
+// before the first read and starts from the session's last seq at that moment, so no commit can
+// fall between the backfill and the tail. A client that reads slowly only delays its own handler; one that stops
 // reading for StreamWriteTimeout is disconnected and resumes with Last-Event-ID. The stream ends
 // cleanly when the client goes away, the session is deleted, or the server closes (Close).
 //
@@ -30,12 +32,13 @@ import (
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool) {
 	ctx := r.Context()
 	tenant := tenantID(r)
-	if _, err := s.cfg.Log.SessionGet(ctx, tenant, id); err != nil {
+	sess, err := s.cfg.Log.SessionGet(ctx, tenant, id)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	wake, cancel := s.cfg.Hub.Subscribe(id)
-	defer cancel()
+	t := s.tails.acquire(tenant, id, sess.LastSeq)
+	defer s.tails.release(t)
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -56,23 +59,44 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	defer heartbeat.Stop()
 	cursor := q.after
 	for {
-		var (
-			err  error
-			done bool
-		)
-		if cursor, done, err = s.backfill(ctx, st, tenant, id, cursor, q.types, until); err != nil {
+		evs, frames, ok, changed, err := t.since(cursor)
+		if err != nil {
 			s.streamEnded(r, err)
 			return
 		}
-		if done {
-			return
+		if !ok {
+			// Behind the shared buffer: read the database up to its end, which is at least the
+			// tail's last seq read before (so a type filter that matched nothing skips it).
+			lastBefore := t.lastSeq()
+			var done bool
+			if cursor, done, err = s.backfill(ctx, st, tenant, id, cursor, q.types, until); err != nil {
+				s.streamEnded(r, err)
+				return
+			}
+			if done {
+				return
+			}
+			cursor = max(cursor, lastBefore)
+			continue
+		}
+		if len(evs) > 0 {
+			done, err := st.send(evs, frames, q.types, until)
+			if err != nil {
+				s.streamEnded(r, err)
+				return
+			}
+			if done {
+				return
+			}
+			cursor = evs[len(evs)-1].Seq
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.done:
 			return
-		case <-wake:
+		case <-changed:
 		case <-heartbeat.C:
 			if err := st.comment("heartbeat"); err != nil {
 				s.streamEnded(r, err)
@@ -137,26 +161,62 @@ type sseWriter struct {
 	buf     bytes.Buffer
 }
 
+// send writes the events that pass the type filter, up to and including the first for which
+// until is true (done then reports it). frames, when not nil, are the events' encoded frames
+// (shared by the streams of a tail, so each event is encoded once per replica).
+func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string, until func(eventlog.Event) bool) (done bool, err error) {
+	st.buf.Reset()
+	for i, ev := range evs {
+		if len(types) == 0 || slices.Contains(types, ev.Type) {
+			if frames != nil && frames[i] != nil {
+				st.buf.Write(frames[i])
+			} else if err := appendFrame(&st.buf, ev); err != nil {
+				return false, err
+			}
+		}
+		if until != nil && until(ev) {
+			done = true
+			break
+		}
+	}
+	if st.buf.Len() == 0 {
+		return done, nil
+	}
+	return done, st.write()
+}
+
 // events writes one frame per event and flushes them together.
 func (st *sseWriter) events(evs []eventlog.Event) error {
-	st.buf.Reset()
-	for _, ev := range evs {
-		data, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		st.buf.WriteString("id: ")
-		st.buf.WriteString(strconv.FormatInt(ev.Seq, 10))
-		st.buf.WriteString("\nevent: ")
-		st.buf.WriteString(ev.Type)
-		// Marshalled JSON holds no raw newline; splitting keeps the frame valid regardless.
-		for line := range bytes.SplitSeq(data, []byte("\n")) {
-			st.buf.WriteString("\ndata: ")
-			st.buf.Write(line)
-		}
-		st.buf.WriteString("\n\n")
+	_, err := st.send(evs, nil, nil, nil)
+	return err
+}
+
+// appendFrame writes the SSE frame of ev: `id: <seq>`, `event: <type>`, `data: <event JSON>`.
+func appendFrame(buf *bytes.Buffer, ev eventlog.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
 	}
-	return st.write()
+	buf.WriteString("id: ")
+	buf.WriteString(strconv.FormatInt(ev.Seq, 10))
+	buf.WriteString("\nevent: ")
+	buf.WriteString(ev.Type)
+	// Marshalled JSON holds no raw newline; splitting keeps the frame valid regardless.
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		buf.WriteString("\ndata: ")
+		buf.Write(line)
+	}
+	buf.WriteString("\n\n")
+	return nil
+}
+
+// encodeFrame returns the SSE frame of ev, or nil when it cannot be encoded.
+func encodeFrame(ev eventlog.Event) []byte {
+	var b bytes.Buffer
+	if appendFrame(&b, ev) != nil {
+		return nil
+	}
+	return b.Bytes()
 }
 
 // comment writes an SSE comment line, which clients ignore and proxies see as traffic.

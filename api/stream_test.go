@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/pkg/eventlog"
 )
 
 // frame is one parsed SSE frame: a comment, or an event with id, type and data.
@@ -224,4 +225,35 @@ func TestStreamSlowClientSlowsOnlyItself(t *testing.T) {
 // streamURL is the events URL of session sid on replica r.
 func streamURL(r *replica, sid uuid.UUID) string {
 	return r.url + "/v1/sessions/" + sid.String() + "/events"
+}
+
+// TestStreamSharedTailTrimmed follows a session with several streams through a shared tail that
+// keeps only 4 events while events arrive in bursts: streams that fall behind the tail read the
+// database, and every stream still gets every event once, in order.
+func TestStreamSharedTailTrimmed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.StreamTailBuffer = 4 })
+	sid := e.sessionCreate(t, e.keyA)
+	e.appendEvents(sid, turnStart(1), stepStart(1, 1))
+	streams := []*rawStream{}
+	for range 3 {
+		streams = append(streams, openStream(t, streamURL(e.replica, sid), e.keyA))
+	}
+	const bursts, per = 10, 7
+	for b := range bursts {
+		var evs []eventlog.NewEvent
+		for i := range per {
+			evs = append(evs, chunk(1, 1, fmt.Sprintf("%d.%d", b, i)))
+		}
+		e.appendEvents(sid, evs...)
+	}
+	total := 2 + bursts*per
+	for i, s := range streams {
+		for seq := range total {
+			f := s.next(t)
+			if f.id != strconv.Itoa(seq) {
+				t.Fatalf("stream %d: frame %s, want seq %d", i, f.id, seq)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -210,7 +211,22 @@ func TestLOOP7_CancelOverHTTPInterruptsStream(t *testing.T) {
 	if !interrupted {
 		t.Fatalf("no interrupted assistant message in %v", types(evs))
 	}
-	// Cancel on an idle session does nothing.
+	// Cancel on an idle session does nothing. The worker releases the session's lease just after
+	// the turn's end; wait for that.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := e.log.SessionHead(t.Context(), e.tenantA, uuid.MustParse(sid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Owner == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not released after the turn")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	e.do(t, "POST", "/v1/sessions/"+sid+"/cancel", e.keyA, nil).want(t, 200).json(t, &res)
 	if res.Cancelled {
 		t.Fatal("cancel of an idle session reported a cancel")
