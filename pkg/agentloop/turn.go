@@ -108,6 +108,15 @@ func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Resu
 	for _, m := range msgs {
 		r.w.stage(staged{typ: eventlog.TypeUserMessage, data: m, surface: true})
 	}
+	if len(msgs) > 0 {
+		// The claim that took these messages from the inbox is committed; entering them must be
+		// too before the model call, which may wait long for its first byte: a replica that dies
+		// meanwhile would otherwise leave a turn whose messages left the inbox but were never
+		// entered, and crash repair cannot bring them back. A cancel must not fail the write.
+		if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
+			return nil, r.logErr(err)
+		}
+	}
 	defer func() {
 		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: stepData{Turn: turn, Step: step}})
 	}()
