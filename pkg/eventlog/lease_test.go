@@ -1,0 +1,49 @@
+package eventlog_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+)
+
+// TestLeaseReleaseKeptWhileInboxHoldsMessages: the release keeps the lease while a message waits
+// in either inbox list, so the runner serves it; a steer (next-step) appended after the runner's
+// last step counts like a followup (its wake job is snoozed behind the lease and would otherwise
+// wait a whole TTL).
+func TestLeaseReleaseKeptWhileInboxHoldsMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, target := range []string{"next-turn", "next-step"} {
+		t.Run(target, func(t *testing.T) {
+			t.Parallel()
+			st, _, tenant := newStore(t, eventlog.StoreConfig{})
+			sess := newSession(t, st, tenant)
+			owner := uuid.New()
+			if ok, _, err := st.LeaseAcquire(ctx, tenant, sess.ID, owner, time.Minute); err != nil || !ok {
+				t.Fatalf("acquire: %v %v", ok, err)
+			}
+			insertion := ne("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "inserted": []any{userMsg("m1", "hi")}})
+			if _, err := st.EventAppend(ctx, tenant, sess.ID, insertion); err != nil {
+				t.Fatal(err)
+			}
+			released, err := st.LeaseRelease(ctx, tenant, sess.ID, owner)
+			if err != nil || released {
+				t.Fatalf("release with a %s message waiting: released %v, %v", target, released, err)
+			}
+			if h, err := st.SessionHead(ctx, tenant, sess.ID); err != nil || h.Owner == nil || *h.Owner != owner {
+				t.Fatalf("head after a refused release: %+v, %v", h, err)
+			}
+			removal := ne("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "removedCount": 1, "inserted": []any{}})
+			if _, err := st.EventAppend(ctx, tenant, sess.ID, removal); err != nil {
+				t.Fatal(err)
+			}
+			if released, err := st.LeaseRelease(ctx, tenant, sess.ID, owner); err != nil || !released {
+				t.Fatalf("release with an empty inbox: released %v, %v", released, err)
+			}
+		})
+	}
+}
