@@ -21,9 +21,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // binaries are cmd/server and cmd/mockllm, built once per test process (plain builds, without
 // -race, so that they start and run at production speed).
 var binaries struct {
-	once           sync.Once
-	server, mockll string
-	err            error
+	once            sync.Once
+	server, mockllm string
+	err             error
 }
 
 // binDirPrefix names the directories the binaries are built into: the prefix, then the test
@@ -52,13 +52,13 @@ func buildBinaries(t *testing.T) (server, mockllm string) {
 			binaries.err = fmt.Errorf("go build: %v\n%s", err, out)
 			return
 		}
-		binaries.server, binaries.mockll = filepath.Join(dir, "server"), filepath.Join(dir, "mockllm")
+		binaries.server, binaries.mockllm = filepath.Join(dir, "server"), filepath.Join(dir, "mockllm")
 		t.Logf("built the server and mockllm in %v", time.Since(start).Round(time.Millisecond))
 	})
 	if binaries.err != nil {
 		t.Fatal(binaries.err)
 	}
-	return binaries.server, binaries.mockll
+	return binaries.server, binaries.mockllm
 }
 
 // removeStaleBinDirs removes the binary directories of test processes that no longer run.
