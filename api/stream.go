@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -192,7 +193,60 @@ func (st *sseWriter) events(evs []eventlog.Event) error {
 }
 
 // appendFrame writes the SSE frame of ev: `id: <seq>`, `event: <type>`, `data: <event JSON>`.
+// The event JSON is written directly: its data comes from the log, where it was stored as
+// validated compact JSON, so it needs no second pass (encoding/json would re-scan it).
 func appendFrame(buf *bytes.Buffer, ev eventlog.Event) error {
+	// A raw newline would split the frame: only data that is not compact JSON can hold one.
+	if bytes.IndexByte(ev.Data, '\n') >= 0 || strings.ContainsAny(ev.Type, "\r\n") {
+		return appendFrameSlow(buf, ev)
+	}
+	typ, err := json.Marshal(ev.Type)
+	if err != nil {
+		return err
+	}
+	data := ev.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	var b []byte
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, ev.Seq, 10)
+	b = append(b, "\nevent: "...)
+	b = append(b, ev.Type...)
+	b = append(b, "\ndata: {\"type\":"...)
+	b = append(b, typ...)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, ev.Seq, 10)
+	b = append(b, `,"time":`...)
+	b = strconv.AppendInt(b, ev.Time, 10)
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	if ev.SurfaceOp != nil {
+		op, _ := ev.SurfaceOp.MarshalJSON()
+		b = append(b, `,"surfaceOp":`...)
+		b = append(b, op...)
+	}
+	if ev.SourceEventSeqs != nil {
+		b = append(b, `,"sourceEventSeqs":[`...)
+		for i, seq := range ev.SourceEventSeqs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, seq, 10)
+		}
+		b = append(b, ']')
+	}
+	if ev.Ignorable {
+		b = append(b, `,"ignorable":true`...)
+	}
+	b = append(b, "}\n\n"...)
+	buf.Write(b)
+	return nil
+}
+
+// appendFrameSlow writes a frame through encoding/json, splitting lines, for data that is not
+// compact.
+func appendFrameSlow(buf *bytes.Buffer, ev eventlog.Event) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
@@ -201,7 +255,6 @@ func appendFrame(buf *bytes.Buffer, ev eventlog.Event) error {
 	buf.WriteString(strconv.FormatInt(ev.Seq, 10))
 	buf.WriteString("\nevent: ")
 	buf.WriteString(ev.Type)
-	// Marshalled JSON holds no raw newline; splitting keeps the frame valid regardless.
 	for line := range bytes.SplitSeq(data, []byte("\n")) {
 		buf.WriteString("\ndata: ")
 		buf.Write(line)

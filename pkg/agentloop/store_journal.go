@@ -33,8 +33,9 @@ type StoreJournal struct {
 	next  atomic.Int64 // head.NextSeq, readable from other goroutines
 }
 
-// Seen returns the highest seq the journal has appended or read (-1 before any). It is safe for
-// concurrent use: a replica's cancel watcher uses it to tell foreign events from the runner's own.
+// Seen returns the highest seq the journal has appended, is appending or has read (-1 before
+// any). It is safe for concurrent use: a replica's cancel watcher uses it to tell foreign events
+// from the runner's own.
 func (j *StoreJournal) Seen() int64 { return j.next.Load() - 1 }
 
 // Open subscribes to the session's notifications (when a Hub is set). Close undoes it.
@@ -62,7 +63,14 @@ func (j *StoreJournal) Append(ctx context.Context, build BuildFunc) ([]eventlog.
 		return nil, err
 	}
 	owner := j.Owner
+	// The seqs this append will take are known before it runs: publish them first, so that the
+	// notification of the commit, which may arrive before the append returns, reads as the
+	// runner's own and not as news (Seen).
+	j.next.Store(j.head.NextSeq + int64(len(evs)))
 	out, err := j.Store.EventAppendAt(ctx, j.Tenant, j.Session, j.head.NextSeq-1, &owner, evs...)
+	if err != nil {
+		j.next.Store(j.head.NextSeq)
+	}
 	if errors.Is(err, eventlog.ErrMoved) {
 		return nil, fmt.Errorf("%w: %w", ErrStale, err)
 	}
