@@ -66,12 +66,19 @@ func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q 
 func collectEvents(rows pgx.Rows) ([]Event, error) {
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
 		var ev Event
-		var op []byte
+		var data, op []byte
 		var srcValid pgtype.Array[int64]
-		if err := r.Scan(&ev.Seq, &ev.Type, &ev.Time, &ev.Data, &op, &srcValid, &ev.Ignorable); err != nil {
+		// Scanning the json columns into plain bytes copies them; a json.RawMessage target would
+		// make pgx run encoding/json over data that was validated when it was appended.
+		if err := r.Scan(&ev.Seq, &ev.Type, &ev.Time, &data, &op, &srcValid, &ev.Ignorable); err != nil {
 			return ev, err
 		}
-		if op != nil {
+		ev.Data = data
+		switch {
+		case op == nil:
+		case string(op) == `"append"`:
+			ev.SurfaceOp = Append
+		default:
 			ev.SurfaceOp = new(SurfaceOp)
 			if err := json.Unmarshal(op, ev.SurfaceOp); err != nil {
 				return ev, err
