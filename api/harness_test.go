@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -96,7 +97,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	quiet := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ag, err := agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet,
 		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}})
 	if err != nil {

@@ -200,6 +200,11 @@ func TestLOOP7_CancelOverHTTPInterruptsStream(t *testing.T) {
 	evs := s.untilEnd(t)
 	last := evs[len(evs)-1]
 	if last.Type != "turn/end" || !strings.Contains(string(last.Data), `"aborted"`) {
+		for _, ev := range e.allEvents(t, sid) {
+			if ev.Type != "assistant/chunk" {
+				t.Logf("%d %s %.200s", ev.Seq, ev.Type, ev.Data)
+			}
+		}
 		t.Fatalf("stream ended with %s %s", last.Type, last.Data)
 	}
 	var interrupted bool

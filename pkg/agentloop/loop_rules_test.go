@@ -104,3 +104,51 @@ func TestLOOP6_ContextHandoffIsLoggedRightAfterItsResult(t *testing.T) {
 	}
 	h.checkInvariants()
 }
+
+// recordBatches records the event types of every batch the journal commits.
+func recordBatches(h *harness) *[][]string {
+	var batches [][]string
+	h.j.OnAppend = func(evs []eventlog.Event) {
+		var b []string
+		for _, ev := range evs {
+			b = append(b, ev.Type)
+		}
+		batches = append(batches, b)
+	}
+	return &batches
+}
+
+// batchWith returns the index of the first batch holding an event of type typ, or -1.
+func batchWith(batches [][]string, typ string) int {
+	for i, b := range batches {
+		for _, t := range b {
+			if t == typ {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+func TestSCHED4_ParallelResultsRideTheNextBatchExclusiveOnesDoNot(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	batches := recordBatches(h)
+	h.post(TargetNextTurn, "tools:2")
+	h.serve(context.Background())
+	// echo is concurrency-safe: its results are written with the step's end and the next step.
+	if r, e := batchWith(*batches, eventlog.TypeToolResult), batchWith(*batches, eventlog.TypeStepEnd); r < 0 || r != e {
+		t.Fatalf("parallel results in batch %d, step/end in %d: %v", r, e, *batches)
+	}
+	h.checkInvariants()
+
+	x := newHarness(t, nil)
+	xb := recordBatches(x)
+	x.post(TargetNextTurn, `tool:sleep args:{"ms":1,"text":"z"}`)
+	x.serve(context.Background())
+	// sleep is exclusive: its result is durable before the step ends.
+	if r, e := batchWith(*xb, eventlog.TypeToolResult), batchWith(*xb, eventlog.TypeStepEnd); r < 0 || r >= e {
+		t.Fatalf("exclusive result in batch %d, step/end in %d: %v", r, e, *xb)
+	}
+	x.checkInvariants()
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -49,29 +50,53 @@ func (r *Runner) streamOnce(ctx context.Context, turn, step int, asm promptasm.R
 	if err != nil {
 		return llm.Message{}, "", err
 	}
-	stream, err := r.cfg.Provider.Stream(ctx, req)
-	if err != nil {
-		return llm.Message{}, "", err
-	}
+	// The call is made on the reading goroutine, so that the coalescing ticker below runs from the
+	// start: what is pending (step/start, the last step's results) is written within a window even
+	// while the client waits for its first byte or retries.
 	items := make(chan recvItem, 16)
 	done := make(chan struct{})
+	var (
+		mu     sync.Mutex
+		stream llm.Stream
+		closed bool
+	)
 	go func() {
 		defer close(items)
-		for {
-			c, err := stream.Recv()
+		s, err := r.cfg.Provider.Stream(ctx, req)
+		if err == nil {
+			mu.Lock()
+			if closed {
+				err = context.Canceled
+				s.Close()
+			} else {
+				stream = s
+			}
+			mu.Unlock()
+		}
+		for err == nil {
+			var c llm.Chunk
+			c, err = stream.Recv()
 			select {
 			case items <- recvItem{c, err}:
 			case <-done:
 				return
 			}
-			if err != nil {
-				return
+		}
+		if stream == nil {
+			select {
+			case items <- recvItem{err: err}:
+			case <-done:
 			}
 		}
 	}()
 	defer func() {
 		close(done)
-		stream.Close()
+		mu.Lock()
+		closed = true
+		if stream != nil {
+			stream.Close()
+		}
+		mu.Unlock()
 		for range items {
 		}
 	}()

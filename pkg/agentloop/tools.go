@@ -110,6 +110,19 @@ func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.M
 	return nil
 }
 
+// StepEnd implements scheduler.StepEnder: the results of exclusive calls (which may have changed
+// something outside) are made durable at once; results of parallel, concurrency-safe calls are
+// written with the runner's next batch, at most a chunk window later (the next model call's
+// coalescing ticker, or the turn's end), which saves a transaction per tool step.
+func (e *stepEmitter) StepEnd(ctx context.Context, out scheduler.Outcome) error {
+	for _, cr := range out.Results {
+		if cr.Call.Mode == registry.Exclusive && !cr.Synthetic {
+			return e.Flush(ctx)
+		}
+	}
+	return nil
+}
+
 // Flush implements scheduler.Emitter.
 func (e *stepEmitter) Flush(ctx context.Context) error {
 	if err := e.r.w.flush(ctx); err != nil {

@@ -17,6 +17,9 @@ type Call struct {
 	Arguments string
 	// Index is the call's position in model order. RunStep sets it; callers need not.
 	Index int
+	// Mode is the call's execution mode as classified just before it started (REG-9); Exclusive
+	// for a call that never started. RunStep sets it.
+	Mode registry.Mode
 }
 
 // Emitter records what the scheduler does. The agent loop implements it over the session log:
@@ -55,4 +58,16 @@ type Emitter interface {
 	Contexts(ctx context.Context, c Call, msgs []llm.Message) error
 	// Flush makes everything emitted so far durable. It is a no-op when nothing is pending.
 	Flush(ctx context.Context) error
+}
+
+// StepEnder is an optional extension of Emitter. When the emitter implements it, the scheduler
+// calls StepEnd, with the step's outcome, instead of the final Flush of a step: every started
+// body has settled and every result has been emitted. An implementation must make durable the
+// results of exclusive calls before it returns; it may keep the results of parallel (concurrency-
+// safe) calls buffered a little longer, to write them with what it appends next, since losing one
+// in a crash only turns it into TOOL_OUTCOME_UNKNOWN, whose text tells the model to retry only
+// read-only or idempotent work. Flush keeps its meaning: the scheduler still calls it before every
+// dispatch.
+type StepEnder interface {
+	StepEnd(ctx context.Context, out Outcome) error
 }

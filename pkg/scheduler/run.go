@@ -64,7 +64,11 @@ func (r *run) exec() {
 		r.synthesize()
 	}
 	if !r.emDead {
-		r.emit(r.em.Flush(r.emCtx))
+		if se, ok := r.em.(StepEnder); ok {
+			r.emit(se.StepEnd(r.emCtx, r.out))
+		} else {
+			r.emit(r.em.Flush(r.emCtx))
+		}
 	}
 }
 
@@ -111,7 +115,8 @@ func (r *run) runGroup() {
 	r.drain()
 }
 
-// mode classifies call i just before it would start. A panicking classifier means exclusive.
+// mode classifies call i just before it would start and records it on the call. A panicking
+// classifier means exclusive.
 func (r *run) mode(i int) (m registry.Mode) {
 	in := r.input(i)
 	defer func() {
@@ -119,6 +124,7 @@ func (r *run) mode(i int) (m registry.Mode) {
 			r.logPanic("executionMode", r.calls[i], v, debug.Stack())
 			m = registry.Exclusive
 		}
+		r.calls[i].Mode = m
 	}()
 	return r.s.pipe.ExecutionMode(in)
 }

@@ -50,25 +50,29 @@ func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
 var errLeaseLost = errors.New("worker: lease lost")
 
 // serve runs the session's turns while it holds the lease, renewing it, and releases it when no
-// followup waits.
+// followup waits. A runner that served cleanly goes back to the cache, as the very last step:
+// nothing of this serve touches it afterwards.
 func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) error {
-	cfg := w.s.cfg
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	r, j, err := w.runner(ctx, a, owner)
 	if err != nil {
 		w.release(a, owner)
 		return err
 	}
+	keep, err := w.serveWith(ctx, a, owner, r, j)
+	if keep {
+		w.cache.put(a.SessionID, r, j)
+	}
+	return err
+}
+
+// serveWith is serve with its runner. keep reports a clean release: a runner whose serve failed
+// may hold staged events that were never written, and is not kept.
+func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJournal) (keep bool, _ error) {
+	cfg := w.s.cfg
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	j.Open()
 	defer j.Close()
-	// A runner whose serve failed may hold staged events that were never written: it is not kept.
-	keep := false
-	defer func() {
-		if keep {
-			w.cache.put(a.SessionID, r, j)
-		}
-	}()
 	w.running.add(a.SessionID, r)
 	defer w.running.remove(a.SessionID, r)
 	var wg sync.WaitGroup
@@ -80,20 +84,19 @@ func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) err
 		if _, err := r.Serve(ctx); err != nil {
 			if errors.Is(context.Cause(ctx), errLeaseLost) || errors.Is(err, eventlog.ErrLeaseLost) {
 				cfg.Logger.Warn("lease lost while serving", "session", a.SessionID)
-				return nil
+				return false, nil
 			}
-			return fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+			return false, fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
 		}
 		released, err := cfg.Store.LeaseRelease(context.WithoutCancel(ctx), a.TenantID, a.SessionID, owner)
 		if errors.Is(err, eventlog.ErrLeaseLost) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if released || ctx.Err() != nil {
-			keep = released
-			return nil
+			return released, nil
 		}
 		// A followup arrived after the last turn: serve it with the lease still held.
 	}
