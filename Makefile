@@ -12,7 +12,7 @@ export DSHD_ADDR        ?= :8080
 export DSHD_ADMIN_TOKEN ?= dev-admin-token
 export DSHD_DEMO_TOOLS  ?= 1
 
-.PHONY: run test bench lint build deps
+.PHONY: run test bench lint build deps loadgen
 
 deps:
 	@scripts/ensure-deps.sh
@@ -31,6 +31,13 @@ test: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(BENCHPKG)
+
+# loadgen measures the main path (steps:20 turns over HTTP and SSE, every event durable) next to
+# the in-process loop and the PostgreSQL insert ceiling; SESSIONS and DURATION tune it.
+SESSIONS ?= 8
+DURATION ?= 20s
+loadgen: deps
+	$(GO) run ./cmd/loadgen -sessions $(SESSIONS) -duration $(DURATION)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
