@@ -117,14 +117,9 @@ func (s *Store) appendVia(ctx context.Context, tx pgx.Tx, tenantID, sessionID uu
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	batch := make([]Event, len(evs))
-	for i, ne := range evs {
-		ev, v := prepare(ne)
-		if v != nil {
-			v.Index, v.Type = i, ne.Type
-			return nil, v
-		}
-		batch[i] = ev
+	batch, err := prepareBatch(evs)
+	if err != nil {
+		return nil, err
 	}
 	now := s.now().UnixMilli()
 	if !hasReplace(batch) && !hasSplice(batch) && !s.check {
@@ -138,7 +133,7 @@ func (s *Store) appendVia(ctx context.Context, tx pgx.Tx, tenantID, sessionID uu
 		return s.appendLocked(ctx, tx, tenantID, sessionID, batch, now)
 	}
 	var out []Event
-	err := s.inTx(ctx, "append", func(tx pgx.Tx) error {
+	err = s.inTx(ctx, "append", func(tx pgx.Tx) error {
 		var err error
 		out, err = s.appendLocked(ctx, tx, tenantID, sessionID, batch, now)
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ToolSchema is what the model sees of a tool (REG-4): name, description and the JSON Schema of
@@ -145,4 +146,20 @@ func ErrorCode(err error) string {
 		return e.Code
 	}
 	return ""
+}
+
+// Sleep waits for d or until ctx is done, whichever comes first, and returns ctx.Err() in the
+// second case. A d <= 0 returns at once. Providers use it for latency and backoff.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -116,7 +116,7 @@ func New(cfg Config) *Client {
 		cfg.HTTPClient = &http.Client{}
 	}
 	if cfg.SleepFunc == nil {
-		cfg.SleepFunc = sleep
+		cfg.SleepFunc = llm.Sleep
 	}
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
@@ -129,17 +129,6 @@ func New(cfg Config) *Client {
 
 // Name returns the provider name, "openai".
 func (c *Client) Name() string { return "openai" }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // Stream sends req and returns its stream once the provider answered 200. Failures before that
 // (429, 5xx, connection errors) are retried up to MaxAttempts with backoff, honouring

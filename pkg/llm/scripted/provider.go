@@ -67,27 +67,13 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a scripted Provider.
 func New(cfg Config) *Provider {
 	if cfg.SleepFunc == nil {
-		cfg.SleepFunc = sleep
+		cfg.SleepFunc = llm.Sleep
 	}
 	return &Provider{cfg: cfg}
 }
 
 // Name returns the provider name, "scripted".
 func (p *Provider) Name() string { return "scripted" }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // Stream plays the plan for req. After the script's latency it returns the scripted failure as
 // an *llm.Error, except TRANSPORT and MALFORMED, which fail mid-stream after half the chunks.
