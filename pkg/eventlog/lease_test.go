@@ -10,11 +10,10 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 )
 
-// TestLeaseReleaseKeptWhileInboxHoldsMessages: the release keeps the lease while a message waits
-// in either inbox list, so the runner serves it; a steer (next-step) appended after the runner's
-// last step counts like a followup (its wake job is snoozed behind the lease and would otherwise
-// wait a whole TTL).
-func TestLeaseReleaseKeptWhileInboxHoldsMessages(t *testing.T) {
+// TestLeaseReleaseKeptWhileFollowupsWait: the release keeps the lease while a followup waits in
+// the next-turn list, so the runner serves it; next-step messages (contexts parked by a cancel,
+// injects) do not keep it: they wait for the next wake (LOOP-1, LOOP-7).
+func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, target := range []string{"next-turn", "next-step"} {
@@ -31,6 +30,12 @@ func TestLeaseReleaseKeptWhileInboxHoldsMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 			released, err := st.LeaseRelease(ctx, tenant, sess.ID, owner)
+			if target == "next-step" {
+				if err != nil || !released {
+					t.Fatalf("release with a next-step message waiting: released %v, %v; want released", released, err)
+				}
+				return
+			}
 			if err != nil || released {
 				t.Fatalf("release with a %s message waiting: released %v, %v", target, released, err)
 			}

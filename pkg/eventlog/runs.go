@@ -69,18 +69,17 @@ func (s *Store) LeaseRenew(ctx context.Context, tenantID, sessionID, owner uuid.
 	return nil
 }
 
-// LeaseRelease gives up owner's lease unless a message waits in the inbox: a followup, or a steer
-// or inject that arrived after the last step of the runner's turn (the release and every append
-// lock the same row, so a message appended before the release keeps the lease with its runner,
-// and one appended after finds the lease free). Both lists count: a steer appended while the
-// lease was held has its wake job snoozed until the lease expires, so releasing would leave it
-// waiting a whole lease TTL. It reports whether the lease was released; ErrLeaseLost when owner
-// did not hold it.
+// LeaseRelease gives up owner's lease unless a followup waits in the next-turn inbox (the release
+// and every append lock the same row, so a followup appended before the release keeps the lease
+// with its runner, and one appended after finds the lease free). Messages in the next-step list do
+// not keep it: contexts parked by a cancel and injected messages wait for the next wake (LOOP-1,
+// LOOP-7); a steer comes with its own wake job, which takes the lease once it is free. It reports
+// whether the lease was released; ErrLeaseLost when owner did not hold it.
 func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uuid.UUID) (bool, error) {
 	var waiting int
 	err := s.pool.QueryRow(ctx, `
 		WITH cur AS (
-			SELECT c.session_id, c.inbox_next_turn + c.inbox_next_step AS waiting
+			SELECT c.session_id, c.inbox_next_turn AS waiting
 			FROM session_counters c JOIN sessions s ON s.id = c.session_id
 			WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
 		), rel AS (

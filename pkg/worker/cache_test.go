@@ -2,6 +2,7 @@ package worker
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -23,5 +24,17 @@ func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
 	}
 	if _, _, ok := c.take(ids[2]); ok {
 		t.Fatal("a runner was taken twice: two serves could share it")
+	}
+}
+
+func TestSnoozeIsBriefButNeverPastExpiry(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ left, want time.Duration }{
+		{-time.Second, minSnooze}, {0, minSnooze}, {100 * time.Millisecond, 150 * time.Millisecond},
+		{10 * time.Second, maxSnooze},
+	} {
+		if got := snoozeFor(c.left); got != c.want {
+			t.Errorf("snoozeFor(%v) = %v, want %v", c.left, got, c.want)
+		}
 	}
 }

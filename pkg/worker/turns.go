@@ -38,16 +38,26 @@ func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
 		return err
 	}
 	if !ok {
-		wait := time.Until(until) + 50*time.Millisecond
-		if wait < 50*time.Millisecond {
-			wait = 50 * time.Millisecond
-		}
-		return river.JobSnooze(wait)
+		return river.JobSnooze(snoozeFor(time.Until(until)))
 	}
 	return w.serve(ctx, a, owner)
 }
 
 var errLeaseLost = errors.New("worker: lease lost")
+
+// Bounds of the snooze of a job that found its session's lease held.
+const (
+	minSnooze = 50 * time.Millisecond
+	maxSnooze = 250 * time.Millisecond
+)
+
+// snoozeFor is how long a job waits for a held lease that runs for left more: briefly, because
+// the holder may release it any moment (a steer that arrived just after the holder's last step
+// is served as soon as it does), but never past the lease's expiry, when a dead holder's session
+// is taken over.
+func snoozeFor(left time.Duration) time.Duration {
+	return min(max(left+minSnooze, minSnooze), maxSnooze)
+}
 
 // serve runs the session's turns while it holds the lease, renewing it, and releases it when no
 // followup waits. A runner that served cleanly goes back to the cache, as the very last step:

@@ -354,3 +354,54 @@ func waitServed(e *env, hub *eventlog.Hub, sid uuid.UUID, msgs int) []eventlog.E
 		}
 	}
 }
+
+// TestLOOP7_KeptInboxWaitsForTheNextWake: after a cancel that keeps the inbox, an injected
+// message stays in next-step and the lease is released: no turn starts until a waking message
+// (LOOP-1 inject does not wake; LOOP-7 parked input waits for the next wake). The next followup
+// serves both.
+func TestLOOP7_KeptInboxWaitsForTheNextWake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replica(10 * time.Second)
+	sid := e.session()
+	ctx := context.Background()
+	post(t, r, e.tenant, sid, `tool:sleep args:{"ms":60000,"text":"z"}`, worker.ModeFollowup)
+	wake, unsub := r.hub.Subscribe(sid)
+	for count(e.events(sid), eventlog.TypeToolCall) == 0 {
+		select {
+		case <-wake:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	unsub()
+	post(t, r, e.tenant, sid, "injected", worker.ModeInject)
+	if ok, err := r.svc.Cancel(ctx, e.tenant, sid, true); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	e.waitTurnEnds(r.hub, sid, 1, 20*time.Second)
+	eventually(t, 10*time.Second, func() bool {
+		h, err := e.store.SessionHead(ctx, e.tenant, sid)
+		return err == nil && h.Owner == nil
+	})
+	h, err := e.store.SessionHead(ctx, e.tenant, sid)
+	if err != nil || h.Inbox.NextStep != 1 || count(e.events(sid), eventlog.TypeTurnStart) != 1 {
+		t.Fatalf("after release: head %+v %v, %d turns; want the injected message parked and no new turn",
+			h, err, count(e.events(sid), eventlog.TypeTurnStart))
+	}
+	post(t, r, e.tenant, sid, "text", worker.ModeFollowup)
+	evs := e.waitTurnEnds(r.hub, sid, 2, 20*time.Second)
+	if got := reasons(t, evs); got[0] != agentloop.EndAborted || got[1] != agentloop.EndCompleted {
+		t.Fatalf("reasons %v", got)
+	}
+	var entered []string
+	for _, ev := range evs {
+		if ev.Type == eventlog.TypeUserMessage {
+			var m llm.Message
+			_ = json.Unmarshal(ev.Data, &m)
+			entered = append(entered, m.Text())
+		}
+	}
+	if len(entered) != 3 || entered[1] != "injected" || entered[2] != "text" {
+		t.Fatalf("entered %q", entered)
+	}
+}
