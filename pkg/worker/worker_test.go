@@ -129,6 +129,22 @@ func count(evs []eventlog.Event, typ string) int {
 	return n
 }
 
+// waitFor waits, on the hub, until the session's log holds an event of type typ.
+func (e *env) waitFor(hub *eventlog.Hub, sid uuid.UUID, typ string) {
+	e.t.Helper()
+	wake, unsub := hub.Subscribe(sid)
+	defer unsub()
+	deadline := time.After(30 * time.Second)
+	for count(e.events(sid), typ) == 0 {
+		select {
+		case <-wake:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			e.t.Fatalf("session %s: no %s within 30s", sid, typ)
+		}
+	}
+}
+
 // waitTurnEnds waits, on the hub, until the session's log holds n turn/end events.
 func (e *env) waitTurnEnds(hub *eventlog.Hub, sid uuid.UUID, n int, within time.Duration) []eventlog.Event {
 	e.t.Helper()
@@ -213,14 +229,7 @@ func TestCancelFromAnotherReplica(t *testing.T) {
 	sid := e.session()
 	post(t, a, e.tenant, sid, `tool:sleep args:{"ms":60000,"text":"zzz"}`, worker.ModeFollowup)
 	// Wait until the sleep body is running: its tool/call is durable before the body starts.
-	wake, unsub := a.hub.Subscribe(sid)
-	for count(e.events(sid), eventlog.TypeToolCall) == 0 {
-		select {
-		case <-wake:
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	unsub()
+	e.waitFor(a.hub, sid, eventlog.TypeToolCall)
 	for _, r := range []*replica{a, b} {
 		ok, err := r.svc.Cancel(context.Background(), e.tenant, sid, false)
 		if err != nil || !ok {
@@ -366,14 +375,7 @@ func TestLOOP7_KeptInboxWaitsForTheNextWake(t *testing.T) {
 	sid := e.session()
 	ctx := context.Background()
 	post(t, r, e.tenant, sid, `tool:sleep args:{"ms":60000,"text":"z"}`, worker.ModeFollowup)
-	wake, unsub := r.hub.Subscribe(sid)
-	for count(e.events(sid), eventlog.TypeToolCall) == 0 {
-		select {
-		case <-wake:
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	unsub()
+	e.waitFor(r.hub, sid, eventlog.TypeToolCall)
 	post(t, r, e.tenant, sid, "injected", worker.ModeInject)
 	if ok, err := r.svc.Cancel(ctx, e.tenant, sid, true); err != nil || !ok {
 		t.Fatalf("cancel: %v %v", ok, err)
