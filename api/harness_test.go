@@ -125,6 +125,9 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		f(&c)
 	}
 	srv := api.New(c)
+	// As in cmd/server: the replica's streams take batches committed in this process without a
+	// read. Replicas of a test share one store, so the latest replica gets them; the others read.
+	e.log.OnCommit(srv.Publish)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		srv.Close() // ends streams, so that ts.Close does not wait for them

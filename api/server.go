@@ -107,6 +107,13 @@ func New(cfg Config) *Server {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
+// Publish hands the server a batch this process committed to a session's log (wire it with
+// eventlog.Store.OnCommit): streams of the session on this server get it without reading the
+// database. Safe for concurrent use; it never blocks on a client.
+func (s *Server) Publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
+	s.tails.publish(tenantID, sessionID, evs)
+}
+
 // Close ends every open SSE stream cleanly (the response completes after the frames already
 // sent) and makes new streams end at once. Call it when the HTTP server starts shutting down
 // (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Idempotent.

@@ -78,25 +78,52 @@ func (ts *tails) release(t *tail) {
 func (ts *tails) follow(ctx context.Context, t *tail, wake <-chan struct{}) {
 	beat := time.NewTicker(ts.heartbeat)
 	defer beat.Stop()
+	force := true
 	for {
-		if !ts.read(ctx, t) {
+		if !ts.read(ctx, t, force) {
 			return
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			force = false
 		case <-beat.C:
+			force = true // a poll: read whatever the notifications say
 		}
 	}
 }
 
+// publish takes a batch this process committed to a followed session, when it continues the
+// session's tail: the streams get it without a database read.
+func (ts *tails) publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
+	ts.mu.Lock()
+	t := ts.m[sessionID]
+	ts.mu.Unlock()
+	if t != nil && t.tenant == tenantID && len(evs) > 0 {
+		t.extend(evs)
+	}
+}
+
+// latest is the optional part of a Subscriber that knows the highest notified seq of a session.
+type latest interface {
+	Latest(sessionID uuid.UUID) (int64, bool)
+}
+
 // read appends every committed event after t.last to the buffer; false when the tail failed.
-func (ts *tails) read(ctx context.Context, t *tail) bool {
+// Unless force, a wake-up whose notification is already covered (the batch was published in
+// process) reads nothing; the hub forgets what it vouches for when notifications may have been
+// lost (a reconnect).
+func (ts *tails) read(ctx context.Context, t *tail, force bool) bool {
 	for {
 		t.mu.Lock()
 		after := t.last
 		t.mu.Unlock()
+		if l, ok := ts.hub.(latest); ok && !force {
+			if seq, known := l.Latest(t.id); known && seq <= after {
+				return true
+			}
+		}
 		evs, err := ts.log.EventList(ctx, t.tenant, t.id, eventlog.ListQuery{After: after, Limit: ts.page})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -118,13 +145,26 @@ func (ts *tails) read(ctx context.Context, t *tail) bool {
 	}
 }
 
-func (t *tail) add(evs []eventlog.Event) {
+func (t *tail) add(evs []eventlog.Event) { t.extend(evs) }
+
+// extend appends the events of evs that continue the buffer: those the tail already has (a batch
+// published in process and read back, or the other way round) are dropped, and a batch that
+// would leave a gap is refused. It reports whether anything was added.
+func (t *tail) extend(evs []eventlog.Event) bool {
 	frames := make([][]byte, len(evs))
 	for i, ev := range evs {
 		frames[i] = encodeFrame(ev)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	skip := 0
+	for skip < len(evs) && evs[skip].Seq <= t.last {
+		skip++
+	}
+	evs, frames = evs[skip:], frames[skip:]
+	if t.err != nil || len(evs) == 0 || evs[0].Seq != t.last+1 {
+		return false
+	}
 	t.buf = append(t.buf, evs...)
 	t.frames = append(t.frames, frames...)
 	if n := len(t.buf) - t.keep; n > 0 {
@@ -134,6 +174,7 @@ func (t *tail) add(evs []eventlog.Event) {
 	t.last = evs[len(evs)-1].Seq
 	close(t.notify)
 	t.notify = make(chan struct{})
+	return true
 }
 
 func (t *tail) fail(err error) {

@@ -102,6 +102,7 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxBodyBytes: m.Config.MaxBodyBytes,
 		Heartbeat:    m.Config.Heartbeat,
 	})
+	logStore.OnCommit(m.api.Publish)
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return fmt.Errorf("dshd: listen: %w", err)
 	}

@@ -102,7 +102,11 @@ func insertEvents(ctx context.Context, q querier, tenantID, sessionID uuid.UUID,
 // Errors: ErrNotFound (unknown, other tenant's or deleted session), *ValidationError (nothing was
 // appended).
 func (s *Store) EventAppend(ctx context.Context, tenantID, sessionID uuid.UUID, evs ...NewEvent) ([]Event, error) {
-	return s.appendVia(ctx, nil, tenantID, sessionID, evs)
+	out, err := s.appendVia(ctx, nil, tenantID, sessionID, evs)
+	if err == nil {
+		s.committed(tenantID, sessionID, out)
+	}
+	return out, err
 }
 
 // EventAppendTx is EventAppend inside the caller's transaction tx (the agent loop enqueues its

@@ -56,6 +56,9 @@ func (s *Store) EventAppendAt(ctx context.Context, tenantID, sessionID uuid.UUID
 			out, err = s.appendAtHead(ctx, tx, tenantID, sessionID, h, batch, now)
 			return err
 		})
+		if err == nil {
+			s.committed(tenantID, sessionID, out)
+		}
 		return out, err
 	}
 	stampBatch(batch, expectLast+1, now)
@@ -72,6 +75,7 @@ func (s *Store) EventAppendAt(ctx context.Context, tenantID, sessionID uuid.UUID
 	err = s.pool.QueryRow(ctx, appendSQL, sessionID, tenantID, n, c.minBase, expectLast, now,
 		c.types, c.datas, c.ops, c.srcs, c.ignorable, dt, ds, owner).Scan(&last, nil)
 	if err == nil {
+		s.committed(tenantID, sessionID, batch)
 		return batch, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
@@ -111,6 +115,9 @@ func (s *Store) EventAppendFunc(ctx context.Context, tenantID, sessionID uuid.UU
 		out, err = s.EventAppendFuncTx(ctx, tx, tenantID, sessionID, build)
 		return err
 	})
+	if err == nil {
+		s.committed(tenantID, sessionID, out)
+	}
 	return out, err
 }
 

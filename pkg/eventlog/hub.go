@@ -258,9 +258,12 @@ func (h *Hub) Latest(sessionID uuid.UUID) (int64, bool) {
 	return seq, ok
 }
 
+// wakeAll wakes every subscriber (after a reconnect, at a heartbeat) and forgets the latest
+// notified seqs: notifications may have been lost, so Latest must not vouch for anything.
 func (h *Hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	clear(h.latest)
 	for _, set := range h.subs {
 		for sub := range set {
 			signal(sub.wake)

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -43,6 +46,30 @@ type Store struct {
 	now    func() time.Time
 	logger *slog.Logger
 	check  bool
+	commit atomic.Pointer[CommitFunc]
+}
+
+// CommitFunc is told of batches this process committed (see OnCommit). It must not block and must
+// not modify evs.
+type CommitFunc func(tenantID, sessionID uuid.UUID, evs []Event)
+
+// OnCommit registers fn to be told, in this process, of every batch an append committed outside a
+// caller's transaction, right after the commit (the notification to every replica is sent by the
+// commit itself). A replica's SSE streams use it to skip reading back what the same replica just
+// wrote. One function at a time; nil removes it.
+func (s *Store) OnCommit(fn CommitFunc) {
+	if fn == nil {
+		s.commit.Store(nil)
+		return
+	}
+	s.commit.Store(&fn)
+}
+
+// committed tells the commit hook of a batch.
+func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []Event) {
+	if fn := s.commit.Load(); fn != nil && len(evs) > 0 {
+		(*fn)(tenantID, sessionID, evs)
+	}
 }
 
 // NewStore returns a store over pool, which must point at a database migrated with
