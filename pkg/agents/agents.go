@@ -39,6 +39,9 @@ type Config struct {
 	ModelHosts []string
 	// Scripted is the scripted model; default scripted.New with default settings.
 	Scripted llm.Provider
+	// ScriptedDisabled turns the scripted provider off: a scripted preset's Agent fails with
+	// NO_ADAPTER. Default false: scripted stays the offline default model.
+	ScriptedDisabled bool
 	// OpenAIFunc builds the client of an openai preset; default openai.New. Tests point it at
 	// cmd/mockllm through ModelHosts instead of replacing it.
 	OpenAIFunc func(openai.Config) llm.Provider
@@ -266,6 +269,9 @@ func (a *Agents) failing(sc *scope) (*promptasm.Registry, promptasm.Input) {
 func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
 	switch m.Provider {
 	case preset.ProviderScripted:
+		if a.cfg.ScriptedDisabled {
+			return nil, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server")
+		}
 		return a.cfg.Scripted, nil
 	case preset.ProviderOpenAI:
 	default:

@@ -135,3 +135,19 @@ func TestModelHostsGuardBaseURL(t *testing.T) {
 		t.Fatalf("err %v, want NO_ADAPTER", err)
 	}
 }
+
+func TestScriptedDisabled(t *testing.T) {
+	t.Parallel()
+	a, err := agents.New(agents.Config{ScriptedDisabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`)
+	if _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
+		t.Fatalf("err %v, want NO_ADAPTER", err)
+	}
+	// On by default.
+	if _, err := newAgents(t).Agent(agents.Session{ID: uuid.New(), Preset: p}); err != nil {
+		t.Fatal(err)
+	}
+}

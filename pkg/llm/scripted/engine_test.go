@@ -44,6 +44,36 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseClampsNumbers: a script is tenant input, so every number is clamped to a bound that
+// keeps one request cheap, and the clamped script is still a pure script.
+func TestParseClampsNumbers(t *testing.T) {
+	t.Parallel()
+	got, pure := scripted.Parse("tools:400000 steps:1000000000 chunks:99999999999999999999999 latency:86400000 " +
+		"chunkdelay:3600000 keepalive:20000000 retryafter:100000 failtimes:1000000 fail:server")
+	want := scripted.Script{Tools: scripted.MaxTools, Steps: scripted.MaxSteps, Chunks: scripted.MaxChunks,
+		Latency: time.Minute, ChunkDelay: 10 * time.Second, KeepAlive: scripted.MaxKeepAlive,
+		RetryAfter: scripted.MaxRetryAfter, FailTimes: scripted.MaxFailTimes, Fail: "SERVER", Tool: "echo"}
+	if got != want || !pure {
+		t.Fatalf("Parse = %+v, %v; want %+v, true", got, pure, want)
+	}
+	for _, w := range []string{"tools:-1", "tools:+3", "tools:", "tools:1e3", "steps:0x10"} {
+		if _, pure := scripted.Parse(w); pure {
+			t.Errorf("Parse(%q) is pure; want invalid", w)
+		}
+	}
+	// The largest plan stays small: tools:20000 used to answer with 100k chunks.
+	p := scripted.Respond(history("u:tools:20000 chunks:20000"))
+	calls := 0
+	for _, c := range p.Chunks {
+		if c.Type == llm.ChunkBlockEnd {
+			calls++
+		}
+	}
+	if calls != scripted.MaxTools || len(p.Chunks) > scripted.MaxTools*(scripted.MaxChunks+3)+2 {
+		t.Fatalf("%d calls in %d chunks", calls, len(p.Chunks))
+	}
+}
+
 // history builds a request from a compact description: "u:<text>" user message,
 // "p:<text>" plugin message, "a:<n>" assistant message with n tool calls, "a:text" assistant
 // text, "r:<n>" n tool results answering the previous assistant message.

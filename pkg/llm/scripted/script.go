@@ -34,6 +34,11 @@ import (
 //	keepalive:N        mockllm only: N ": keep-alive" comment lines before the first chunk
 //	chunks:N           split text and arguments into about N pieces (default: text by words,
 //	                   arguments in 8-byte pieces)
+//
+// Every number is a non-negative decimal integer. A script is tenant input, so numbers are
+// clamped to bounds that keep one request cheap (a larger value means the bound, it is not an
+// error): tools 64, steps 100, chunks 1000, latency 60000 ms, chunkdelay 10000 ms, keepalive
+// 10000, retryafter 60 s, failtimes 10 (the Max* constants).
 type Script struct {
 	Tools      int
 	Steps      int
@@ -49,6 +54,25 @@ type Script struct {
 	Say        string
 	KeepAlive  int
 	Chunks     int
+}
+
+// Bounds of the numeric directives; a larger value is clamped to the bound.
+const (
+	MaxTools        = 64
+	MaxSteps        = 100
+	MaxChunks       = 1000
+	MaxLatencyMs    = 60_000
+	MaxChunkDelayMs = 10_000
+	MaxKeepAlive    = 10_000
+	MaxRetryAfter   = 60
+	MaxFailTimes    = 10
+)
+
+// numberBounds are the bounds by directive name.
+var numberBounds = map[string]int{
+	"tools": MaxTools, "steps": MaxSteps, "chunks": MaxChunks, "latency": MaxLatencyMs,
+	"chunkdelay": MaxChunkDelayMs, "keepalive": MaxKeepAlive, "retryafter": MaxRetryAfter,
+	"failtimes": MaxFailTimes,
 }
 
 // failCodes are the codes fail: accepts.
@@ -120,10 +144,15 @@ func (s *Script) apply(w string) bool {
 	return s.applyNumber(name, value)
 }
 
+// applyNumber applies a numeric directive, clamped to its bound.
 func (s *Script) applyNumber(name, value string) bool {
-	n, err := strconv.Atoi(value)
-	if err != nil || n < 0 || n > 1_000_000_000 {
+	bound, ok := numberBounds[name]
+	if !ok || value == "" || strings.Trim(value, "0123456789") != "" {
 		return false
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n > bound {
+		n = bound // only a number too long for an int fails to parse here
 	}
 	switch name {
 	case "tools":
