@@ -169,7 +169,9 @@ func TestStreamRetryAfterTooLongIsNotWaited(t *testing.T) {
 	t.Parallel()
 	ms, base := startMock(t, mockllm.Config{})
 	rec := &recordSleep{}
-	_, err := call(t, newClient(base, rec, nil), userRequest("text fail:RATE_LIMIT retryafter:3600"))
+	// The script clamps retryafter to 60 seconds, so the client here waits at most 59.
+	c := newClient(base, rec, func(c *openai.Config) { c.MaxRetryAfter = 59 * time.Second })
+	_, err := call(t, c, userRequest("text fail:RATE_LIMIT retryafter:60"))
 	if llm.ErrorCode(err) != llm.CodeRateLimit || len(rec.recorded()) != 0 || len(ms.Requests()) != 1 {
 		t.Fatalf("err %v, waits %v, %d requests", err, rec.recorded(), len(ms.Requests()))
 	}
