@@ -9,9 +9,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/google/uuid"
@@ -35,7 +32,8 @@ type Config struct {
 	// turns with INVALID_CREDENTIAL (from the provider).
 	DeepSeekAPIKey string
 	// ModelHosts are the hosts an openai preset's baseUrl may point at (checked again here, not
-	// only when the preset is written). Default: api.deepseek.com.
+	// only when the preset is written, by the same openai.AllowedBaseURL). Default:
+	// api.deepseek.com.
 	ModelHosts []string
 	// Scripted is the scripted model; default scripted.New with default settings.
 	Scripted llm.Provider
@@ -277,19 +275,21 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
 	default:
 		return nil, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
 	}
+	baseURL := ""
 	if m.BaseURL != "" {
-		u, err := url.Parse(m.BaseURL)
-		if err != nil || !(slices.Contains(a.cfg.ModelHosts, "*") || slices.Contains(a.cfg.ModelHosts, strings.ToLower(u.Host))) {
-			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl host is not in DSHD_MODEL_HOSTS")
+		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
+		if err != nil {
+			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %v", err)
 		}
+		baseURL = u.String() // the URL that was checked, not a differently-read spelling of it
 	}
-	key := m.BaseURL + "\x00" + m.Model
+	key := baseURL + "\x00" + m.Model
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.clients[key]; ok {
 		return c, nil
 	}
-	c := a.cfg.OpenAIFunc(openai.Config{BaseURL: m.BaseURL, Model: m.Model, APIKey: a.cfg.DeepSeekAPIKey, Logger: a.cfg.Logger})
+	c := a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, Model: m.Model, APIKey: a.cfg.DeepSeekAPIKey, Logger: a.cfg.Logger})
 	a.clients[key] = c
 	return c, nil
 }

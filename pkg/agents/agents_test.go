@@ -151,3 +151,46 @@ func TestScriptedDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestModelHostsSameRuleAsValidation: the run-time check is openai.AllowedBaseURL, the rule
+// preset validation applies, so a baseUrl valid when written is usable and one that slipped
+// through (an older, laxer rule) is refused.
+func TestModelHostsSameRuleAsValidation(t *testing.T) {
+	t.Parallel()
+	hosts := []string{"api.deepseek.com", "localhost", "127.0.0.1:9000"}
+	a, err := agents.New(agents.Config{ModelHosts: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for url, ok := range map[string]bool{
+		"https://api.deepseek.com/v1":               true,
+		"https://API.DeepSeek.com./v1":              true,
+		"https://api.deepseek.com:443/v1":           true,
+		"http://localhost/v1":                       true,
+		"http://127.0.0.1:9000/v1":                  true,
+		"http://localhost:8080/v1":                  false,
+		"http://127.0.0.1/v1":                       false,
+		"https://api.deepseek.com:8443/v1":          false,
+		"https://api.deepseek.com@evil.example/v1":  false,
+		"https://api.deepseek.com/v1?x=y":           false,
+		"http://[::1]/v1":                           false,
+		"https://api.deepseek.com.evil.example/v1/": false,
+	} {
+		body := `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"` + url + `"}}`
+		b := presetOf(t, body).Body
+		verr := preset.Rules{ModelHosts: hosts}.Validate(&b)
+		_, _, aerr := agentOf(a, presetOf(t, body))
+		if (verr == nil) != ok || (aerr == nil) != ok {
+			t.Errorf("%s: validation %v, agent %v; want ok=%v", url, verr, aerr, ok)
+		}
+		if aerr != nil && llm.ErrorCode(aerr) != llm.CodeNoAdapter {
+			t.Errorf("%s: %v, want NO_ADAPTER", url, aerr)
+		}
+	}
+}
+
+// agentOf returns the agent of a new session of p.
+func agentOf(a *agents.Agents, p preset.Preset) (agentloop.Config, func(), error) {
+	cfg, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p})
+	return cfg, func() {}, err
+}

@@ -1,18 +1,23 @@
 package preset
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/dshd/dshd/pkg/llm/openai"
 )
 
 // Rules are the deployment settings validation depends on.
 type Rules struct {
 	// ModelHosts are the hosts (host or host:port) a preset's model.baseUrl may point at, a guard
 	// against server-side request forgery. "*" allows any host. Empty allows no baseUrl at all.
+	// A host without a port allows the default port of the URL's scheme only; the rules are
+	// openai.AllowedBaseURL's, the same the agents apply when they build the model client.
 	ModelHosts []string
 }
 
@@ -88,13 +93,11 @@ func (v *validator) model(m Model, hosts []string) {
 		v.add("model.baseUrl", "must be empty for the scripted provider")
 		return
 	}
-	u, err := url.Parse(m.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		v.add("model.baseUrl", "must be an absolute http or https URL without credentials")
-		return
-	}
-	if !slices.Contains(hosts, "*") && !slices.Contains(hosts, u.Host) && !slices.Contains(hosts, u.Hostname()) {
-		v.add("model.baseUrl", "host %q is not allowed (the server's DSHD_MODEL_HOSTS lists the allowed hosts)", u.Host)
+	if _, err := openai.AllowedBaseURL(m.BaseURL, hosts); errors.Is(err, openai.ErrHostNotAllowed) {
+		v.add("model.baseUrl", "host %q is not allowed (the server's DSHD_MODEL_HOSTS lists the allowed hosts; "+
+			"a host without a port allows only the scheme's default port)", hostOf(m.BaseURL))
+	} else if err != nil {
+		v.add("model.baseUrl", "must be an absolute http or https URL without credentials, query or fragment")
 	}
 }
 
@@ -187,6 +190,15 @@ func (v *validator) atLeastOne(field string, n int) {
 	if n < 1 {
 		v.add(field, "must be an integer >= 1 (got %d)", n)
 	}
+}
+
+// hostOf returns the host[:port] of a URL, for messages.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
 }
 
 func sortedKeys(m map[string]string) []string {

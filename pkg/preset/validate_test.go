@@ -134,7 +134,7 @@ func TestValidateModelHosts(t *testing.T) {
 	}{
 		{nil, false},
 		{[]string{"api.deepseek.com"}, false},
-		{[]string{"127.0.0.1"}, true},
+		{[]string{"127.0.0.1"}, false}, // a host without a port is the default port only
 		{[]string{"127.0.0.1:9000"}, true},
 		{[]string{"127.0.0.1:9001"}, false},
 		{[]string{"*"}, true},
@@ -143,6 +143,44 @@ func TestValidateModelHosts(t *testing.T) {
 		err := preset.Rules{ModelHosts: tc.hosts}.Validate(&b)
 		if (err == nil) != tc.ok {
 			t.Errorf("hosts %v: err = %v; want ok=%v", tc.hosts, err, tc.ok)
+		}
+	}
+}
+
+// TestValidateModelBaseURLBypasses: write-time validation applies openai.AllowedBaseURL, the rule
+// the agents apply at run time.
+func TestValidateModelBaseURLBypasses(t *testing.T) {
+	t.Parallel()
+	rules := preset.Rules{ModelHosts: []string{"api.deepseek.com", "localhost", "[::1]:8080"}}
+	for _, tc := range []struct {
+		url string
+		msg string // "" means valid
+	}{
+		{"https://api.deepseek.com/v1", ""},
+		{"https://API.DEEPSEEK.COM/v1", ""},
+		{"https://api.deepseek.com./v1", ""},
+		{"https://api.deepseek.com:443/v1", ""},
+		{"http://localhost/v1", ""},
+		{"http://[::1]:8080/v1", ""},
+		{"https://api.deepseek.com@evil.example/v1", "absolute http"},
+		{"https://api.deepseek.com/v1?key=x", "absolute http"},
+		{"https://api.deepseek.com/v1#x", "absolute http"},
+		{"https://api.deepseek.com:8443/v1", `host "api.deepseek.com:8443" is not allowed`},
+		{"http://localhost:8080/v1", `host "localhost:8080" is not allowed`},
+		{"http://[::1]/v1", `host "[::1]" is not allowed`},
+		{"http://[::1]:9090/v1", "is not allowed"},
+	} {
+		b := body(t, `{"name":"n","model":{"provider":"openai","model":"m"}}`)
+		b.Model.BaseURL = tc.url
+		err := rules.Validate(&b)
+		if tc.msg == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.url, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: err = %v; want %q", tc.url, err, tc.msg)
 		}
 	}
 }
