@@ -28,8 +28,12 @@ import (
 type Config struct {
 	// Tools are the built-in tools, registered globally.
 	Tools []*registry.Tool
-	// DeepSeekAPIKey is the key used for the openai provider. Empty: openai presets fail their
-	// turns with INVALID_CREDENTIAL (from the provider).
+	// DeepSeekAPIKey is the operator's key for DeepSeek. It is sent only to the default DeepSeek
+	// endpoint: an openai preset without a baseUrl, or with an https baseUrl on host
+	// api.deepseek.com and the default port (openai.IsDeepSeekEndpoint). A preset pointing
+	// anywhere else (another provider, a proxy, a local server) gets no key: its requests carry
+	// no Authorization header. Per-tenant keys for other endpoints are not supported yet. Empty:
+	// DeepSeek presets fail their turns with INVALID_CREDENTIAL (from the provider).
 	DeepSeekAPIKey string
 	// ModelHosts are the hosts an openai preset's baseUrl may point at (checked again here, not
 	// only when the preset is written, by the same openai.AllowedBaseURL). Default:
@@ -275,13 +279,16 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
 	default:
 		return nil, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
 	}
-	baseURL := ""
+	baseURL, apiKey := "", a.cfg.DeepSeekAPIKey // no baseUrl: the default DeepSeek endpoint
 	if m.BaseURL != "" {
 		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
 		if err != nil {
 			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %v", err)
 		}
 		baseURL = u.String() // the URL that was checked, not a differently-read spelling of it
+		if !openai.IsDeepSeekEndpoint(u) {
+			apiKey = "" // the operator's key goes to DeepSeek only
+		}
 	}
 	key := baseURL + "\x00" + m.Model
 	a.mu.Lock()
@@ -289,7 +296,7 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
 	if c, ok := a.clients[key]; ok {
 		return c, nil
 	}
-	c := a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, Model: m.Model, APIKey: a.cfg.DeepSeekAPIKey, Logger: a.cfg.Logger})
+	c := a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, Model: m.Model, APIKey: apiKey, Logger: a.cfg.Logger})
 	a.clients[key] = c
 	return c, nil
 }

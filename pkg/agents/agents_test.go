@@ -3,16 +3,23 @@ package agents_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/dshd/dshd/internal/mockllm"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/llm/openai"
 	"github.com/dshd/dshd/pkg/preset"
 )
 
@@ -193,4 +200,73 @@ func TestModelHostsSameRuleAsValidation(t *testing.T) {
 func agentOf(a *agents.Agents, p preset.Preset) (agentloop.Config, func(), error) {
 	cfg, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p})
 	return cfg, func() {}, err
+}
+
+// TestOperatorKeyOnlyForDeepSeek: the operator's DeepSeek key goes to the default DeepSeek
+// endpoint only; a preset pointing at any other host (here a real local model server) gets
+// requests without an Authorization header.
+func TestOperatorKeyOnlyForDeepSeek(t *testing.T) {
+	t.Parallel()
+	ms := mockllm.New(mockllm.Config{})
+	var mu sync.Mutex
+	var auth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		ms.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(ms.Close)
+	u, _ := url.Parse(srv.URL)
+
+	var keys sync.Map // base URL -> key the client was built with
+	a, err := agents.New(agents.Config{DeepSeekAPIKey: "sk-operator", ModelHosts: []string{"api.deepseek.com", u.Host},
+		Loop: agentloop.Config{RetryBackoff: time.Millisecond},
+		OpenAIFunc: func(c openai.Config) llm.Provider {
+			keys.Store(c.BaseURL, c.APIKey)
+			return openai.New(c)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := presetOf(t, `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"`+srv.URL+`/v1"}}`)
+	if ends := find(run(t, a, p, "text"), eventlog.TypeTurnEnd); len(ends) != 1 || !strings.Contains(ends[0], "completed") {
+		t.Fatalf("turn/end %v", ends)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auth) == 0 || slices.ContainsFunc(auth, func(h string) bool { return h != "" }) {
+		t.Fatalf("Authorization headers %q; want requests without one", auth)
+	}
+
+	for base, want := range map[string]string{
+		"":                                 "sk-operator",
+		"https://api.deepseek.com":         "sk-operator",
+		"https://API.DeepSeek.com.:443/v1": "sk-operator",
+		"http://api.deepseek.com":          "",
+		srv.URL + "/v1":                    "",
+	} {
+		body := `{"name":"p","model":{"provider":"openai","model":"m"}}`
+		if base != "" {
+			body = `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"` + base + `"}}`
+		}
+		if _, release, err := agentOf(a, presetOf(t, body)); err != nil {
+			t.Fatal(err)
+		} else {
+			release()
+		}
+		normalized := ""
+		if base != "" {
+			n, err := openai.AllowedBaseURL(base, []string{"*"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			normalized = n.String()
+		}
+		got, _ := keys.Load(normalized)
+		if got != want {
+			t.Errorf("baseUrl %q: client key %q, want %q", base, got, want)
+		}
+	}
 }

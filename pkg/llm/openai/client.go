@@ -70,7 +70,11 @@ type Config struct {
 	// negative disables it.
 	IdleTimeout time.Duration
 	// HTTPClient sends the requests. Default: a client on http.DefaultTransport without an
-	// overall timeout (streams can be long; the context and IdleTimeout bound them).
+	// overall timeout (streams can be long; the context and IdleTimeout bound them) that does
+	// not follow redirects: a 3xx ends the call with a non-retryable SERVER error carrying the
+	// status, so neither the request nor its Authorization header ever reaches a host other than
+	// BaseURL's. A caller-supplied client is used as it is, its CheckRedirect included: one that
+	// follows redirects may send the request body (and, within the same domain, the key) on.
 	HTTPClient *http.Client
 	// SleepFunc waits d between attempts and returns early with ctx.Err(). Tests inject it so
 	// that they don't wait. Default: a timer.
@@ -113,7 +117,7 @@ func New(cfg Config) *Client {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
+		cfg.HTTPClient = &http.Client{CheckRedirect: noRedirects}
 	}
 	if cfg.SleepFunc == nil {
 		cfg.SleepFunc = llm.Sleep
@@ -126,6 +130,9 @@ func New(cfg Config) *Client {
 	}
 	return &Client{cfg: cfg, url: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"}
 }
+
+// noRedirects makes a client return a 3xx response as it is instead of following it.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // Name returns the provider name, "openai".
 func (c *Client) Name() string { return "openai" }
