@@ -21,6 +21,27 @@ type chunkStager struct {
 	text   map[int]*partialBlock
 	usage  *llm.Usage
 	finish string
+
+	outBytes  int // text, reasoning and argument bytes streamed
+	toolCalls int // tool-call blocks started
+}
+
+// checkLimits reports a response that went past the runner's output bounds.
+func (cs *chunkStager) checkLimits(c llm.Chunk) error {
+	cs.outBytes += len(c.Text)
+	if c.ArgumentsDelta != nil {
+		cs.outBytes += len(*c.ArgumentsDelta)
+	}
+	if c.Type == llm.ChunkBlockStart && c.BlockType == llm.BlockToolCall {
+		cs.toolCalls++
+	}
+	switch {
+	case cs.outBytes > cs.r.cfg.MaxOutputBytes:
+		return llm.NewError(llm.CodeServer, "the model's response is larger than the limit of %d bytes", cs.r.cfg.MaxOutputBytes)
+	case cs.toolCalls > cs.r.cfg.MaxToolCalls:
+		return llm.NewError(llm.CodeServer, "the model's response has more than %d tool calls", cs.r.cfg.MaxToolCalls)
+	}
+	return nil
 }
 
 type partialBlock struct {

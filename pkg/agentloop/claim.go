@@ -26,27 +26,102 @@ func (w *writer) stageInsertion(target string, msgs []llm.Message) *handle {
 	}})
 }
 
-// claim removes up to max messages (0: all) from the front of target, as one logged deletion
-// splice, flushes, and returns the claimed messages. It returns nil without writing anything when
-// the mirror holds no message for target. The claim is built on an up-to-date view of the log,
-// so a message cleared by a concurrent cancel is never claimed.
-func (w *writer) claim(ctx context.Context, target string, max int) ([]llm.Message, error) {
-	if len(w.m.list(target)) == 0 {
-		return nil, nil
+// stepEntry is what enterStep decided, filled in when its batch is built.
+type stepEntry struct {
+	started bool
+	entered []llm.Message
+	claimed int
+}
+
+// enterStep opens step of turn with its input (LOOP-2): it claims every next-step message, then
+// one next-turn message at a turn boundary, and writes the claim, `step/start` and one
+// `user/message` per entered message (the claimed ones, then snap when not nil) in one batch,
+// committed at once: a crash can never leave a message claimed but not entered.
+//
+// The batch is built on an up-to-date view of the log (under the append lock), so what it claims
+// is exactly what the inbox holds then. When there is nothing to enter and the step needs input
+// (the first step, or a turn that is ending), it writes nothing and reports no step.
+func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needInput bool, snap *llm.Message) (stepEntry, error) {
+	planned := len(r.m.inbox.NextStep)
+	if boundary {
+		planned += min(1, len(r.m.inbox.NextTurn))
 	}
-	var claimed []llm.Message
-	w.stage(staged{typ: eventlog.TypeInboxSpliced, fresh: true, dataFn: func(l *Head) (any, error) {
-		list := w.m.list(target)
-		k := len(list)
-		if max > 0 && k > max {
-			k = max
+	if planned == 0 && snap == nil {
+		if needInput {
+			return stepEntry{}, nil
 		}
-		claimed = slices.Clone(list[:k])
-		*lenOf(l, target) -= k
-		return Deletion(target, k, ""), nil
-	}})
-	if err := w.flush(ctx); err != nil {
-		return nil, err
+		// No new input: the step starts without a claim, and nothing needs writing yet.
+		r.w.stage(staged{typ: eventlog.TypeStepStart, data: stepData{Turn: turn, Step: step}})
+		return stepEntry{started: true}, nil
 	}
-	return claimed, nil
+	var e stepEntry
+	r.w.stage(staged{fresh: true, expand: func(l *Head) ([]eventlog.NewEvent, error) {
+		e = stepEntry{}
+		var out []eventlog.NewEvent
+		claim := func(target string, max int) {
+			list := r.m.list(target)
+			k := len(list)
+			if max > 0 {
+				k = min(k, max)
+			}
+			if k == 0 {
+				return
+			}
+			e.entered = append(e.entered, slices.Clone(list[:k])...)
+			e.claimed += k
+			*lenOf(l, target) -= k
+			out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: Deletion(target, k, "")})
+		}
+		claim(TargetNextStep, 0)
+		if boundary {
+			claim(TargetNextTurn, 1)
+		}
+		if snap != nil {
+			e.entered = append(e.entered, *snap)
+		}
+		if len(e.entered) == 0 && needInput {
+			return nil, nil
+		}
+		e.started = true
+		out = append(out, eventlog.NewEvent{Type: eventlog.TypeStepStart, Data: stepData{Turn: turn, Step: step}})
+		for _, m := range e.entered {
+			out = append(out, eventlog.NewEvent{Type: eventlog.TypeUserMessage, Data: m, SurfaceOp: eventlog.Append})
+		}
+		return out, nil
+	}})
+	if err := r.w.flush(ctx); err != nil {
+		return stepEntry{}, err
+	}
+	r.claimed += e.claimed
+	return e, nil
+}
+
+// discardInput claims a turn boundary's input (every next-step message and one next-turn message)
+// without entering it, for a turn that cannot take a step.
+func (r *Runner) discardInput(ctx context.Context) error {
+	claimed := 0
+	r.w.stage(staged{fresh: true, expand: func(l *Head) ([]eventlog.NewEvent, error) {
+		claimed = 0
+		var out []eventlog.NewEvent
+		for _, c := range []struct {
+			target string
+			max    int
+		}{{TargetNextStep, 0}, {TargetNextTurn, 1}} {
+			k := len(r.m.list(c.target))
+			if c.max > 0 {
+				k = min(k, c.max)
+			}
+			if k > 0 {
+				claimed += k
+				*lenOf(l, c.target) -= k
+				out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: Deletion(c.target, k, "")})
+			}
+		}
+		return out, nil
+	}})
+	if err := r.w.flush(ctx); err != nil {
+		return err
+	}
+	r.claimed += claimed
+	return nil
 }

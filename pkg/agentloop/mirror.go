@@ -56,6 +56,9 @@ func (m *mirror) apply(ev eventlog.Event) error {
 	switch ev.Type {
 	case eventlog.TypeInboxSpliced:
 		return m.inbox.ApplyEvent(ev.Data)
+	case eventlog.TypeSessionEndSeed:
+		// A fork's inbox starts empty: it is rebuilt from the splices after the seed (LOOP-1).
+		m.inbox = Inbox{}
 	case eventlog.TypeTurnStart:
 		var d struct {
 			Turn int `json:"turn"`

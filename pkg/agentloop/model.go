@@ -124,6 +124,9 @@ func (r *Runner) streamOnce(ctx context.Context, turn, step int, asm promptasm.R
 				}
 				return llm.Message{}, "", it.err
 			}
+			if err := cs.checkLimits(it.c); err != nil {
+				return llm.Message{}, "", err
+			}
 			cs.push(it.c)
 			if err := r.flushIfDue(ctx); err != nil {
 				return llm.Message{}, "", err
@@ -175,22 +178,37 @@ func (r *Runner) request(asm promptasm.Result) (llm.Request, error) {
 			reason = "resume"
 		}
 		r.stageHeader(hb, reason)
-	case !sameJSON(r.m.header, hb) && !sameJSON(r.stagedHeader, hb):
+	case !sameJSON(r.inForce(r.m.header, r.stagedHeader), hb):
 		r.stageHeader(hb, "change")
 	}
 	cb, _ := json.Marshal(contextData{Provider: r.cfg.Model.Provider, Model: r.cfg.Model.Model})
-	if !sameJSON(r.m.reqCtx, cb) && !sameJSON(r.stagedCtx, cb) {
-		r.stagedCtx = cb
-		r.w.stage(staged{typ: eventlog.TypeRequestContext, data: json.RawMessage(cb)})
+	if !sameJSON(r.inForce(r.m.reqCtx, r.stagedCtx), cb) {
+		r.stagedCtx = &stagedJSON{b: cb, h: r.w.stage(staged{typ: eventlog.TypeRequestContext, data: json.RawMessage(cb)})}
 	}
 	return llm.Request{Config: r.cfg.Model, System: asm.System, Messages: msgs, Tools: asm.Tools,
 		SessionID: r.cfg.SessionID}, nil
 }
 
 func (r *Runner) stageHeader(hb json.RawMessage, reason string) {
-	r.headerLogged, r.stagedHeader = true, hb
-	r.w.stage(staged{typ: eventlog.TypeRequestHeader, data: headerData{Header: hb, Reason: reason},
-		size: len(hb)})
+	r.headerLogged = true
+	r.stagedHeader = &stagedJSON{b: hb, h: r.w.stage(staged{typ: eventlog.TypeRequestHeader,
+		data: headerData{Header: hb, Reason: reason}, size: len(hb)})}
+}
+
+// stagedJSON is a request header or context this runner staged.
+type stagedJSON struct {
+	b []byte
+	h *handle
+}
+
+// inForce is the header (or context) in force for the next request: the one this runner staged,
+// while it is not written yet, else the last one in the log (another runner may have written a
+// newer one since this runner's was committed).
+func (r *Runner) inForce(committed json.RawMessage, s *stagedJSON) []byte {
+	if s != nil && s.h.seq < 0 {
+		return s.b
+	}
+	return committed
 }
 
 // history is the model-visible history: the committed surface plus the surface events still

@@ -26,6 +26,9 @@ const (
 	DefaultChunkBytes   = 4096
 	DefaultModelRetries = 2
 	DefaultRetryBackoff = 250 * time.Millisecond
+	// DefaultMaxOutputBytes and DefaultMaxToolCalls bound one model response.
+	DefaultMaxOutputBytes = 4 << 20
+	DefaultMaxToolCalls   = 128
 )
 
 // Config is the fixed configuration of one session's agent, resolved from its preset.
@@ -58,6 +61,12 @@ type Config struct {
 	// DefaultModelRetries; negative disables.
 	ModelRetries int
 	RetryBackoff time.Duration
+	// MaxOutputBytes and MaxToolCalls bound one model response (text, reasoning and arguments;
+	// tool calls): a response past them fails the step with SERVER, so a broken or hostile model
+	// endpoint cannot fill memory or the log. Defaults DefaultMaxOutputBytes and
+	// DefaultMaxToolCalls.
+	MaxOutputBytes int
+	MaxToolCalls   int
 	// Clock and Logger; defaults time.Now and slog.Default().
 	Clock  func() time.Time
 	Logger *slog.Logger
@@ -84,6 +93,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.MaxToolCalls <= 0 {
+		c.MaxToolCalls = DefaultMaxToolCalls
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -114,9 +129,11 @@ type Runner struct {
 	headerLogged bool
 	// stagedHeader and stagedCtx are the last request/header and request/context staged by this
 	// runner, possibly not yet committed.
-	stagedHeader, stagedCtx []byte
+	stagedHeader, stagedCtx *stagedJSON
 	// intr cancels the running turn (Interrupt, or an `agent/cancel` folded during the turn).
 	intr interrupter
+	// claimed counts the inbox messages this runner's turns have claimed.
+	claimed int
 }
 
 // NewRunner returns a runner of the session behind j.
@@ -173,12 +190,18 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		if !r.Pending() {
 			break
 		}
+		claimedBefore := r.claimed
 		reason, err := r.RunTurn(ctx)
 		if err != nil {
 			return reasons, err
 		}
 		reasons = append(reasons, reason)
 		if reason.Kind == EndAborted {
+			break
+		}
+		if r.claimed == claimedBefore && reason.Kind != EndCompleted {
+			// The turn took nothing from the inbox and did not complete: serving again would
+			// repeat it. What waits is served at the next wake.
 			break
 		}
 	}

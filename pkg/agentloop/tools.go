@@ -43,6 +43,7 @@ type stepEmitter struct {
 	calls      []*handle
 	logErr     error
 	sink       *callSink
+	staged     map[string]bool // ids of contexts staged in this step
 }
 
 // callSink collects the session events tool bodies emit (toolctx.Emit); they are written right
@@ -104,19 +105,47 @@ func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int6
 	return nil
 }
 
-// Contexts implements scheduler.Emitter: the contexts go to the end of the next-step inbox.
+// Contexts implements scheduler.Emitter: the contexts go to the end of the next-step inbox. A
+// context whose id is already in the inbox (or staged for it) gets a fresh id: message ids must be
+// unique across the inbox (LOOP-1), and tools choose theirs.
 func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.Message) error {
-	e.r.w.stageInsertion(TargetNextStep, msgs)
+	out := make([]llm.Message, len(msgs))
+	for i, m := range msgs {
+		if e.r.inboxHas(m.ID) || e.staged[m.ID] {
+			m.ID = e.r.newID()
+		}
+		if e.staged == nil {
+			e.staged = map[string]bool{}
+		}
+		e.staged[m.ID] = true
+		out[i] = m
+	}
+	e.r.w.stageInsertion(TargetNextStep, out)
 	return nil
+}
+
+// inboxHas reports whether a message with id is in the inbox the runner knows.
+func (r *Runner) inboxHas(id string) bool {
+	for _, lst := range [][]llm.Message{r.m.inbox.NextTurn, r.m.inbox.NextStep} {
+		for _, m := range lst {
+			if m.ID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // StepEnd implements scheduler.StepEnder: the results of exclusive calls (which may have changed
 // something outside) are made durable at once; results of parallel, concurrency-safe calls are
 // written with the runner's next batch, at most a chunk window later (the next model call's
 // coalescing ticker, or the turn's end), which saves a transaction per tool step.
+//
+// Results that handed contexts to the next-step inbox are flushed too: the next step claims from
+// the committed inbox, and must find them (LOOP-6).
 func (e *stepEmitter) StepEnd(ctx context.Context, out scheduler.Outcome) error {
 	for _, cr := range out.Results {
-		if cr.Call.Mode == registry.Exclusive && !cr.Synthetic {
+		if cr.Call.Mode == registry.Exclusive && !cr.Synthetic || len(cr.Result.AdditionalContexts) > 0 {
 			return e.Flush(ctx)
 		}
 	}

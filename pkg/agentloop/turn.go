@@ -44,28 +44,47 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		if err := r.w.catchUp(ctx); err != nil {
 			return Reason{}, r.logErr(err)
 		}
-		msgs, err := r.claim(ctx, step == 0)
-		if err != nil {
-			return Reason{}, r.logErr(err)
-		}
-		asm, err := r.assemble(ctx)
-		if err != nil {
-			return errorReason(CodePrompt, err), nil
-		}
-		if snap, ok := r.m.snap.Next(r.newID(), asm.RuntimeContext); ok {
-			msgs = append(msgs, snap)
-		}
-		if ends != nil && len(msgs) == 0 {
+		if ends != nil && len(r.m.inbox.NextStep) == 0 {
 			return *ends, nil
 		}
-		if step == 0 && len(msgs) == 0 {
-			return Reason{Kind: EndCompleted}, nil
-		}
+		// The step limit and the prompt are checked before anything is claimed, so that a turn
+		// that cannot take another step leaves its input in the inbox.
 		if step == r.cfg.MaxSteps {
 			return errorReason(CodeMaxSteps, errMaxSteps(r.cfg.MaxSteps)), nil
 		}
+		asm, err := r.assemble(ctx)
+		if err != nil {
+			// PRM-8: the turn ends with the error and no step. At the turn's boundary it consumes
+			// the input it was woken for, as the reference does, so the same failing turn is not
+			// opened again and again for it.
+			if step == 0 {
+				if err := r.discardInput(ctx); err != nil {
+					return Reason{}, r.logErr(err)
+				}
+			}
+			return errorReason(CodePrompt, err), nil
+		}
+		kept := r.m.snap.Kept()
+		var snap *llm.Message
+		if m, ok := r.m.snap.Next(r.newID(), asm.RuntimeContext); ok {
+			snap = &m
+		}
+		entry, err := r.enterStep(ctx, turn, step+1, step == 0, step == 0 || ends != nil, snap)
+		if err != nil {
+			return Reason{}, r.logErr(err)
+		}
+		if !entry.started {
+			r.m.snap.Keep(kept) // the snapshot was not written: the model does not have it
+			if ctx.Err() != nil {
+				return aborted(ctx), nil // a cancel cleared the input as the step was opening
+			}
+			if ends != nil {
+				return *ends, nil
+			}
+			return Reason{Kind: EndCompleted}, nil
+		}
 		step++
-		stepEnd, err := r.runStep(ctx, turn, step, asm, msgs)
+		stepEnd, err := r.runStep(ctx, turn, step, asm)
 		if err != nil {
 			if errors.Is(err, errLog) {
 				return Reason{}, err
@@ -78,45 +97,12 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		if ends == nil || ends.Kind != EndMaxTokens {
 			ends = stepEnd
 		}
-		if ctx.Err() != nil {
-			return aborted(ctx), nil
-		}
-		if err := r.w.catchUp(ctx); err != nil {
-			return Reason{}, r.logErr(err)
-		}
-		if ends != nil && len(r.m.inbox.NextStep) == 0 {
-			return *ends, nil
-		}
 	}
 }
 
-// claim takes the step's input from the inbox: every next-step message, then one next-turn
-// message at a turn boundary (LOOP-2).
-func (r *Runner) claim(ctx context.Context, boundary bool) ([]llm.Message, error) {
-	msgs, err := r.w.claim(ctx, TargetNextStep, 0)
-	if err != nil || !boundary {
-		return msgs, err
-	}
-	turnMsgs, err := r.w.claim(ctx, TargetNextTurn, 1)
-	return append(msgs, turnMsgs...), err
-}
-
-// runStep writes step/start and the entered messages, runs the model call and the tools, and
-// always writes step/end. It returns the step's ending (nil: another step follows).
-func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Result, msgs []llm.Message) (end *Reason, err error) {
-	r.w.stage(staged{typ: eventlog.TypeStepStart, data: stepData{Turn: turn, Step: step}})
-	for _, m := range msgs {
-		r.w.stage(staged{typ: eventlog.TypeUserMessage, data: m, surface: true})
-	}
-	if len(msgs) > 0 {
-		// The claim that took these messages from the inbox is committed; entering them must be
-		// too before the model call, which may wait long for its first byte: a replica that dies
-		// meanwhile would otherwise leave a turn whose messages left the inbox but were never
-		// entered, and crash repair cannot bring them back. A cancel must not fail the write.
-		if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
-			return nil, r.logErr(err)
-		}
-	}
+// runStep runs the model call and the tools of a step that enterStep opened, and always writes
+// step/end. It returns the step's ending (nil: another step follows).
+func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Result) (end *Reason, err error) {
 	defer func() {
 		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: stepData{Turn: turn, Step: step}})
 	}()

@@ -12,7 +12,7 @@ import (
 // handle names a staged event. Its seq is known once the event is committed (-1 before).
 type handle struct {
 	seq int64
-	idx int // position in the batch being built, -1 outside a build
+	idx int // position of the event in the batch being built, -1 outside a build or when none
 }
 
 // Seq returns the committed seq, or -1.
@@ -28,6 +28,9 @@ type staged struct {
 	h       *handle
 	fresh   bool // the batch must be built on an up-to-date view of the log (claims)
 	size    int
+	// expand, when set, replaces the entry by the events it returns at build time (any number,
+	// none included). They cannot be cited.
+	expand func(lens *Head) ([]eventlog.NewEvent, error)
 }
 
 // writer stages the events of one turn runner and writes them in batches: a batch is committed
@@ -46,6 +49,8 @@ type writer struct {
 	oldest  time.Time
 	// flushes counts committed batches (for tests and metrics).
 	flushes int
+	// built is the number of events of the last build.
+	built int
 }
 
 func newWriter(j Journal, m *mirror, clock func() time.Time) *writer {
@@ -77,6 +82,10 @@ func (w *writer) flush(ctx context.Context) error {
 	if len(w.pending) == 0 {
 		return nil
 	}
+	// The log is written whatever happens to the turn: a cancel must not leave it half done. A
+	// write that hangs is bounded instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	var evs []eventlog.Event
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -88,24 +97,38 @@ func (w *writer) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	for i := range w.pending {
-		w.pending[i].h.idx = -1
-	}
 	if err != nil {
+		w.resetIdx()
 		return fmt.Errorf("agentloop: append: %w", err)
 	}
-	if len(evs) != len(w.pending) {
-		return fmt.Errorf("agentloop: append committed %d of %d events", len(evs), len(w.pending))
+	if len(evs) != w.built {
+		w.resetIdx()
+		return fmt.Errorf("agentloop: append committed %d of %d events", len(evs), w.built)
 	}
-	for i, ev := range evs {
-		w.pending[i].h.seq = ev.Seq
+	for _, p := range w.pending {
+		if p.h.idx >= 0 {
+			p.h.seq = evs[p.h.idx].Seq
+		}
 	}
+	w.resetIdx()
 	w.pending, w.size = w.pending[:0], 0
 	w.flushes++
+	if len(evs) == 0 {
+		return nil
+	}
 	if evs[0].Seq == w.m.cursor()+1 {
 		return w.m.fold(evs)
 	}
 	return w.refresh(ctx)
+}
+
+// writeTimeout bounds one write or read of the log.
+const writeTimeout = 30 * time.Second
+
+func (w *writer) resetIdx() {
+	for _, p := range w.pending {
+		p.h.idx = -1
+	}
 }
 
 // catchUp folds what other writers appended, if the journal says there is anything.
@@ -116,8 +139,11 @@ func (w *writer) catchUp(ctx context.Context) error {
 	return w.refresh(ctx)
 }
 
-// refresh folds every committed event the mirror has not seen.
+// refresh folds every committed event the mirror has not seen. Like writes, it is not
+// cancelled with the turn.
 func (w *writer) refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	evs, err := w.j.Since(ctx, w.m.cursor())
 	if err != nil {
 		return fmt.Errorf("agentloop: read log: %w", err)
@@ -128,15 +154,23 @@ func (w *writer) refresh(ctx context.Context) error {
 // build turns the pending events into a batch for head h. It runs inside the journal's append.
 func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
 	fresh := h.NextSeq == w.m.cursor()+1
-	for i := range w.pending {
-		w.pending[i].h.idx = i
-		if w.pending[i].fresh && !fresh {
+	for _, p := range w.pending {
+		p.h.idx = -1
+		if p.fresh && !fresh {
 			return nil, ErrStale
 		}
 	}
 	lens := h
-	out := make([]eventlog.NewEvent, len(w.pending))
-	for i, s := range w.pending {
+	out := make([]eventlog.NewEvent, 0, len(w.pending))
+	for _, s := range w.pending {
+		if s.expand != nil {
+			evs, err := s.expand(&lens)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, evs...)
+			continue
+		}
 		data := s.data
 		if s.dataFn != nil {
 			var err error
@@ -163,7 +197,9 @@ func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
 				}
 			}
 		}
-		out[i] = ne
+		s.h.idx = len(out)
+		out = append(out, ne)
 	}
+	w.built = len(out)
 	return out, nil
 }

@@ -152,11 +152,14 @@ func prepareBatch(evs []NewEvent) ([]Event, error) {
 	return batch, nil
 }
 
-// syncInbox recomputes the inbox lengths of a session from its splice events (after a seed or a
-// fork copied events in without going through an append).
+// syncInbox recomputes the inbox lengths of a session from its splice events after its last
+// `session/end-seed` (after a seed or a fork copied events in without going through an append).
+// A fork's inbox starts empty: LOOP-1 rebuilds it from the splices after the seed, so the parent's
+// waiting messages are not served again in the child.
 func syncInbox(ctx context.Context, q querier, sessionID uuid.UUID) error {
-	rows, err := q.Query(ctx, `SELECT seq, data FROM events WHERE session_id = $1 AND type = $2 ORDER BY seq`,
-		sessionID, TypeInboxSpliced)
+	rows, err := q.Query(ctx, `SELECT seq, data FROM events WHERE session_id = $1 AND type = $2
+		AND seq > COALESCE((SELECT max(seq) FROM events WHERE session_id = $1 AND type = $3), -1)
+		ORDER BY seq`, sessionID, TypeInboxSpliced, TypeSessionEndSeed)
 	if err != nil {
 		return err
 	}
@@ -167,7 +170,7 @@ func syncInbox(ctx context.Context, q querier, sessionID uuid.UUID) error {
 		ev.Data = []byte(data)
 		return ev, err
 	})
-	if err != nil || len(evs) == 0 {
+	if err != nil {
 		return err
 	}
 	l, err := InboxLens{}.after(evs)

@@ -52,3 +52,25 @@ func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 		})
 	}
 }
+
+// TestSES15_ForkStartsWithAnEmptyInbox: the parent's waiting messages are not the child's
+// (LOOP-1 rebuilds the inbox from the splices after the seed), so no job-less message is left
+// queued in the fork.
+func TestSES15_ForkStartsWithAnEmptyInbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	sess := newSession(t, st, tenant)
+	ins := ne("agent/inbox/spliced", map[string]any{"target": "next-turn", "start": 0, "inserted": []any{userMsg("m1", "hi")}})
+	if _, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1), turnEnd(1), ins); err != nil {
+		t.Fatal(err)
+	}
+	child, err := st.Fork(ctx, tenant, sess.ID, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.SessionHead(ctx, tenant, child.ID)
+	if err != nil || h.Inbox.NextTurn != 0 || h.Inbox.NextStep != 0 {
+		t.Fatalf("child head %+v, %v; want an empty inbox", h, err)
+	}
+}
