@@ -48,8 +48,9 @@ func (a *assembler) take() []llm.Chunk {
 func (a *assembler) addData(data []byte) error {
 	var c ChatChunk
 	if err := json.Unmarshal(data, &c); err != nil {
-		e := llm.NewError(llm.CodeTransport, "malformed stream chunk: %v (data %q)", err, clip(data, 120))
-		e.Err = err
+		// The data stays out of the (tenant-visible) message; the logs get it through Err.
+		e := llm.NewError(llm.CodeTransport, "malformed stream chunk: %v", err)
+		e.Err = fmt.Errorf("%w (data %q)", err, clip(data, 120))
 		return e
 	}
 	return a.add(c)

@@ -152,14 +152,23 @@ func (c *Client) Stream(ctx context.Context, req llm.Request) (llm.Stream, error
 			return s, nil
 		}
 		wait, retry := c.retryWait(err, attempt)
+		var e *attemptError
+		isAttempt := errors.As(err, &e)
 		if !retry {
-			var e *attemptError
-			if errors.As(err, &e) {
-				return nil, e.err
+			if !isAttempt {
+				return nil, err
 			}
-			return nil, err
+			if e.err.Err != nil {
+				// The message is generic (it reaches the tenant); the cause is for the operator.
+				c.cfg.Logger.Warn("llm call failed", "attempts", attempt, "err", e.err, "cause", e.err.Err)
+			}
+			return nil, e.err
 		}
-		c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", err)
+		if isAttempt && e.err.Err != nil {
+			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", err, "cause", e.err.Err)
+		} else {
+			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", err)
+		}
 		if serr := c.cfg.SleepFunc(ctx, wait); serr != nil {
 			return nil, readError(ctx, ctx, serr, "waiting to retry")
 		}
@@ -245,7 +254,7 @@ func (c *Client) attempt(ctx context.Context, body []byte) (llm.Stream, error) {
 	if err != nil {
 		idle.stop()
 		cancel(nil)
-		return nil, asAttemptError(readError(ctx, actx, err, "send request"))
+		return nil, asAttemptError(readError(ctx, actx, err, whatSend))
 	}
 	s, err := c.open(ctx, actx, cancel, idle, resp)
 	if err != nil {

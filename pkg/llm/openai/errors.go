@@ -2,12 +2,19 @@ package openai
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -24,24 +31,92 @@ var errIdle = errors.New("openai: no data received within the idle timeout")
 //	408                                        TIMEOUT
 //	429                                        RATE_LIMIT (retryable)
 //	5xx                                        SERVER (retryable)
-//	any other status                           SERVER, not retryable
+//	any other status (3xx included)            SERVER, not retryable
 //
-// The message is the body's error.message when it has one, else the body itself (clipped).
+// The message reaches the tenant (turn/end), and the endpoint may be anything a preset points
+// at, so the body itself is never quoted: the message is the provider's JSON error message
+// ({"error":{"message":...}}, {"error":"..."} or {"message":"..."}), clipped to
+// maxErrorMessage bytes without control characters, or else "HTTP <status>". A body that is not
+// such JSON still classifies the error (quota, context length) without appearing in it.
 func statusError(status int, body []byte) *llm.Error {
-	var eb ErrorBody
-	msg := strings.TrimSpace(clip(body, 500))
-	if json.Unmarshal(body, &eb) == nil && eb.Error.Message != "" {
-		return apiError(status, eb.Error)
+	if ae, ok := jsonError(body); ok {
+		return apiError(status, ae)
 	}
-	if msg == "" {
-		msg = http.StatusText(status)
+	e := classify(status, strings.ToLower(string(body)), fmt.Sprintf("HTTP %d", status))
+	return e
+}
+
+// jsonError reads the provider's error object of a JSON error body.
+func jsonError(body []byte) (APIError, bool) {
+	var eb struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
 	}
-	return apiError(status, APIError{Message: msg})
+	if json.Unmarshal(body, &eb) != nil {
+		return APIError{}, false
+	}
+	var ae APIError
+	var text string
+	switch {
+	case json.Unmarshal(eb.Error, &ae) == nil && ae.Message != "":
+	case json.Unmarshal(eb.Error, &text) == nil && text != "":
+		ae = APIError{Message: text}
+	case eb.Message != "":
+		ae = APIError{Message: eb.Message}
+	default:
+		return APIError{}, false
+	}
+	if cleanMessage(ae.Message) == "" {
+		return APIError{}, false
+	}
+	return ae, true
+}
+
+// maxErrorMessage bounds the provider's error message kept in an *llm.Error.
+const maxErrorMessage = 300
+
+// cleanMessage clips a provider's error message to maxErrorMessage bytes (on a rune boundary)
+// and replaces control characters and invalid UTF-8 with spaces.
+func cleanMessage(msg string) string {
+	var b strings.Builder
+	space := false
+	for _, r := range strings.ToValidUTF8(msg, " ") {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) {
+			space = b.Len() > 0
+			continue
+		}
+		n := utf8.RuneLen(r)
+		if space {
+			n++
+		}
+		if b.Len()+n > maxErrorMessage {
+			b.WriteString("...")
+			break
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // apiError classifies an error object by status (0 for an error inside a 200 stream) and text.
+// Its message is the object's message, cleaned (cleanMessage).
 func apiError(status int, ae APIError) *llm.Error {
-	text := strings.ToLower(ae.Message + " " + ae.Type + " " + string(ae.Code))
+	msg := cleanMessage(ae.Message)
+	if msg == "" {
+		msg = "the provider reported an error"
+		if status != 0 {
+			msg = fmt.Sprintf("HTTP %d", status)
+		}
+	}
+	return classify(status, strings.ToLower(ae.Message+" "+ae.Type+" "+string(ae.Code)), msg)
+}
+
+// classify gives an error of the status and lowercase text its code.
+func classify(status int, text, msg string) *llm.Error {
 	code := llm.CodeServer
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
@@ -55,7 +130,7 @@ func apiError(status int, ae APIError) *llm.Error {
 	case status == http.StatusRequestTimeout:
 		code = llm.CodeTimeout
 	}
-	e := llm.NewError(code, "%s", ae.Message)
+	e := llm.NewError(code, "%s", msg)
 	e.Status = status
 	if code == llm.CodeServer && status != 0 && status < 500 {
 		e.Retryable = false
@@ -80,7 +155,9 @@ func mentionsContextLength(s string) bool {
 
 // readError maps a failure to send a request or to read a body. A cancelled parent context
 // gives the context error itself (context.Canceled) or, for a deadline, TIMEOUT; the idle timer
-// gives TIMEOUT; anything else is TRANSPORT.
+// gives TIMEOUT; anything else is TRANSPORT. A transport error's message names only the class of
+// the failure ("connection refused"): the network error itself, with the endpoint's address,
+// is kept in Err for the logs, not in the tenant-visible message.
 func readError(parent, attempt context.Context, err error, what string) error {
 	if perr := parent.Err(); perr != nil {
 		if errors.Is(perr, context.DeadlineExceeded) {
@@ -95,9 +172,41 @@ func readError(parent, attempt context.Context, err error, what string) error {
 		e.Err = errIdle
 		return e
 	}
-	e := llm.NewError(llm.CodeTransport, "%s: %v", what, err)
+	failed := "the connection to the model endpoint failed"
+	if what == whatSend {
+		failed = "could not reach the model endpoint"
+	}
+	e := llm.NewError(llm.CodeTransport, "%s: %s (%s)", what, failed, errorClass(err))
 	e.Err = err
 	return e
+}
+
+// whatSend is readError's what for sending a request.
+const whatSend = "send request"
+
+// errorClass names the kind of a network failure without its addresses.
+func errorClass(err error) string {
+	var dns *net.DNSError
+	var cert *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	case errors.As(err, &dns):
+		return "DNS lookup failed"
+	case errors.As(err, &cert), errors.As(err, &header):
+		return "TLS error"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "network timeout"
+	}
+	return "network error"
 }
 
 // retryAfter parses a Retry-After header: delay seconds or an HTTP date. ok is false when the

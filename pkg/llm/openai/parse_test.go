@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -133,6 +134,12 @@ func TestStatusError(t *testing.T) {
 		{408, ``, llm.CodeTimeout, true},
 		{500, ``, llm.CodeServer, true},
 		{503, `{"error":{"message":"Server overloaded"}}`, llm.CodeServer, true},
+		{502, `<html>internal proxy 10.0.0.7:8080</html>`, llm.CodeServer, true},
+		{302, ``, llm.CodeServer, false},
+		{402, `insufficient balance`, llm.CodeQuota, false},
+		{400, `prompt is too long`, llm.CodeContextWindowExceeded, false},
+		{404, `{"error":"model \"x\" not found"}`, llm.CodeServer, false},
+		{422, `{"message":"bad field"}`, llm.CodeServer, false},
 	}
 	for _, tt := range tests {
 		e := statusError(tt.status, []byte(tt.body))
@@ -214,5 +221,42 @@ func BenchmarkParseChunks(b *testing.B) {
 		if _, err := parse(body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestStatusErrorMessage: only the provider's JSON error message reaches the error, clipped and
+// without control characters; any other body gives "HTTP <status>".
+func TestStatusErrorMessage(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 400)
+	for _, tt := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{502, "<html><body>nginx at 10.0.0.7:8080 secret-token</body></html>", "HTTP 502"},
+		{500, "", "HTTP 500"},
+		{500, "   \n", "HTTP 500"},
+		{403, "Forbidden: key sk-abc for internal.corp", "HTTP 403"},
+		{400, `{"error":{"message":"Invalid request"}}`, "Invalid request"},
+		{400, `{"error":{"message":"bad\u001b[31m red\r\nline\u0000 two\u200b"}}`, "bad [31m red line two"},
+		{404, `{"error":"model not found"}`, "model not found"},
+		{422, `{"message":"bad field","detail":"x"}`, "bad field"},
+		{400, `{"error":{"message":"\u0000\u0001"}}`, "HTTP 400"},
+		{400, `{"error":{"message":""},"message":"outer"}`, "outer"},
+		{400, `{"error":{"message":"` + long + `"}}`, strings.Repeat("é", 150) + "..."},
+		{400, `{"data":"no error field"}`, "HTTP 400"},
+	} {
+		e := statusError(tt.status, []byte(tt.body))
+		if e.Message != tt.want {
+			t.Errorf("%d %q: message %q, want %q", tt.status, tt.body, e.Message, tt.want)
+		}
+		if len(e.Message) > maxErrorMessage+3 || !utf8.ValidString(e.Message) {
+			t.Errorf("%d: message of %d bytes", tt.status, len(e.Message))
+		}
+	}
+	// An error inside a 200 stream is cleaned the same way.
+	if e := apiError(0, APIError{Message: "a\tb\x1b"}); e.Message != "a b" {
+		t.Errorf("stream error message %q", e.Message)
 	}
 }

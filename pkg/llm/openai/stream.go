@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -195,8 +196,8 @@ func (s *fixedStream) Close() error {
 func completionChunks(data []byte) ([]llm.Chunk, error) {
 	var cc ChatCompletion
 	if err := json.Unmarshal(data, &cc); err != nil {
-		e := llm.NewError(llm.CodeTransport, "malformed response: %v (data %q)", err, clip(data, 120))
-		e.Err = err
+		e := llm.NewError(llm.CodeTransport, "malformed response: %v", err)
+		e.Err = fmt.Errorf("%w (data %q)", err, clip(data, 120))
 		return nil, e
 	}
 	chunk := ChatChunk{Usage: cc.Usage, Error: cc.Error}
