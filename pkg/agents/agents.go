@@ -47,12 +47,19 @@ type Config struct {
 	// OpenAIFunc builds the client of an openai preset; default openai.New. Tests point it at
 	// cmd/mockllm through ModelHosts instead of replacing it.
 	OpenAIFunc func(openai.Config) llm.Provider
+	// DefaultToolTimeoutMs bounds the body of every tool that sets no TimeoutMs of its own
+	// (SPEC extension E2): past it the call ends with a timeout result. Default
+	// DefaultToolTimeoutMs (10 minutes); negative leaves such tools unbounded.
+	DefaultToolTimeoutMs int
 	// Loop is the base agent loop configuration (chunk window, retries, clock, logger); the
 	// per-session fields are filled by Agent.
 	Loop agentloop.Config
 	// Logger receives setup failures; default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultToolTimeoutMs is the default of Config.DefaultToolTimeoutMs: 10 minutes.
+const DefaultToolTimeoutMs = 600_000
 
 // Agents builds agent loop configurations. It is safe for concurrent use.
 type Agents struct {
@@ -87,8 +94,15 @@ func New(cfg Config) (*Agents, error) {
 	if len(cfg.ModelHosts) == 0 {
 		cfg.ModelHosts = []string{"api.deepseek.com"}
 	}
+	switch {
+	case cfg.DefaultToolTimeoutMs == 0:
+		cfg.DefaultToolTimeoutMs = DefaultToolTimeoutMs
+	case cfg.DefaultToolTimeoutMs < 0:
+		cfg.DefaultToolTimeoutMs = 0 // the registry's "unbounded"
+	}
 	k := kernel.New(cfg.Logger)
-	reg, err := registry.New(registry.Config{Scopes: k.Scopes(), Logger: cfg.Logger})
+	reg, err := registry.New(registry.Config{Scopes: k.Scopes(), Logger: cfg.Logger,
+		DefaultTimeoutMs: cfg.DefaultToolTimeoutMs})
 	if err != nil {
 		return nil, err
 	}

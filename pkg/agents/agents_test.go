@@ -270,3 +270,26 @@ func TestOperatorKeyOnlyForDeepSeek(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultToolTimeout: a tool without a timeout of its own is bounded by the default.
+func TestDefaultToolTimeout(t *testing.T) {
+	t.Parallel()
+	tools, err := agents.BuiltinTools(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agents.New(agents.Config{Tools: tools, DefaultToolTimeoutMs: 50,
+		Loop: agentloop.Config{RetryBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`)
+	start := time.Now()
+	res := find(run(t, a, p, `tool:sleep args:{"ms":20000,"text":"z"}`), eventlog.TypeToolResult)
+	if len(res) != 1 || !strings.Contains(res[0], "isError\":true") || !strings.Contains(strings.ToLower(res[0]), "time") {
+		t.Fatalf("results %v", res)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the call ran %v", d)
+	}
+}
