@@ -8,7 +8,7 @@ BENCH    ?= .
 BENCHPKG ?= ./...
 
 # Development settings for `make run`; override on the command line or in the environment.
-export DSHD_ADDR        ?= :8080
+export DSHD_ADDR        ?= 127.0.0.1:8080
 export DSHD_ADMIN_TOKEN ?= dev-admin-token
 export DSHD_DEMO_TOOLS  ?= 1
 

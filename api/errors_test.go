@@ -73,3 +73,28 @@ func TestReadyzReportsNotReady(t *testing.T) {
 	}
 	e.do(t, "GET", "/healthz", "", nil).want(t, http.StatusOK)
 }
+
+// TestHostileStringsAnswer400: strings PostgreSQL cannot store, and header or query values that
+// are not printable, are the client's error, never a 500.
+func TestHostileStringsAnswer400(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sid := e.sessionCreate(t, e.keyA)
+	for _, c := range []struct {
+		method, path, key string
+		body              any
+		headers           []string
+	}{
+		{"POST", "/v1/presets", e.keyA, `{"name":"a\u0000b","model":{"provider":"scripted","model":"m"}}`, nil},
+		{"POST", "/v1/presets", e.keyA, `{"name":"p","model":{"provider":"scripted","model":"m"},"prompt":{"persona":"x\u0000"}}`, nil},
+		{"POST", "/v1/tenants", adminToken, `{"name":"t\u0000"}`, nil},
+		{"GET", "/v1/sessions/" + sid.String() + "/events?types=%ff", e.keyA, nil, nil},
+		{"GET", "/v1/sessions/" + sid.String() + "/events?types=a%00b", e.keyA, nil, nil},
+		{"POST", "/v1/sessions/" + sid.String() + "/messages", e.keyA, `{"content":"x"}`, []string{"Idempotency-Key", "k\xff"}},
+	} {
+		r := e.do(t, c.method, c.path, c.key, c.body, c.headers...)
+		if r.status != 400 {
+			t.Errorf("%s %s: status %d %s, want 400", c.method, c.path, r.status, r.body)
+		}
+	}
+}

@@ -45,6 +45,7 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		writeError(w, r, err)
 		return
 	}
+	evs = underBudget(evs, maxPageBytes)
 	next := q.after
 	if len(evs) > 0 {
 		next = evs[len(evs)-1].Seq
@@ -53,6 +54,22 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		evs = []eventlog.Event{}
 	}
 	writeJSON(w, http.StatusOK, eventPage{Events: evs, NextAfter: next})
+}
+
+// maxPageBytes bounds the event data of one JSON page; a page holds at least one event.
+const maxPageBytes = 4 << 20
+
+// underBudget returns the longest prefix of evs whose data fits in budget bytes, and at least one
+// event: nextAfter then points past the last one returned, so the client pages on.
+func underBudget(evs []eventlog.Event, budget int) []eventlog.Event {
+	n := 0
+	for i, ev := range evs {
+		n += len(ev.Data)
+		if n > budget && i > 0 {
+			return evs[:i]
+		}
+	}
+	return evs
 }
 
 // parseEventQuery reads ?after= (default -1: from the start), ?limit= (1 to 1000, default 100)
@@ -76,6 +93,9 @@ func parseEventQuery(r *http.Request) (eventQuery, error) {
 	if raw := r.URL.Query().Get("types"); raw != "" {
 		for _, t := range strings.Split(raw, ",") {
 			if t = strings.TrimSpace(t); t != "" {
+				if !printable(t) || len(t) > 200 {
+					return eventQuery{}, errorf(CodeInvalidRequest, "types must be a comma-separated list of event types")
+				}
 				types = append(types, t)
 			}
 		}

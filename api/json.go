@@ -1,12 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // decodeJSON reads exactly one JSON value from the request body into v, refusing unknown fields
@@ -25,7 +29,57 @@ func decodeJSON(r *http.Request, v any) error {
 		}
 		return errorf(CodeInvalidRequest, "the request body must hold a single JSON value")
 	}
+	if hasNUL(reflect.ValueOf(v)) {
+		return errorf(CodeInvalidRequest, "strings must not contain NUL characters")
+	}
 	return nil
+}
+
+// hasNUL reports whether any string reachable from v holds a NUL character, which PostgreSQL
+// text cannot store.
+func hasNUL(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && hasNUL(v.Elem())
+	case reflect.String:
+		return strings.IndexByte(v.String(), 0) >= 0
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && hasNUL(v.Field(i)) {
+				return true
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 { // []byte, json.RawMessage
+			return bytes.Contains(v.Bytes(), []byte(`\u0000`))
+		}
+		for i := range v.Len() {
+			if hasNUL(v.Index(i)) {
+				return true
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			if hasNUL(it.Key()) || hasNUL(it.Value()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// printable reports whether s is valid UTF-8 without control characters, for header and query
+// values that end up in the database or in logs.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func jsonError(err error) error {

@@ -46,11 +46,23 @@ func (m *metrics) observe(route, method string, status int, seconds float64, str
 		route = "unmatched"
 	}
 	route = metricsRoute(route)
+	method = metricsMethod(method)
 	s := strconv.Itoa(status)
 	m.requests.WithLabelValues(route, method, s).Inc()
 	if !stream {
 		m.latency.WithLabelValues(route, method, s).Observe(seconds)
 	}
+}
+
+// metricsMethod is the method label: the standard methods as they are, anything else "other", so
+// that unauthenticated requests cannot grow the label set without bound.
+func metricsMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
 }
 
 func (m *metrics) handler() http.Handler {

@@ -55,7 +55,7 @@ type Config struct {
 	// StreamWriteTimeout bounds each write of an SSE frame batch; a client that reads slower than
 	// that is disconnected (it resumes with Last-Event-ID). Default 30 s.
 	StreamWriteTimeout time.Duration
-	// StreamPage is how many events an SSE stream reads from the database at a time. Default 500.
+	// StreamPage is how many events an SSE stream reads from the database at a time. Default 100.
 	StreamPage int
 	// StreamTailBuffer is how many recent events of a followed session a replica keeps for its
 	// streams to share (tail.go). Default 2048.
@@ -76,7 +76,7 @@ func (c *Config) defaults() {
 		c.StreamWriteTimeout = 30 * time.Second
 	}
 	if c.StreamPage <= 0 {
-		c.StreamPage = 500
+		c.StreamPage = 100
 	}
 	if c.StreamTailBuffer <= 0 {
 		c.StreamTailBuffer = 2048

@@ -162,6 +162,9 @@ type sseWriter struct {
 	buf     bytes.Buffer
 }
 
+// maxWriteBytes is how much a stream buffers before it writes.
+const maxWriteBytes = 1 << 20
+
 // send writes the events that pass the type filter, up to and including the first for which
 // until is true (done then reports it). frames, when not nil, are the events' encoded frames
 // (shared by the streams of a tail, so each event is encoded once per replica).
@@ -173,6 +176,13 @@ func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string,
 				st.buf.Write(frames[i])
 			} else if err := appendFrame(&st.buf, ev); err != nil {
 				return false, err
+			}
+			// Large events go out in several writes rather than one huge buffer.
+			if st.buf.Len() >= maxWriteBytes {
+				if err := st.write(); err != nil {
+					return false, err
+				}
+				st.buf.Reset()
 			}
 		}
 		if until != nil && until(ev) {

@@ -11,6 +11,9 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 )
 
+// tailBytes bounds the frames a tail keeps, whatever their number.
+const tailBytes = 8 << 20
+
 // tails shares one reader per followed session among this replica's streams: on every hub
 // wake-up the reader reads the new rows once and keeps the most recent events; streams
 // that are caught up take their events from it instead of each reading the database (Config.
@@ -40,6 +43,7 @@ type tail struct {
 	mu     sync.Mutex
 	buf    []eventlog.Event // recent events, contiguous seqs ending at last
 	frames [][]byte         // their encoded SSE frames
+	bytes  int              // total size of frames
 	last   int64            // the last seq read
 	err    error            // set when reading failed for good (the session was deleted)
 	notify chan struct{}    // closed when events arrive or err is set
@@ -167,9 +171,21 @@ func (t *tail) extend(evs []eventlog.Event) bool {
 	}
 	t.buf = append(t.buf, evs...)
 	t.frames = append(t.frames, frames...)
-	if n := len(t.buf) - t.keep; n > 0 {
-		t.buf = append(t.buf[:0:0], t.buf[n:]...)
-		t.frames = append(t.frames[:0:0], t.frames[n:]...)
+	for _, f := range frames {
+		t.bytes += len(f)
+	}
+	// Keep at most t.keep events and tailBytes of frames, but always the newest event.
+	drop := max(0, len(t.buf)-t.keep)
+	for i := range drop {
+		t.bytes -= len(t.frames[i])
+	}
+	for t.bytes > tailBytes && drop < len(t.buf)-1 {
+		t.bytes -= len(t.frames[drop])
+		drop++
+	}
+	if drop > 0 {
+		t.buf = append(t.buf[:0:0], t.buf[drop:]...)
+		t.frames = append(t.frames[:0:0], t.frames[drop:]...)
 	}
 	t.last = evs[len(evs)-1].Seq
 	close(t.notify)

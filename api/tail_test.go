@@ -42,3 +42,26 @@ func TestTailExtendDropsOverlapsAndRefusesGaps(t *testing.T) {
 		}
 	}
 }
+
+func TestTailKeepsABoundedNumberOfBytes(t *testing.T) {
+	t.Parallel()
+	tl := &tail{last: -1, keep: 1000, notify: make(chan struct{})}
+	big := make([]byte, 3<<20)
+	for i := range big {
+		big[i] = 'x'
+	}
+	data := json.RawMessage(`{"s":"` + string(big) + `"}`)
+	for s := int64(0); s < 5; s++ {
+		tl.extend([]eventlog.Event{{Type: "turn/start", Seq: s, Data: data}})
+	}
+	if tl.bytes > tailBytes || len(tl.buf) == 0 || tl.buf[len(tl.buf)-1].Seq != 4 {
+		t.Fatalf("%d bytes in %d events, last %d; want at most %d bytes, the newest kept", tl.bytes, len(tl.buf), tl.last, tailBytes)
+	}
+	sum := 0
+	for _, f := range tl.frames {
+		sum += len(f)
+	}
+	if sum != tl.bytes {
+		t.Fatalf("byte count %d, frames hold %d", tl.bytes, sum)
+	}
+}

@@ -76,8 +76,8 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 	id := sess.ID
 	var idem *worker.Idempotency
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		if len(key) > 255 {
-			writeProblem(w, CodeInvalidRequest, "Idempotency-Key is longer than 255 characters")
+		if len(key) > 255 || !printable(key) {
+			writeProblem(w, CodeInvalidRequest, "Idempotency-Key must be at most 255 printable characters")
 			return
 		}
 		h := sha256.New()

@@ -224,7 +224,9 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	// The server's own secrets (model API keys, tokens) are not the database's business: the
+	// PostgreSQL processes get only what they need.
+	cmd.Env = []string{"LC_ALL=C", "PATH=" + os.Getenv("PATH")}
 	return cmd
 }
 

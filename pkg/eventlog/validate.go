@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode"
 
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -47,6 +49,9 @@ func prepare(ne NewEvent) (Event, *ValidationError) {
 func checkLocal(ev Event) *ValidationError {
 	if ev.Type == "" {
 		return verr("SES-1", "type is required")
+	}
+	if len(ev.Type) > 200 || strings.IndexFunc(ev.Type, unicode.IsControl) >= 0 {
+		return verr("SES-1", "type must be at most 200 characters without control characters")
 	}
 	if v := checkMarkers(ev); v != nil {
 		return v
