@@ -39,10 +39,11 @@ func inProcess(ctx context.Context, mockURL, script string, conns int, d time.Du
 	p := preset.Preset{ID: uuid.New(), Version: 1, Body: preset.Body{Name: "load",
 		Model: preset.Model{Provider: preset.ProviderOpenAI, Model: "mock", BaseURL: mockURL}}}
 	p.Body.Normalize()
-	cfg, err := ag.Agent(agents.Session{ID: uuid.New(), Preset: p})
+	cfg, release, err := ag.Agent(agents.Session{ID: uuid.New(), Preset: p})
 	if err != nil {
 		return Phase{}, err
 	}
+	defer release()
 	turn := func() (events, steps int, err error) {
 		j := agentloop.NewMemJournal(nil)
 		msg := llm.NewUserMessage(uuid.NewString(), script)

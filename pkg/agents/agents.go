@@ -1,11 +1,16 @@
 // Package agents turns a session's pinned preset version into the configuration of its agent
 // loop: a tool registry scope with the preset's restrictions and presentation mode, prompt
 // sections and variables in a prompt scope, a scheduler with the preset's parallelism, and the
-// model provider. Scopes are set up once per preset version and cached; a preset version is
-// immutable, so the cache never goes stale.
+// model provider. A preset version is immutable, so its scope is set up once and shared by its
+// sessions while any of them uses it (Agent hands out a release func; the scope is
+// reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
+// disposed when they fall out of it: every registration made for them (restrictions,
+// presentation mode, approval guards, prompt sections and variables) is undone, and the next
+// Agent call of that version sets it up again. Model clients are cached by base URL, bounded.
 package agents
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"log/slog"
@@ -54,12 +59,26 @@ type Config struct {
 	// Loop is the base agent loop configuration (chunk window, retries, clock, logger); the
 	// per-session fields are filled by Agent.
 	Loop agentloop.Config
+	// MaxIdleScopes bounds the preset-version scopes kept set up while no session uses them;
+	// beyond it the least recently released is disposed. A scope in use is never disposed.
+	// Default DefaultMaxIdleScopes (256); negative keeps none (a scope is disposed as soon as
+	// its last user releases it).
+	MaxIdleScopes int
 	// Logger receives setup failures; default slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultToolTimeoutMs is the default of Config.DefaultToolTimeoutMs: 10 minutes.
-const DefaultToolTimeoutMs = 600_000
+// Defaults of Config.
+const (
+	// DefaultToolTimeoutMs is the default of Config.DefaultToolTimeoutMs: 10 minutes.
+	DefaultToolTimeoutMs = 600_000
+	// DefaultMaxIdleScopes is the default of Config.MaxIdleScopes.
+	DefaultMaxIdleScopes = 256
+)
+
+// maxClients bounds the cached model clients (one per base URL); the least recently used is
+// dropped beyond it (the sessions using it keep it).
+const maxClients = 64
 
 // Agents builds agent loop configurations. It is safe for concurrent use.
 type Agents struct {
@@ -68,16 +87,31 @@ type Agents struct {
 	reg    *registry.Registry
 	prompt *promptasm.Registry
 
+	// mu guards the scopes and clients. Setup and disposal run under it, so a version is never
+	// set up again while its previous scope is still being undone.
 	mu      sync.Mutex
-	scopes  map[string]*scope // by preset version key
-	clients map[string]llm.Provider
+	scopes  map[string]*scope // by preset version key: the scopes in use and the idle ones
+	idle    *list.List        // of *scope with no references, most recently released first
+	clients map[string]*list.Element
+	lru     *list.List // of *client, most recently used first
 }
 
 // scope is the set-up state of one preset version.
 type scope struct {
-	key   string
-	sched *scheduler.Scheduler
-	err   error // a setup failure: every turn of the preset version ends with it
+	key     string
+	sched   *scheduler.Scheduler
+	err     error // a setup failure: every turn of the preset version ends with it
+	failing *promptasm.Registry
+	fiber   *kernel.Fiber // the registry registrations (restrictions, mode, guards)
+	undo    []func()      // the promptasm registrations
+	refs    int
+	elem    *list.Element // in idle when refs is 0
+}
+
+// client is a cached model client.
+type client struct {
+	baseURL string
+	p       llm.Provider
 }
 
 // New registers the built-in tools and returns the agents of a server.
@@ -90,6 +124,12 @@ func New(cfg Config) (*Agents, error) {
 	}
 	if cfg.OpenAIFunc == nil {
 		cfg.OpenAIFunc = func(c openai.Config) llm.Provider { return openai.New(c) }
+	}
+	switch {
+	case cfg.MaxIdleScopes == 0:
+		cfg.MaxIdleScopes = DefaultMaxIdleScopes
+	case cfg.MaxIdleScopes < 0:
+		cfg.MaxIdleScopes = 0
 	}
 	if len(cfg.ModelHosts) == 0 {
 		cfg.ModelHosts = []string{"api.deepseek.com"}
@@ -116,7 +156,8 @@ func New(cfg Config) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{cfg: cfg, k: k, reg: reg, prompt: pr, scopes: map[string]*scope{}, clients: map[string]llm.Provider{}}
+	a := &Agents{cfg: cfg, k: k, reg: reg, prompt: pr, scopes: map[string]*scope{}, idle: list.New(),
+		clients: map[string]*list.Element{}, lru: list.New()}
 	if _, err := pr.Tools(promptasm.Global, a.toolSet); err != nil {
 		return nil, err
 	}
@@ -145,16 +186,19 @@ type Session struct {
 	Preset preset.Preset // the pinned version
 }
 
-// Agent returns the agent loop configuration of a session. A preset version whose setup failed
-// (for example a restriction naming a tool that does not exist) still yields a configuration:
-// its prompt assembly fails, so every turn ends with that error and no step.
-func (a *Agents) Agent(s Session) (agentloop.Config, error) {
-	sc := a.scope(s.Preset)
+// Agent returns the agent loop configuration of a session and the func that releases it. The
+// configuration's scope stays set up until release is called (once, when the runner built from
+// it is dropped; calling it again does nothing). A preset version whose setup failed (for
+// example a restriction naming a tool that does not exist) still yields a configuration: its
+// prompt assembly fails, so every turn ends with that error and no step. On an error, release
+// is a no-op.
+func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
 	prov, err := a.provider(p.Model)
 	if err != nil {
-		return agentloop.Config{}, err
+		return agentloop.Config{}, func() {}, err
 	}
+	sc := a.acquire(s.Preset)
 	cfg := a.cfg.Loop
 	cfg.SessionID = s.ID.String()
 	cfg.Scope = sc.key
@@ -169,9 +213,10 @@ func (a *Agents) Agent(s Session) (agentloop.Config, error) {
 		cfg.MaxSteps = *p.Limits.MaxSteps
 	}
 	if sc.err != nil {
-		cfg.Prompt, cfg.PromptInput = a.failing(sc)
+		cfg.Prompt, cfg.PromptInput = sc.failing, promptasm.Input{Chain: promptasm.Chain{sc.key}}
 	}
-	return cfg, nil
+	var once sync.Once
+	return cfg, func() { once.Do(func() { a.release(sc) }) }, nil
 }
 
 func toolOrder(o []string) []string {
@@ -181,16 +226,22 @@ func toolOrder(o []string) []string {
 	return o
 }
 
-// scope sets up (once) and returns the scope of a preset version.
-func (a *Agents) scope(p preset.Preset) *scope {
+// acquire returns the scope of a preset version with one more reference, setting it up when it
+// is not (or no longer) set up.
+func (a *Agents) acquire(p preset.Preset) *scope {
 	key := fmt.Sprintf("preset:%s@%d", p.ID, p.Version)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if sc, ok := a.scopes[key]; ok {
+		if sc.elem != nil {
+			a.idle.Remove(sc.elem)
+			sc.elem = nil
+		}
+		sc.refs++
 		return sc
 	}
-	sc := &scope{key: key}
-	sc.err = a.setup(key, p.Body)
+	sc := &scope{key: key, refs: 1}
+	sc.err = a.setup(sc, p.Body)
 	cap := preset.DefaultMaxParallelToolCalls
 	if p.Tools.MaxParallelToolCalls != nil {
 		cap = *p.Tools.MaxParallelToolCalls
@@ -199,18 +250,53 @@ func (a *Agents) scope(p preset.Preset) *scope {
 		MaxParallelToolCallsFunc: func() int { return cap }})
 	if sc.err != nil {
 		a.cfg.Logger.Warn("preset setup failed", "preset", p.ID, "version", p.Version, "err", sc.err)
+		sc.failing = failing(sc.err)
 	}
 	a.scopes[key] = sc
 	return sc
 }
 
-// setup declares the scope and registers the preset's restrictions, mode, sections and variables.
-func (a *Agents) setup(key string, p preset.Body) error {
+// release drops a reference to sc. A scope nobody uses joins the idle LRU; the least recently
+// released idle scopes beyond Config.MaxIdleScopes are disposed.
+func (a *Agents) release(sc *scope) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sc.refs--
+	if sc.refs > 0 {
+		return
+	}
+	sc.elem = a.idle.PushFront(sc)
+	for a.idle.Len() > a.cfg.MaxIdleScopes {
+		old := a.idle.Remove(a.idle.Back()).(*scope)
+		old.elem = nil
+		delete(a.scopes, old.key)
+		a.dispose(old)
+	}
+}
+
+// dispose undoes every registration made for sc: the promptasm ones, then the fiber's
+// (restrictions, presentation mode, approval guards), each in reverse order.
+func (a *Agents) dispose(sc *scope) {
+	for i := len(sc.undo) - 1; i >= 0; i-- {
+		sc.undo[i]()
+	}
+	sc.undo = nil
+	if sc.fiber != nil {
+		sc.fiber.Dispose()
+	}
+}
+
+// setup declares the scope and registers the preset's restrictions, mode, sections and
+// variables, keeping in sc what undoes them (also after a failure: dispose undoes what was
+// registered before it).
+func (a *Agents) setup(sc *scope, p preset.Body) error {
+	key := sc.key
 	s, err := a.k.Scopes().Declare(key, nil)
 	if err != nil {
 		return err
 	}
 	f := a.k.Fiber(key, s)
+	sc.fiber = f
 	if len(p.Tools.Allow) > 0 || len(p.Tools.Deny) > 0 {
 		rs := registry.Restriction{Deny: p.Tools.Deny}
 		if len(p.Tools.Allow) > 0 {
@@ -231,24 +317,30 @@ func (a *Agents) setup(key string, p preset.Body) error {
 		}
 	}
 	if p.Prompt.Persona != "" {
-		if _, err := a.prompt.Section(key, promptasm.Section{Name: "deployment:persona", Order: 0, Text: p.Prompt.Persona}); err != nil {
+		undo, err := a.prompt.Section(key, promptasm.Section{Name: "deployment:persona", Order: 0, Text: p.Prompt.Persona})
+		if err != nil {
 			return err
 		}
+		sc.undo = append(sc.undo, undo)
 	}
 	for _, sec := range p.Prompt.Sections {
 		order := 0.0
 		if sec.Order != nil {
 			order = *sec.Order
 		}
-		if _, err := a.prompt.Section(key, promptasm.Section{Name: sec.Name, Order: order, Text: sec.Text, Complete: sec.Complete}); err != nil {
+		undo, err := a.prompt.Section(key, promptasm.Section{Name: sec.Name, Order: order, Text: sec.Text, Complete: sec.Complete})
+		if err != nil {
 			return err
 		}
+		sc.undo = append(sc.undo, undo)
 	}
 	for name, value := range p.Prompt.Variables {
 		v := value
-		if _, err := a.prompt.Variable(key, name, func(context.Context, promptasm.Input) (string, bool) { return v, true }); err != nil {
+		undo, err := a.prompt.Variable(key, name, func(context.Context, promptasm.Input) (string, bool) { return v, true })
+		if err != nil {
 			return err
 		}
+		sc.undo = append(sc.undo, undo)
 	}
 	return nil
 }
@@ -271,14 +363,14 @@ func (a *Agents) askFor(f *kernel.Fiber, tools []string) error {
 	return err
 }
 
-// failing returns a prompt registry whose assembly fails with the setup error of sc.
-func (a *Agents) failing(sc *scope) (*promptasm.Registry, promptasm.Input) {
+// failing returns a prompt registry whose assembly fails with a setup error.
+func failing(setupErr error) *promptasm.Registry {
 	pr, _ := promptasm.New(promptasm.Config{})
-	err := fmt.Errorf("preset setup failed: %w", sc.err)
+	err := fmt.Errorf("preset setup failed: %w", setupErr)
 	_, _ = pr.OnAssemble(promptasm.Global, func(context.Context, promptasm.Assembly, promptasm.Next) (promptasm.Assembly, error) {
 		return promptasm.Assembly{}, err
 	})
-	return pr, promptasm.Input{Chain: promptasm.Chain{sc.key}}
+	return pr
 }
 
 // provider returns the model client of a preset's model settings.
@@ -304,23 +396,35 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
 			apiKey = "" // the operator's key goes to DeepSeek only
 		}
 	}
-	key := baseURL + "\x00" + m.Model
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if c, ok := a.clients[key]; ok {
-		return c, nil
-	}
-	c := a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, Model: m.Model, APIKey: apiKey, Logger: a.cfg.Logger})
-	a.clients[key] = c
-	return c, nil
+	return a.client(baseURL, apiKey), nil
 }
 
-// Prompt returns the system prompt and wire tools a session's agent would get now.
+// client returns the cached model client of a base URL ("" for the default endpoint; its key
+// follows from it). A client serves every model of its endpoint: the model is sent per request
+// (llm.Request.Config.Model, which the agent loop fills from the preset).
+func (a *Agents) client(baseURL, apiKey string) llm.Provider {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e, ok := a.clients[baseURL]; ok {
+		a.lru.MoveToFront(e)
+		return e.Value.(*client).p
+	}
+	c := &client{baseURL: baseURL, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, Logger: a.cfg.Logger})}
+	a.clients[baseURL] = a.lru.PushFront(c)
+	for a.lru.Len() > maxClients {
+		delete(a.clients, a.lru.Remove(a.lru.Back()).(*client).baseURL)
+	}
+	return c.p
+}
+
+// Prompt returns the system prompt and wire tools a session's agent would get now. The preset
+// version's scope is held for the assembly only.
 func (a *Agents) Prompt(ctx context.Context, s Session) (promptasm.Result, error) {
-	cfg, err := a.Agent(s)
+	cfg, release, err := a.Agent(s)
 	if err != nil {
 		return promptasm.Result{}, err
 	}
+	defer release()
 	in := cfg.PromptInput
 	in.Provider, in.Model = cfg.Model.Provider, cfg.Model.Model
 	return cfg.Prompt.Assemble(ctx, in)

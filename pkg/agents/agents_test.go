@@ -49,10 +49,11 @@ func presetOf(t *testing.T, body string) preset.Preset {
 // run serves one message through the agent of p on an in-memory log and returns the log.
 func run(t *testing.T, a *agents.Agents, p preset.Preset, text string) []eventlog.Event {
 	t.Helper()
-	cfg, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p})
+	cfg, release, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer release()
 	j := agentloop.NewMemJournal(nil)
 	_, err = j.Append(context.Background(), func(h agentloop.Head) ([]eventlog.NewEvent, error) {
 		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced,
@@ -138,7 +139,7 @@ func TestModelHostsGuardBaseURL(t *testing.T) {
 	t.Parallel()
 	a := newAgents(t)
 	p := presetOf(t, `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"http://169.254.169.254/v1"}}`)
-	if _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
+	if _, _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
 		t.Fatalf("err %v, want NO_ADAPTER", err)
 	}
 }
@@ -150,11 +151,11 @@ func TestScriptedDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`)
-	if _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
+	if _, _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
 		t.Fatalf("err %v, want NO_ADAPTER", err)
 	}
 	// On by default.
-	if _, err := newAgents(t).Agent(agents.Session{ID: uuid.New(), Preset: p}); err != nil {
+	if _, _, err := newAgents(t).Agent(agents.Session{ID: uuid.New(), Preset: p}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -198,8 +199,7 @@ func TestModelHostsSameRuleAsValidation(t *testing.T) {
 
 // agentOf returns the agent of a new session of p.
 func agentOf(a *agents.Agents, p preset.Preset) (agentloop.Config, func(), error) {
-	cfg, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p})
-	return cfg, func() {}, err
+	return a.Agent(agents.Session{ID: uuid.New(), Preset: p})
 }
 
 // TestOperatorKeyOnlyForDeepSeek: the operator's DeepSeek key goes to the default DeepSeek

@@ -13,17 +13,31 @@ func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
 	t.Parallel()
 	c := newRunnerCache(2)
 	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	released := map[uuid.UUID]int{}
 	for _, id := range ids {
-		c.put(id, &agentloop.Runner{}, &agentloop.StoreJournal{Session: id})
+		c.put(id, &agentloop.Runner{}, &agentloop.StoreJournal{Session: id}, func() { released[id]++ })
 	}
-	if _, _, ok := c.take(ids[0]); ok {
+	if _, _, _, ok := c.take(ids[0]); ok {
 		t.Fatal("the least recently kept runner was not dropped")
 	}
-	if _, j, ok := c.take(ids[2]); !ok || j.Session != ids[2] {
+	if released[ids[0]] != 1 || released[ids[1]] != 0 || released[ids[2]] != 0 {
+		t.Fatalf("released %v: want only the dropped runner's configuration released", released)
+	}
+	_, j, release, ok := c.take(ids[2])
+	if !ok || j.Session != ids[2] {
 		t.Fatal("the newest runner is missing")
 	}
-	if _, _, ok := c.take(ids[2]); ok {
+	if _, _, _, ok := c.take(ids[2]); ok {
 		t.Fatal("a runner was taken twice: two serves could share it")
+	}
+	// A runner put back in place of another of its session releases the one it replaces.
+	c.put(ids[1], &agentloop.Runner{}, &agentloop.StoreJournal{Session: ids[1]}, func() { released[ids[1]] += 10 })
+	if released[ids[1]] != 1 || released[ids[2]] != 0 {
+		t.Fatalf("released %v", released)
+	}
+	release()
+	if released[ids[2]] != 1 {
+		t.Fatalf("released %v", released)
 	}
 }
 

@@ -63,14 +63,16 @@ func snoozeFor(left time.Duration) time.Duration {
 // followup waits. A runner that served cleanly goes back to the cache, as the very last step:
 // nothing of this serve touches it afterwards.
 func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) error {
-	r, j, err := w.runner(ctx, a, owner)
+	r, j, done, err := w.runner(ctx, a, owner)
 	if err != nil {
 		w.release(a, owner)
 		return err
 	}
 	keep, err := w.serveWith(ctx, a, owner, r, j)
 	if keep {
-		w.cache.put(a.SessionID, r, j)
+		w.cache.put(a.SessionID, r, j, done)
+	} else {
+		done() // the runner is dropped: its preset scope may be disposed
 	}
 	return err
 }
@@ -114,30 +116,31 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 
 // runner returns the session's runner: the one this replica kept from the session's last job
 // (its view of the log is caught up by Serve, the log being append-only), or a new one built from
-// the session's pinned preset version.
-func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, error) {
-	if r, j, ok := w.cache.take(a.SessionID); ok {
+// the session's pinned preset version. done releases the runner's agent configuration (its
+// preset scope): it is called once, when the runner is dropped.
+func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (_ *agentloop.Runner, _ *agentloop.StoreJournal, done func(), _ error) {
+	if r, j, done, ok := w.cache.take(a.SessionID); ok {
 		j.Owner = owner
-		return r, j, nil
+		return r, j, done, nil
 	}
 	cfg := w.s.cfg
 	sess, err := cfg.Store.SessionGet(ctx, a.TenantID, a.SessionID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if sess.PresetID == nil {
-		return nil, nil, ErrNoPreset
+		return nil, nil, nil, ErrNoPreset
 	}
 	p, err := cfg.Presets.PresetVersionGet(ctx, a.TenantID, *sess.PresetID, sess.PresetVersion)
 	if err != nil {
-		return nil, nil, fmt.Errorf("worker: preset of session %s: %w", a.SessionID, err)
+		return nil, nil, nil, fmt.Errorf("worker: preset of session %s: %w", a.SessionID, err)
 	}
-	lc, err := cfg.Agents.Agent(agents.Session{ID: a.SessionID, Preset: p})
+	lc, done, err := cfg.Agents.Agent(agents.Session{ID: a.SessionID, Preset: p})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	j := &agentloop.StoreJournal{Store: cfg.Store, Hub: cfg.Hub, Tenant: a.TenantID, Session: a.SessionID, Owner: owner}
-	return agentloop.NewRunner(lc, j), j, nil
+	return agentloop.NewRunner(lc, j), j, done, nil
 }
 
 func (w *turnWorker) release(a TurnArgs, owner uuid.UUID) {
@@ -237,7 +240,8 @@ func (rn *running) interruptAll(c agentloop.Cause) {
 // runnerCache keeps the runners of recently served sessions, so the next job of a session starts
 // from the runner's view of the log instead of reading the whole log again. A runner is taken out
 // while it serves (one serve per session at a time, by the lease) and put back only after a clean
-// release. The least recently kept runner is dropped beyond max.
+// release. The least recently kept runner is dropped beyond max, and a dropped runner's release
+// func (of its agent configuration) is called.
 type runnerCache struct {
 	mu    sync.Mutex
 	max   int
@@ -246,28 +250,40 @@ type runnerCache struct {
 }
 
 type cachedRunner struct {
-	r    *agentloop.Runner
-	j    *agentloop.StoreJournal
-	used uint64
+	r       *agentloop.Runner
+	j       *agentloop.StoreJournal
+	release func()
+	used    uint64
 }
 
 func newRunnerCache(max int) *runnerCache {
 	return &runnerCache{max: max, items: map[uuid.UUID]cachedRunner{}}
 }
 
-func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, bool) {
+// take removes the session's runner from the cache; the caller owns its release func.
+func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	it, ok := c.items[id]
 	delete(c.items, id)
-	return it.r, it.j, ok
+	return it.r, it.j, it.release, ok
 }
 
-func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJournal) {
+// put keeps a runner and its release func; a runner it replaces or drops is released.
+func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJournal, release func()) {
+	var dropped []func()
+	defer func() {
+		for _, d := range dropped { // outside the lock
+			d()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
-	c.items[id] = cachedRunner{r: r, j: j, used: c.tick}
+	if old, ok := c.items[id]; ok && old.release != nil {
+		dropped = append(dropped, old.release)
+	}
+	c.items[id] = cachedRunner{r: r, j: j, release: release, used: c.tick}
 	if len(c.items) <= c.max {
 		return
 	}
@@ -277,6 +293,9 @@ func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJ
 		if it.used < min {
 			oldest, min = k, it.used
 		}
+	}
+	if it := c.items[oldest]; it.release != nil {
+		dropped = append(dropped, it.release)
 	}
 	delete(c.items, oldest)
 }

@@ -1,0 +1,15 @@
+package agents
+
+// ScopeCounts returns how many preset-version scopes are set up and how many of them are idle.
+func (a *Agents) ScopeCounts() (live, idle int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.scopes), a.idle.Len()
+}
+
+// ClientCount returns how many model clients are cached.
+func (a *Agents) ClientCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.clients)
+}
