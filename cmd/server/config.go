@@ -45,6 +45,15 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MaxTurns (DSHD_MAX_TURNS) is how many turns this replica runs at once. Default 100.
 	MaxTurns int
+	// TenantMaxTurns (DSHD_TENANT_MAX_TURNS) is how many turns one tenant runs at once on all
+	// replicas together, so that no tenant starves the others. Default 20.
+	TenantMaxTurns int
+	// ScriptedModel (DSHD_SCRIPTED_MODEL) offers the scripted test model to presets. Default on
+	// (the offline first run uses it); a hosted deployment may turn it off.
+	ScriptedModel bool
+	// ToolTimeout (DSHD_TOOL_TIMEOUT, a Go duration) bounds every tool that sets no timeout of its
+	// own (SPEC extension E2). Default 10m.
+	ToolTimeout time.Duration
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -88,6 +97,15 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxTurns, err = strconv.Atoi(env("DSHD_MAX_TURNS", "100")); err != nil || c.MaxTurns < 1 {
 		return Config{}, fmt.Errorf("DSHD_MAX_TURNS must be a positive integer")
+	}
+	if c.TenantMaxTurns, err = strconv.Atoi(env("DSHD_TENANT_MAX_TURNS", "20")); err != nil || c.TenantMaxTurns < 1 {
+		return Config{}, fmt.Errorf("DSHD_TENANT_MAX_TURNS must be a positive integer")
+	}
+	if c.ScriptedModel, err = parseBool("DSHD_SCRIPTED_MODEL", env("DSHD_SCRIPTED_MODEL", "1")); err != nil {
+		return Config{}, err
+	}
+	if c.ToolTimeout, err = parseDuration("DSHD_TOOL_TIMEOUT", env("DSHD_TOOL_TIMEOUT", "10m")); err != nil {
+		return Config{}, err
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)

@@ -77,12 +77,15 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	ag, err := agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey,
-		ModelHosts: m.Config.ModelHosts, Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
+		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
+		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()),
+		Logger:               m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
 	if err != nil {
 		return err
 	}
 	m.worker, err = worker.New(worker.Config{Pool: m.pool, Store: logStore, Hub: m.hub, Presets: presets,
-		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns, Logger: m.Logger})
+		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
+		MaxTenantTurns: m.Config.TenantMaxTurns, Logger: m.Logger})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,8 @@ type mirror struct {
 	snap     promptasm.Snapshotter
 	// onCancel, set while a turn runs, is called for every `agent/cancel` folded meanwhile.
 	onCancel func(CancelData)
+	// bytes is the size of the event data folded.
+	bytes int
 }
 
 func newMirror() *mirror { return &mirror{log: eventlog.NewLog(nil)} }
@@ -45,6 +47,7 @@ func (m *mirror) fold(evs []eventlog.Event) error {
 		if err := m.log.AppendCommitted(ev); err != nil {
 			return fmt.Errorf("agentloop: fold seq %d: %w", ev.Seq, err)
 		}
+		m.bytes += len(ev.Data)
 		if err := m.apply(ev); err != nil {
 			return fmt.Errorf("agentloop: fold seq %d: %w", ev.Seq, err)
 		}

@@ -152,6 +152,14 @@ func (r *Runner) Pending() bool { return !r.m.inbox.Empty() }
 // Cursor returns the seq of the last event the runner has seen.
 func (r *Runner) Cursor() int64 { return r.m.cursor() }
 
+// LogBytes returns the size of the event data the runner's view of the log holds.
+func (r *Runner) LogBytes() int {
+	if r.m == nil {
+		return 0
+	}
+	return r.m.bytes
+}
+
 // Flushes returns how many batches the runner has committed.
 func (r *Runner) Flushes() int { return r.w.flushes }
 

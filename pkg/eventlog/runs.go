@@ -97,6 +97,27 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 	return waiting == 0, nil
 }
 
+// LeaseDrop gives up owner's lease whatever waits in the inbox (a replica shutting down leaves the
+// waiting messages to the jobs that other replicas run). Dropping a lease one does not hold is not
+// an error.
+func (s *Store) LeaseDrop(ctx context.Context, tenantID, sessionID, owner uuid.UUID) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL
+		FROM sessions s WHERE c.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND c.run_owner = $3`,
+		sessionID, tenantID, owner)
+	return translate(err, "drop lease")
+}
+
+// LeasesHeld counts the sessions of a tenant whose run lease is held and not expired: the turns
+// the tenant runs now, on any replica.
+func (s *Store) LeasesHeld(ctx context.Context, tenantID uuid.UUID) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE s.tenant_id = $1 AND c.run_owner IS NOT NULL AND c.run_lease_until > now()`, tenantID).Scan(&n)
+	return n, translate(err, "count leases")
+}
+
 // SessionRef names a session of a tenant.
 type SessionRef struct {
 	TenantID, SessionID uuid.UUID

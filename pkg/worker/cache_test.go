@@ -11,7 +11,7 @@ import (
 
 func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
 	t.Parallel()
-	c := newRunnerCache(2)
+	c := newRunnerCache(2, 1<<30)
 	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	released := map[uuid.UUID]int{}
 	for _, id := range ids {

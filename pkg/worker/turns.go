@@ -27,6 +27,14 @@ type turnWorker struct {
 // Work takes the session's lease or snoozes until the holder's lease runs out, then serves.
 func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
 	a, cfg := job.Args, w.s.cfg
+	if w.s.stopping.Load() {
+		return river.JobSnooze(maxSnooze) // leave it to another replica, or to this one's restart
+	}
+	// Fairness: a tenant runs at most MaxTenantTurns turns at once, on all replicas together (a
+	// soft bound: two jobs may pass the check together).
+	if n, err := cfg.Store.LeasesHeld(ctx, a.TenantID); err == nil && n >= cfg.MaxTenantTurns {
+		return river.JobSnooze(tenantSnooze)
+	}
 	// Every serve has its own lease identity: two jobs of one session on one replica must exclude
 	// each other like jobs on different replicas.
 	owner := uuid.New()
@@ -43,7 +51,13 @@ func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
 	return w.serve(ctx, a, owner)
 }
 
-var errLeaseLost = errors.New("worker: lease lost")
+var (
+	errLeaseLost = errors.New("worker: lease lost")
+	errStopping  = errors.New("worker: the replica is stopping")
+)
+
+// tenantSnooze is how long a job waits when its tenant runs as many turns as it may.
+const tenantSnooze = 500 * time.Millisecond
 
 // Bounds of the snooze of a job that found its session's lease held.
 const (
@@ -85,15 +99,28 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	defer cancel(nil)
 	j.Open()
 	defer j.Close()
-	w.running.add(a.SessionID, r)
+	w.running.add(a.SessionID, r, cancel)
 	defer w.running.remove(a.SessionID, r)
+	// Cancels written from now on are for this serve's turns; older ones are history. The log
+	// is read before the watcher starts, so none in between is missed.
+	from := int64(-1)
+	if h, err := cfg.Store.SessionHead(ctx, a.TenantID, a.SessionID); err == nil {
+		from = h.LastSeq
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); w.renew(ctx, a, owner, r, cancel) }()
-	go func() { defer wg.Done(); w.watch(ctx, a, r, j) }()
+	go func() { defer wg.Done(); w.watch(ctx, a, r, j, from) }()
 	defer func() { cancel(nil); wg.Wait() }()
 	for {
-		if _, err := r.Serve(ctx); err != nil {
+		_, err := r.Serve(ctx)
+		if errors.Is(context.Cause(ctx), errStopping) {
+			// The replica is shutting down: the turn was aborted (disposed); what waits is left
+			// to the other replicas' jobs.
+			_ = cfg.Store.LeaseDrop(context.WithoutCancel(ctx), a.TenantID, a.SessionID, owner)
+			return err == nil, nil
+		}
+		if err != nil {
 			if errors.Is(context.Cause(ctx), errLeaseLost) || errors.Is(err, eventlog.ErrLeaseLost) {
 				cfg.Logger.Warn("lease lost while serving", "session", a.SessionID)
 				return false, nil
@@ -174,14 +201,14 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 
 // watch delivers cancel requests written by other replicas to the running turn. A notification
 // is news only when it is past what the journal has already seen (its own appends are not).
-func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *agentloop.StoreJournal) {
+func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *agentloop.StoreJournal, from int64) {
 	cfg := w.s.cfg
 	if cfg.Hub == nil {
 		return
 	}
 	wake, unsub := cfg.Hub.Subscribe(a.SessionID)
 	defer unsub()
-	cursor := j.Seen()
+	cursor := max(from, j.Seen())
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,46 +234,55 @@ func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner,
 	}
 }
 
-// running indexes the runners of this replica by session.
+// running indexes the serves of this replica by session.
 type running struct {
 	mu sync.Mutex
-	m  map[uuid.UUID]*agentloop.Runner
+	m  map[uuid.UUID]runningServe
 }
 
-func newRunning() *running { return &running{m: map[uuid.UUID]*agentloop.Runner{}} }
+type runningServe struct {
+	r      *agentloop.Runner
+	cancel context.CancelCauseFunc
+}
 
-func (rn *running) add(id uuid.UUID, r *agentloop.Runner) {
+func newRunning() *running { return &running{m: map[uuid.UUID]runningServe{}} }
+
+func (rn *running) add(id uuid.UUID, r *agentloop.Runner, cancel context.CancelCauseFunc) {
 	rn.mu.Lock()
-	rn.m[id] = r
+	rn.m[id] = runningServe{r: r, cancel: cancel}
 	rn.mu.Unlock()
 }
 
 func (rn *running) remove(id uuid.UUID, r *agentloop.Runner) {
 	rn.mu.Lock()
-	if rn.m[id] == r {
+	if rn.m[id].r == r {
 		delete(rn.m, id)
 	}
 	rn.mu.Unlock()
 }
 
-func (rn *running) interruptAll(c agentloop.Cause) {
+// stopAll aborts every running turn with cause and makes every serve stop after it.
+func (rn *running) stopAll(c agentloop.Cause) {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
-	for _, r := range rn.m {
-		r.Interrupt(c)
+	for _, s := range rn.m {
+		s.r.Interrupt(c)
+		s.cancel(errStopping)
 	}
 }
 
 // runnerCache keeps the runners of recently served sessions, so the next job of a session starts
 // from the runner's view of the log instead of reading the whole log again. A runner is taken out
 // while it serves (one serve per session at a time, by the lease) and put back only after a clean
-// release. The least recently kept runner is dropped beyond max, and a dropped runner's release
-// func (of its agent configuration) is called.
+// release. The least recently kept runners are dropped beyond max runners or maxBytes of logs they
+// hold, and a dropped runner's release func (of its agent configuration) is called.
 type runnerCache struct {
-	mu    sync.Mutex
-	max   int
-	tick  uint64
-	items map[uuid.UUID]cachedRunner
+	mu       sync.Mutex
+	max      int
+	maxBytes int
+	bytes    int
+	tick     uint64
+	items    map[uuid.UUID]cachedRunner
 }
 
 type cachedRunner struct {
@@ -254,10 +290,11 @@ type cachedRunner struct {
 	j       *agentloop.StoreJournal
 	release func()
 	used    uint64
+	bytes   int
 }
 
-func newRunnerCache(max int) *runnerCache {
-	return &runnerCache{max: max, items: map[uuid.UUID]cachedRunner{}}
+func newRunnerCache(max, maxBytes int) *runnerCache {
+	return &runnerCache{max: max, maxBytes: maxBytes, items: map[uuid.UUID]cachedRunner{}}
 }
 
 // take removes the session's runner from the cache; the caller owns its release func.
@@ -266,6 +303,7 @@ func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *agentloop.StoreJou
 	defer c.mu.Unlock()
 	it, ok := c.items[id]
 	delete(c.items, id)
+	c.bytes -= it.bytes
 	return it.r, it.j, it.release, ok
 }
 
@@ -280,22 +318,28 @@ func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJ
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
-	if old, ok := c.items[id]; ok && old.release != nil {
-		dropped = append(dropped, old.release)
-	}
-	c.items[id] = cachedRunner{r: r, j: j, release: release, used: c.tick}
-	if len(c.items) <= c.max {
-		return
-	}
-	var oldest uuid.UUID
-	min := ^uint64(0)
-	for k, it := range c.items {
-		if it.used < min {
-			oldest, min = k, it.used
+	if old, ok := c.items[id]; ok {
+		c.bytes -= old.bytes
+		if old.release != nil {
+			dropped = append(dropped, old.release)
 		}
 	}
-	if it := c.items[oldest]; it.release != nil {
-		dropped = append(dropped, it.release)
+	size := r.LogBytes()
+	c.items[id] = cachedRunner{r: r, j: j, release: release, used: c.tick, bytes: size}
+	c.bytes += size
+	for len(c.items) > c.max || c.bytes > c.maxBytes && len(c.items) > 0 {
+		var oldest uuid.UUID
+		min := ^uint64(0)
+		for k, it := range c.items {
+			if it.used < min {
+				oldest, min = k, it.used
+			}
+		}
+		it := c.items[oldest]
+		if it.release != nil {
+			dropped = append(dropped, it.release)
+		}
+		c.bytes -= it.bytes
+		delete(c.items, oldest)
 	}
-	delete(c.items, oldest)
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -73,8 +74,13 @@ type Config struct {
 	// FetchCooldown is River's minimum pause between job fetches. Default 2ms.
 	FetchCooldown time.Duration
 	// CachedRunners is how many idle sessions' runners this replica keeps warm, so that a
-	// session's next turn does not read its whole log again. Default 1000.
+	// session's next turn does not read its whole log again. Default 1000. CachedBytes bounds the
+	// logs they hold together. Default 256 MiB.
 	CachedRunners int
+	CachedBytes   int
+	// MaxTenantTurns is how many turns one tenant may run at once, on all replicas together
+	// (a soft bound). Default 20.
+	MaxTenantTurns int
 	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
 	InsertOnly bool
 	Logger     *slog.Logger
@@ -96,6 +102,12 @@ func (c *Config) defaults() {
 	if c.CachedRunners <= 0 {
 		c.CachedRunners = 1000
 	}
+	if c.CachedBytes <= 0 {
+		c.CachedBytes = 256 << 20
+	}
+	if c.MaxTenantTurns <= 0 {
+		c.MaxTenantTurns = 20
+	}
 	if c.FetchCooldown <= 0 {
 		c.FetchCooldown = 2 * time.Millisecond
 	}
@@ -112,13 +124,15 @@ type Service struct {
 	turns  *turnWorker
 	cancel context.CancelFunc
 	done   chan struct{}
+	// stopping is set by Stop: no new serve starts, running ones stop after their turn.
+	stopping atomic.Bool
 }
 
 // New returns a Service; nothing runs until Start.
 func New(cfg Config) (*Service, error) {
 	cfg.defaults()
 	s := &Service{cfg: cfg}
-	s.turns = &turnWorker{s: s, running: newRunning(), cache: newRunnerCache(cfg.CachedRunners)}
+	s.turns = &turnWorker{s: s, running: newRunning(), cache: newRunnerCache(cfg.CachedRunners, cfg.CachedBytes)}
 	rc := &river.Config{
 		Logger:        cfg.Logger.With("component", "river"),
 		JobTimeout:    -1, // a turn runs as long as it needs; leases detect dead workers
@@ -164,9 +178,10 @@ func (s *Service) Stop(ctx context.Context) error {
 	if s.cfg.InsertOnly || s.cancel == nil {
 		return nil
 	}
+	s.stopping.Store(true)
 	s.cancel()
 	<-s.done
-	s.turns.running.interruptAll(agentloop.Cause{Kind: "disposed"})
+	s.turns.running.stopAll(agentloop.Cause{Kind: "disposed"})
 	return s.river.Stop(ctx)
 }
 

@@ -62,6 +62,12 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) replica(ttl time.Duration) *replica {
 	e.t.Helper()
+	return e.replicaWith(ttl, nil)
+}
+
+// replicaWith starts a replica whose worker configuration tweak adjusts.
+func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replica {
+	e.t.Helper()
 	ctx := context.Background()
 	hub := eventlog.NewHub(e.pool, eventlog.HubConfig{ReconnectDelay: 100 * time.Millisecond})
 	if err := hub.Start(ctx); err != nil {
@@ -75,8 +81,12 @@ func (e *env) replica(ttl time.Duration) *replica {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	svc, err := worker.New(worker.Config{Pool: e.pool, Store: e.store, Hub: hub, Presets: e.presets, Agents: ag,
-		LeaseTTL: ttl, SweepInterval: 200 * time.Millisecond})
+	wc := worker.Config{Pool: e.pool, Store: e.store, Hub: hub, Presets: e.presets, Agents: ag,
+		LeaseTTL: ttl, SweepInterval: 200 * time.Millisecond}
+	if tweak != nil {
+		tweak(&wc)
+	}
+	svc, err := worker.New(wc)
 	if err != nil {
 		e.t.Fatal(err)
 	}

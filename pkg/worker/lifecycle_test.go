@@ -1,0 +1,102 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/worker"
+)
+
+// TestLOOP7_OldCancelsAreNotReplayedIntoANewTurn: a session cancelled once runs its next turn on
+// a fresh replica; a message posted during that turn wakes the cancel watcher, which must not
+// deliver the old cancel.
+func TestLOOP7_OldCancelsAreNotReplayedIntoANewTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.replica(10 * time.Second)
+	sid := e.session()
+	ctx := context.Background()
+	post(t, a, e.tenant, sid, `tool:sleep args:{"ms":60000,"text":"z"}`, worker.ModeFollowup)
+	e.waitFor(a.hub, sid, eventlog.TypeToolCall)
+	if ok, err := a.svc.Cancel(ctx, e.tenant, sid, false); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	e.waitTurnEnds(a.hub, sid, 1, 20*time.Second)
+	eventually(t, 10*time.Second, func() bool {
+		h, err := e.store.SessionHead(ctx, e.tenant, sid)
+		return err == nil && h.Owner == nil
+	})
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := a.svc.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	b := e.replica(10 * time.Second)
+	post(t, b, e.tenant, sid, `tool:sleep args:{"ms":1000,"text":"y"}`, worker.ModeFollowup)
+	eventually(t, 20*time.Second, func() bool { return count(e.events(sid), eventlog.TypeToolCall) >= 2 })
+	post(t, b, e.tenant, sid, "injected", worker.ModeInject) // wakes the watcher
+	evs := e.waitTurnEnds(b.hub, sid, 2, 20*time.Second)
+	if got := reasons(t, evs); got[1] != agentloop.EndCompleted {
+		t.Fatalf("reasons %v: an old agent/cancel was replayed into the new turn", got)
+	}
+}
+
+// TestStopStartsNoQueuedTurn: stopping a replica aborts its running turn (disposed) and starts no
+// other; the queued followup is left, with the lease free, to another replica.
+func TestStopStartsNoQueuedTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.replica(10 * time.Second)
+	sid := e.session()
+	ctx := context.Background()
+	post(t, a, e.tenant, sid, `tool:sleep args:{"ms":60000,"text":"z"}`, worker.ModeFollowup)
+	e.waitFor(a.hub, sid, eventlog.TypeToolCall)
+	post(t, a, e.tenant, sid, "text", worker.ModeFollowup)
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := a.svc.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := e.events(sid)
+	if n := count(evs, eventlog.TypeTurnStart); n != 1 || reasons(t, evs)[0] != agentloop.EndAborted {
+		t.Fatalf("%d turns %v after Stop; want the running one aborted and no other", n, reasons(t, evs))
+	}
+	if h, err := e.store.SessionHead(ctx, e.tenant, sid); err != nil || h.Owner != nil || h.Inbox.NextTurn != 1 {
+		t.Fatalf("head after Stop %+v %v; want the lease free and the followup waiting", h, err)
+	}
+	b := e.replica(10 * time.Second)
+	if got := reasons(t, e.waitTurnEnds(b.hub, sid, 2, 20*time.Second)); got[1] != agentloop.EndCompleted {
+		t.Fatalf("reasons %v", got)
+	}
+}
+
+// TestTenantTurnCap: with MaxTenantTurns 1, a tenant's second session waits until its first turn
+// has ended; another tenant is not affected (each tenant has its own count).
+func TestTenantTurnCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.MaxTenantTurns = 1 })
+	first, second := e.session(), e.session()
+	post(t, r, e.tenant, first, `tool:sleep args:{"ms":800,"text":"z"}`, worker.ModeFollowup)
+	e.waitFor(r.hub, first, eventlog.TypeToolCall)
+	post(t, r, e.tenant, second, "text", worker.ModeFollowup)
+	a := e.waitTurnEnds(r.hub, first, 1, 20*time.Second)
+	b := e.waitTurnEnds(r.hub, second, 1, 20*time.Second)
+	var firstEnd, secondStart int64
+	for _, ev := range a {
+		if ev.Type == eventlog.TypeTurnEnd {
+			firstEnd = ev.Time
+		}
+	}
+	for _, ev := range b {
+		if ev.Type == eventlog.TypeTurnStart {
+			secondStart = ev.Time
+		}
+	}
+	if secondStart < firstEnd {
+		t.Fatalf("the second session's turn started at %d, before the first one ended at %d", secondStart, firstEnd)
+	}
+}
