@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -99,4 +102,41 @@ func TestTenantTurnCap(t *testing.T) {
 	if secondStart < firstEnd {
 		t.Fatalf("the second session's turn started at %d, before the first one ended at %d", secondStart, firstEnd)
 	}
+}
+
+// TestSweeperRepairsADeadReplicasTurnWithoutANewMessage: a replica died mid-turn holding the
+// lease; nobody posts again. The sweeper finds the expired lease and a worker closes the turn
+// (SES-14: interrupted, TOOL_OUTCOME_UNKNOWN for the started call) and frees the lease.
+func TestSweeperRepairsADeadReplicasTurnWithoutANewMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sid := e.session()
+	ctx := context.Background()
+	dead := uuid.New()
+	if ok, _, err := e.store.LeaseAcquire(ctx, e.tenant, sid, dead, 300*time.Millisecond); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	am := llm.Message{ID: "m1", Role: llm.RoleAssistant, Content: []llm.Block{llm.ToolCallBlock("c1", "echo", `{"text":"x"}`)},
+		Source: llm.Source{Kind: llm.SourceModel, Provider: "scripted", Model: "scripted-1"}}
+	if _, err := e.store.EventAppendAt(ctx, e.tenant, sid, -1, &dead,
+		eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": 1}},
+		eventlog.NewEvent{Type: "step/start", Data: map[string]int{"turn": 1, "step": 1}},
+		eventlog.NewEvent{Type: "assistant/message", Data: map[string]any{"turn": 1, "step": 1, "message": am},
+			SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{}},
+		eventlog.NewEvent{Type: "tool/call", Data: map[string]any{"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": `{"text":"x"}`}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	r := e.replica(time.Second)
+	evs := e.waitTurnEnds(r.hub, sid, 1, 30*time.Second)
+	if got := reasons(t, evs); got[0] != agentloop.EndInterrupted {
+		t.Fatalf("reasons %v", got)
+	}
+	if err := eventlog.CheckInvariants(evs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		h, err := e.store.SessionHead(ctx, e.tenant, sid)
+		return err == nil && h.Owner == nil
+	})
 }
