@@ -162,9 +162,12 @@ func TestIdempotentRetryCreatesNoSecondTurn(t *testing.T) {
 		t.Fatalf("retry answered %+v, first %+v", again, first)
 	}
 	e.do(t, "POST", path, e.keyA, `{"content":"other"}`, "Idempotency-Key", "retry-1").want(t, 409)
-	// A streamed request with a new key waits for its own turn: the retried message ran once.
+	// A streamed request with a new key is served by its own turn; by then the retried message
+	// has run exactly once.
 	evs := postStream(t, e.replica, sid, e.keyA, `{"content":"text"}`).untilEnd(t)
-	_ = evs
+	if last := evs[len(evs)-1]; last.Type != "turn/end" || !strings.Contains(string(last.Data), `"completed"`) {
+		t.Fatalf("the stream ended with %s %s", last.Type, last.Data)
+	}
 	all := e.allEvents(t, sid)
 	splices, turns := 0, 0
 	for _, ev := range all {

@@ -279,6 +279,7 @@ func TestSES8_CoreDataShapes(t *testing.T) {
 		"inbox splice bad target":       raw("agent/inbox/spliced", `{"target":"later","start":0,"inserted":[]}`),
 		"code-dispatch without ids":     raw("tool/code-dispatch", `{"name":"echo","arguments":{},"isError":false,"content":[]}`),
 		"approval/asked without tool":   raw("approval/asked", `{"id":"a"}`),
+		"approval/decided numeric id":   raw("approval/decided", `{"id":1,"outcome":"rejected"}`),
 		"session/end-seed array":        raw("session/end-seed", `[]`),
 	}
 	for name, ev := range bad {
@@ -290,7 +291,8 @@ func TestSES8_CoreDataShapes(t *testing.T) {
 	}
 	l := eventlog.NewLog(nil)
 	mustAppend(t, l, raw("session/end-seed", `{}`), raw("compact/start", `{"x":1}`), raw("team/spawned", `{}`),
-		raw("agent/inbox/spliced", `{"target":"next-step","start":0,"removedCount":1,"inserted":[]}`))
+		raw("agent/inbox/spliced", `{"target":"next-step","start":0,"removedCount":1,"inserted":[]}`),
+		raw("approval/asked", `{"id":"a","toolName":"echo"}`), raw("approval/decided", `{"id":"a","outcome":"allowed-once"}`))
 }
 
 func TestSES9_UnknownTypesAndVersion(t *testing.T) {

@@ -330,26 +330,23 @@ var dataChecks = map[string]func([]byte) error{
 		}
 		return err
 	},
-	TypeApprovalAsked: func(b []byte) error {
-		d, err := decode[struct {
-			ID       string `json:"id"`
-			ToolName string `json:"toolName"`
-		}](b)
-		if err == nil && (d.ID == "" || d.ToolName == "") {
-			err = fmt.Errorf("id and toolName are required")
-		}
+	TypeApprovalAsked:   func(b []byte) error { return requireStrings(b, "id", "toolName") },
+	TypeApprovalDecided: func(b []byte) error { return requireStrings(b, "id", "outcome") },
+}
+
+// requireStrings checks that data holds every field as a non-empty string.
+func requireStrings(b []byte, fields ...string) error {
+	d, err := decode[map[string]json.RawMessage](b)
+	if err != nil {
 		return err
-	},
-	TypeApprovalDecided: func(b []byte) error {
-		d, err := decode[struct {
-			ID      string `json:"id"`
-			Outcome string `json:"outcome"`
-		}](b)
-		if err == nil && (d.ID == "" || d.Outcome == "") {
-			err = fmt.Errorf("id and outcome are required")
+	}
+	for _, f := range fields {
+		var v string
+		if json.Unmarshal(d[f], &v) != nil || v == "" {
+			return fmt.Errorf("%s must be a non-empty string", f)
 		}
-		return err
-	},
+	}
+	return nil
 }
 
 func checkStep(b []byte) error {

@@ -28,10 +28,7 @@ func TestLOOP7_OldCancelsAreNotReplayedIntoANewTurn(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	e.waitTurnEnds(a.hub, sid, 1, 20*time.Second)
-	eventually(t, 10*time.Second, func() bool {
-		h, err := e.store.SessionHead(ctx, e.tenant, sid)
-		return err == nil && h.Owner == nil
-	})
+	e.waitReleased(sid)
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := a.svc.Stop(sctx); err != nil {
@@ -135,8 +132,5 @@ func TestSweeperRepairsADeadReplicasTurnWithoutANewMessage(t *testing.T) {
 	if err := eventlog.CheckInvariants(evs); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() bool {
-		h, err := e.store.SessionHead(ctx, e.tenant, sid)
-		return err == nil && h.Owner == nil
-	})
+	e.waitReleased(sid)
 }

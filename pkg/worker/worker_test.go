@@ -214,9 +214,16 @@ func TestPostRunsTurnOnWorker(t *testing.T) {
 		t.Fatalf("reasons %v, %d results", got, count(evs, eventlog.TypeToolResult))
 	}
 	// The lease is released once the inbox is empty (just after the last turn/end commits).
-	eventually(t, 10*time.Second, func() bool {
+	e.waitReleased(sid)
+}
+
+// waitReleased waits until no worker holds the session's lease (it is released just after the
+// last turn/end commits).
+func (e *env) waitReleased(sid uuid.UUID) {
+	e.t.Helper()
+	eventually(e.t, 10*time.Second, func() bool {
 		h, err := e.store.SessionHead(context.Background(), e.tenant, sid)
-		return err == nil && h.Owner == nil && h.Inbox.NextTurn == 0
+		return err == nil && h.Owner == nil
 	})
 }
 
@@ -391,10 +398,7 @@ func TestLOOP7_KeptInboxWaitsForTheNextWake(t *testing.T) {
 		t.Fatalf("cancel: %v %v", ok, err)
 	}
 	e.waitTurnEnds(r.hub, sid, 1, 20*time.Second)
-	eventually(t, 10*time.Second, func() bool {
-		h, err := e.store.SessionHead(ctx, e.tenant, sid)
-		return err == nil && h.Owner == nil
-	})
+	e.waitReleased(sid)
 	h, err := e.store.SessionHead(ctx, e.tenant, sid)
 	if err != nil || h.Inbox.NextStep != 1 || count(e.events(sid), eventlog.TypeTurnStart) != 1 {
 		t.Fatalf("after release: head %+v %v, %d turns; want the injected message parked and no new turn",
