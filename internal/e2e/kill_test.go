@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 // TestKill9ReplicaRecovers: the replica running a turn is killed with SIGKILL while the turn
@@ -24,7 +24,7 @@ func TestKill9ReplicaRecovers(t *testing.T) {
 	}{
 		{name: "slow model", content: "latency:20000", running: eventlog.TypeUserMessage},
 		{name: "tool call", content: `tool:sleep args:{"ms":60000,"text":"z"}`, running: eventlog.TypeToolCall,
-			results: []string{registry.CodeToolOutcomeUnknown}},
+			results: []string{fault.CodeToolOutcomeUnknown}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -3,6 +3,7 @@ package agentloop
 import (
 	"encoding/json"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 )
@@ -89,7 +90,7 @@ type toolResultData struct {
 	Turn      int                     `json:"turn"`
 	Step      int                     `json:"step"`
 	Message   llm.Message             `json:"message"`
-	Error     *registry.ErrorInfo     `json:"error,omitempty"`
+	Error     *fault.Info             `json:"error,omitempty"`
 	Meta      json.RawMessage         `json:"meta,omitempty"`
 	Mutations []registry.FileMutation `json:"mutations,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/llm/scripted"
 	"github.com/dshd/dshd/pkg/promptasm"
@@ -89,7 +90,7 @@ func TestScenario23_CancelDuringParallelTools(t *testing.T) {
 		t.Fatalf("%d bodies ran, want 2", n)
 	}
 	rs := results(t, h)
-	want := []string{registry.CodeAborted, registry.CodeAborted, registry.CodeAbortedBeforeDispatch, registry.CodeAbortedBeforeDispatch}
+	want := []string{fault.CodeAborted, fault.CodeAborted, fault.CodeAbortedBeforeDispatch, fault.CodeAbortedBeforeDispatch}
 	if len(rs) != 4 {
 		t.Fatalf("%d results", len(rs))
 	}
@@ -139,7 +140,7 @@ func TestScenario24_CancelBeforeToolsStart(t *testing.T) {
 		t.Fatalf("%d results", len(rs))
 	}
 	for _, r := range rs {
-		if code(r) != registry.CodeAbortedBeforeDispatch || r.Message.Content[0].Content[0].Text != "Error: tool call aborted before dispatch" {
+		if code(r) != fault.CodeAbortedBeforeDispatch || r.Message.Content[0].Content[0].Text != "Error: tool call aborted before dispatch" {
 			t.Fatalf("result %+v", r)
 		}
 	}

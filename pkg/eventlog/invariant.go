@@ -3,7 +3,7 @@ package eventlog
 import (
 	"fmt"
 
-	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 // InvariantError is a broken relational invariant (SES-10) at the event with seq Seq.
@@ -128,7 +128,7 @@ func (t *trace) result(ev Event) string {
 		return "tool/result without a message"
 	}
 	id := d.Message.Source.CallID
-	notStarted := d.Error != nil && d.Error.Code != nil && *d.Error.Code == registry.CodeToolNotStarted
+	notStarted := d.Error != nil && d.Error.Code != nil && *d.Error.Code == fault.CodeToolNotStarted
 	if !t.pending[id] && !notStarted {
 		return fmt.Sprintf("tool/result for %s without an earlier tool/call in this step", id)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
-	"github.com/dshd/dshd/pkg/registry"
 )
 
 // Texts of the synthetic crash-repair results (SES-14).
@@ -113,10 +113,10 @@ func Closers(events []Event) []Event {
 		seq++
 	}
 	for _, p := range pending {
-		text, info, sources := NotStartedText, registry.ErrorInfo{Name: "ToolNotStartedError", Code: registry.CodeToolNotStarted}, []int64(nil)
+		text, info, sources := NotStartedText, fault.Info{Name: "ToolNotStartedError", Code: fault.CodeToolNotStarted}, []int64(nil)
 		if p.callSeq >= 0 {
 			text, sources = OutcomeUnknownText, []int64{p.callSeq}
-			info = registry.ErrorInfo{Name: "ToolOutcomeUnknownError", Code: registry.CodeToolOutcomeUnknown}
+			info = fault.Info{Name: "ToolOutcomeUnknownError", Code: fault.CodeToolOutcomeUnknown}
 		}
 		msg := llm.NewToolResultMessage(fmt.Sprintf("interrupted-tool-result-%s-%d", p.id, seq), p.id,
 			[]llm.Block{llm.TextBlock(text)}, true)

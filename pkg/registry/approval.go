@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"fmt"
+
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 // Approval outcomes (APR-1).
@@ -49,11 +51,11 @@ func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow 
 		if reason == "" {
 			reason = fmt.Sprintf("tool %q requires approval (not yet supported)", e.Name)
 		}
-		return false, denied(reason, NameToolDenied, CodeToolDenied), PrepPostResult
+		return false, denied(reason, NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
 	if e.Agent == "" {
 		return false, denied(fmt.Sprintf("tool %q requires approval, but the call has no agent to route it through", e.Name),
-			NameToolDenied, CodeToolDenied), PrepPostResult
+			NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
 	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason})
 	if err != nil {
@@ -63,14 +65,14 @@ func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow 
 	case OutcomeAllowedOnce:
 		return true, nil, PrepDispatch
 	case OutcomeRejected:
-		return false, denied(fmt.Sprintf("the user rejected tool %q", e.Name), NameApprovalRejected, CodeApprovalRejected), PrepPostResult
+		return false, denied(fmt.Sprintf("the user rejected tool %q", e.Name), NameApprovalRejected, fault.CodeApprovalRejected), PrepPostResult
 	case OutcomeCancelled:
 		if ctx.Err() != nil {
 			return false, AbortedBeforeDispatchResult(), PrepPostResult
 		}
-		return false, denied(fmt.Sprintf("approval for tool %q was cancelled", e.Name), NameApprovalCancelled, CodeApprovalCancelled), PrepPostResult
+		return false, denied(fmt.Sprintf("approval for tool %q was cancelled", e.Name), NameApprovalCancelled, fault.CodeApprovalCancelled), PrepPostResult
 	case OutcomeUnavailable:
-		return false, denied(fmt.Sprintf("tool %q requires approval, but no approval channel is available", e.Name), NameToolDenied, CodeToolDenied), PrepPostResult
+		return false, denied(fmt.Sprintf("tool %q requires approval, but no approval channel is available", e.Name), NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
 	return false, failure(fmt.Sprintf("approval for tool %q returned an unknown outcome %q", e.Name, outcome), nil), PrepFinalResult
 }

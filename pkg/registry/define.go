@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dshd/dshd/pkg/llm"
 	"github.com/invopop/jsonschema"
+
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/llm"
 )
 
 // DefineSpec describes a tool whose arguments are the Go type Args and whose value is Out.
@@ -100,7 +102,7 @@ func (d *defined[Args, Out]) parse(raw json.RawMessage) (Args, error) {
 }
 
 func argsError(viol []string) error {
-	return &Error{Name: NameToolArgs, Code: CodeInvalidArgs, Message: "invalid arguments: " + strings.Join(viol, "; ")}
+	return &Error{Name: NameToolArgs, Code: fault.CodeInvalidArgs, Message: "invalid arguments: " + strings.Join(viol, "; ")}
 }
 
 func (d *defined[Args, Out]) execute(ctx context.Context, exec *Execution) (json.RawMessage, error) {
@@ -114,7 +116,7 @@ func (d *defined[Args, Out]) execute(ctx context.Context, exec *Execution) (json
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, NewError(NameToolOutput, CodeInvalidToolOutput, "tool %q returned invalid output: %v", d.spec.Name, err)
+		return nil, NewError(NameToolOutput, fault.CodeInvalidToolOutput, "tool %q returned invalid output: %v", d.spec.Name, err)
 	}
 	return b, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 type nestedArgs struct {
@@ -50,7 +52,7 @@ func TestSCH9_ValidationInsideExecute(t *testing.T) {
 	var c counters
 	e.count(&c)
 	r := e.exec("echo", `{"text":1,"x":2}`)
-	if r.Error.Message != `invalid arguments: "text" must be a string` || *r.ErrorInfo() != (ErrorInfo{NameToolArgs, CodeInvalidArgs}) {
+	if r.Error.Message != `invalid arguments: "text" must be a string` || *r.ErrorInfo() != (fault.Info{Name: NameToolArgs, Code: fault.CodeInvalidArgs}) {
 		t.Fatalf("got %+v", r.Error)
 	}
 	if c.pre != 1 || c.around != 1 || c.post != 1 || runs != 0 {
@@ -75,7 +77,7 @@ func TestSCH10_RawToolsNotValidatedButOutputEnforced(t *testing.T) {
 	tool.Output.Schema = json.RawMessage(`{"type":"integer"}`)
 	e.register(e.g, tool)
 	r := e.exec("mcp", `{"x":5}`)
-	if code(r) != CodeInvalidToolOutput || r.Error.Message != `tool "mcp" returned invalid output: "value" must be an integer` {
+	if code(r) != fault.CodeInvalidToolOutput || r.Error.Message != `tool "mcp" returned invalid output: "value" must be an integer` {
 		t.Fatalf("got %+v", r.Error)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 )
 
@@ -25,7 +26,7 @@ const (
 // body, policy listener or approver returning a Coded error gives a result with error.info.
 type Coded interface {
 	error
-	ErrorInfo() ErrorInfo
+	ErrorInfo() fault.Info
 }
 
 // Error is the registry's coded error. It implements Coded.
@@ -37,8 +38,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// ErrorInfo implements Coded.
-func (e *Error) ErrorInfo() ErrorInfo { return ErrorInfo{Name: e.Name, Code: e.Code} }
+// fault.Info implements Coded.
+func (e *Error) ErrorInfo() fault.Info { return fault.Info{Name: e.Name, Code: e.Code} }
 
 // NewError returns a coded error with a formatted message.
 func NewError(name, code, format string, args ...any) *Error {
@@ -54,9 +55,9 @@ func (e *SchemaError) Error() string {
 	return "unsupported schema: " + strings.Join(e.Violations, "; ")
 }
 
-// ErrorInfo implements Coded.
-func (e *SchemaError) ErrorInfo() ErrorInfo {
-	return ErrorInfo{Name: NameJSONSchema, Code: CodeUnsupportedSchema}
+// fault.Info implements Coded.
+func (e *SchemaError) ErrorInfo() fault.Info {
+	return fault.Info{Name: NameJSONSchema, Code: fault.CodeUnsupportedSchema}
 }
 
 // Messages with a fixed template (SPEC.md section (c)).
@@ -68,7 +69,7 @@ const (
 )
 
 // failure builds a failure result: content `Error: <message>` (RES-3).
-func failure(message string, info *ErrorInfo) *Result {
+func failure(message string, info *fault.Info) *Result {
 	return &Result{
 		IsError: true,
 		Error:   &ToolError{Message: message, Info: info},
@@ -94,30 +95,30 @@ func errMessage(err error) string {
 }
 
 func coded(name, code, message string) *Result {
-	return failure(message, &ErrorInfo{Name: name, Code: code})
+	return failure(message, &fault.Info{Name: name, Code: code})
 }
 
 // AbortedBeforeDispatchResult is the synthetic SCHED-6 result: `Error: tool call aborted before
 // dispatch` with {AbortError, ABORTED_BEFORE_DISPATCH}. Each call returns a fresh value.
 func AbortedBeforeDispatchResult() *Result {
-	return coded(NameAbort, CodeAbortedBeforeDispatch, msgAbortedBefore)
+	return coded(NameAbort, fault.CodeAbortedBeforeDispatch, msgAbortedBefore)
 }
 
-func abortedResult() *Result { return coded(NameAbort, CodeAborted, msgAborted) }
+func abortedResult() *Result { return coded(NameAbort, fault.CodeAborted, msgAborted) }
 
 func unknownToolResult(name string) *Result {
-	return coded(NameToolNotFound, CodeUnknownTool, fmt.Sprintf("unknown tool %q", name))
+	return coded(NameToolNotFound, fault.CodeUnknownTool, fmt.Sprintf("unknown tool %q", name))
 }
 
 func collapsedResult(name string) *Result {
-	return coded(NameToolNotFound, CodeUnknownTool, fmt.Sprintf(
+	return coded(NameToolNotFound, fault.CodeUnknownTool, fmt.Sprintf(
 		"unknown tool %q: only `run_code` is callable directly — call `%s` from inside a `run_code` program instead", name, name))
 }
 
 func invalidOutput(tool string, detail string) *Result {
-	return coded(NameToolOutput, CodeInvalidToolOutput, fmt.Sprintf("tool %q returned invalid output: %s", tool, detail))
+	return coded(NameToolOutput, fault.CodeInvalidToolOutput, fmt.Sprintf("tool %q returned invalid output: %s", tool, detail))
 }
 
 func timeoutResult(ms int) *Result {
-	return coded(NameToolTimeout, CodeToolTimeout, fmt.Sprintf("tool call timed out after %dms", ms))
+	return coded(NameToolTimeout, fault.CodeToolTimeout, fmt.Sprintf("tool call timed out after %dms", ms))
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 )
 
@@ -72,7 +73,7 @@ func TestPRS5_CodeModeCollapse(t *testing.T) {
 	e.count(&c)
 	r := e.execIn("agent:a", "echo", `{"text":"x"}`)
 	want := "Error: unknown tool \"echo\": only `run_code` is callable directly — call `echo` from inside a `run_code` program instead"
-	if contentText(r) != want || code(r) != CodeUnknownTool || runs != 0 || c.pre != 0 || finalized != 0 {
+	if contentText(r) != want || code(r) != fault.CodeUnknownTool || runs != 0 || c.pre != 0 || finalized != 0 {
 		t.Fatalf("got %q runs=%d pre=%d finalized=%d", contentText(r), runs, c.pre, finalized)
 	}
 	if r := e.execIn("agent:a", "ghost", `{}`); contentText(r) != `Error: unknown tool "ghost"` {
@@ -81,7 +82,7 @@ func TestPRS5_CodeModeCollapse(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r = e.r.Execute(ctx, Input{CallID: "c", Name: "echo", Args: json.RawMessage(`{"text":"x"}`), Scope: "agent:a"})
-	if code(r) != CodeAbortedBeforeDispatch || finalized != 1 {
+	if code(r) != fault.CodeAbortedBeforeDispatch || finalized != 1 {
 		t.Fatalf("pre-aborted collapse: %+v finalized=%d", r, finalized)
 	}
 	if r := e.execIn("agent:b", "echo", `{"text":"x"}`); r.IsError {

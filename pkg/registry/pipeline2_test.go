@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -23,7 +24,7 @@ func TestPIPE14_CancelOverrideKeepsContextsAndFailures(t *testing.T) {
 	}
 	e.register(e.g, ok)
 	r := e.r.Execute(ctx, Input{CallID: "c", Name: "ok", Args: json.RawMessage(`{}`)})
-	if code(r) != CodeAborted || ctxIDs(r) != "kept" {
+	if code(r) != fault.CodeAborted || ctxIDs(r) != "kept" {
 		t.Fatalf("got %+v", r)
 	}
 	// A wrapper that skips the body: success after an abort is ABORTED_BEFORE_DISPATCH.
@@ -34,7 +35,7 @@ func TestPIPE14_CancelOverrideKeepsContextsAndFailures(t *testing.T) {
 		cancel2()
 		return &Result{Value: json.RawMessage(`1`)}, nil
 	})
-	if r := e2.r.Execute(ctx2, Input{CallID: "c", Name: "t", Args: json.RawMessage(`{}`)}); code(r) != CodeAbortedBeforeDispatch {
+	if r := e2.r.Execute(ctx2, Input{CallID: "c", Name: "t", Args: json.RawMessage(`{}`)}); code(r) != fault.CodeAbortedBeforeDispatch {
 		t.Fatalf("got %+v", r)
 	}
 }
@@ -70,7 +71,7 @@ func TestPIPE16_CancelOverrideAfterPostExecute(t *testing.T) {
 	e.register(e.g, rawTool("t", `1`, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	e.post(func(*Call) PostDecision { cancel(); return PostDecision{} })
-	if r := e.r.Execute(ctx, Input{CallID: "c", Name: "t", Args: json.RawMessage(`{}`)}); code(r) != CodeAborted {
+	if r := e.r.Execute(ctx, Input{CallID: "c", Name: "t", Args: json.RawMessage(`{}`)}); code(r) != fault.CodeAborted {
 		t.Fatalf("got %+v", r)
 	}
 }
@@ -181,7 +182,7 @@ func TestGRD2_GuardBeatsAllow(t *testing.T) {
 	e.r.Guard(e.g, func(*Execution) string { return "never" })
 	e.pre(e.g, Allow(), kernel.Prepend())
 	r := e.exec("t", `{}`)
-	if contentText(r) != "Error: never" || *r.ErrorInfo() != (ErrorInfo{NameToolDenied, CodeToolDenied}) {
+	if contentText(r) != "Error: never" || *r.ErrorInfo() != (fault.Info{Name: NameToolDenied, Code: fault.CodeToolDenied}) {
 		t.Fatalf("got %+v", r)
 	}
 }
@@ -199,10 +200,10 @@ func TestGRD3_ThrowingGuardIsFinal(t *testing.T) {
 
 func TestE1_DenialCodes(t *testing.T) {
 	t.Parallel()
-	cases := map[string]ErrorInfo{
-		OutcomeRejected:    {NameApprovalRejected, CodeApprovalRejected},
-		OutcomeCancelled:   {NameApprovalCancelled, CodeApprovalCancelled},
-		OutcomeUnavailable: {NameToolDenied, CodeToolDenied},
+	cases := map[string]fault.Info{
+		OutcomeRejected:    {NameApprovalRejected, fault.CodeApprovalRejected},
+		OutcomeCancelled:   {NameApprovalCancelled, fault.CodeApprovalCancelled},
+		OutcomeUnavailable: {Name: NameToolDenied, Code: fault.CodeToolDenied},
 	}
 	for outcome, want := range cases {
 		e := newEnv(t, Config{Approver: ApproverFunc(func(context.Context, ApprovalRequest) (string, error) { return outcome, nil })})
@@ -230,7 +231,7 @@ func TestE2_DefaultTimeoutFromConfig(t *testing.T) {
 		return json.RawMessage(`1`), nil
 	}
 	e.register(e.g, tool)
-	if r := e.exec("t", `{}`); contentText(r) != "Error: tool call timed out after 20ms" || code(r) != CodeToolTimeout {
+	if r := e.exec("t", `{}`); contentText(r) != "Error: tool call timed out after 20ms" || code(r) != fault.CodeToolTimeout {
 		t.Fatalf("got %+v", r)
 	}
 	if _, err := New(Config{DefaultTimeoutMs: -5}); err == nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -61,7 +62,7 @@ func TestPIPE3_PreAbortedSkipsPolicyButFinalizes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	p := e.r.Prepare(ctx, Input{CallID: "c", Name: "t", Args: json.RawMessage(`{}`)})
-	if p.Kind != PrepFinalResult || code(e.r.Finish(ctx, p)) != CodeAbortedBeforeDispatch || fin != 1 {
+	if p.Kind != PrepFinalResult || code(e.r.Finish(ctx, p)) != fault.CodeAbortedBeforeDispatch || fin != 1 {
 		t.Fatalf("kind %v fin %d", p.Kind, fin)
 	}
 }
@@ -142,9 +143,9 @@ func TestPIPE7_AbortDuringDecision(t *testing.T) {
 			return Allow(), nil
 		})
 		p := e.r.Prepare(ctx, Input{CallID: "c", Name: "t", Args: json.RawMessage(`{}`)})
-		want := CodeAbortedBeforeDispatch
+		want := fault.CodeAbortedBeforeDispatch
 		if deny {
-			want = CodeToolDenied
+			want = fault.CodeToolDenied
 		}
 		if p.Kind != PrepPostResult || code(p.Result()) != want {
 			t.Fatalf("deny=%v: %v %+v", deny, p.Kind, p.Result())
@@ -178,7 +179,7 @@ func TestPIPE8_WrapperSignalCombinedAndOwnResultRevalidated(t *testing.T) {
 	kernel.Listen(e.g, e.r.Hooks.Execute, func(context.Context, *Execution, func(context.Context) (*Result, error)) (*Result, error) {
 		return &Result{Value: json.RawMessage(`42`)}, nil
 	})
-	if r := e.exec("t", `{}`); code(r) != CodeInvalidToolOutput || !strings.Contains(r.Error.Message, `"value" must be a string`) {
+	if r := e.exec("t", `{}`); code(r) != fault.CodeInvalidToolOutput || !strings.Contains(r.Error.Message, `"value" must be a string`) {
 		t.Fatalf("wrapper result not re-validated: %+v", r)
 	}
 }
@@ -261,7 +262,7 @@ func TestPIPE12_ValueValidatedRenderedWithMeta(t *testing.T) {
 	panics := rawTool("pr", `1`, nil)
 	panics.Output.Render = func(_, _ json.RawMessage) ([]llm.Block, error) { panic("render") }
 	e.register(e.g, panics)
-	if r := e.exec("pr", `{}`); code(r) != CodeInvalidToolOutput {
+	if r := e.exec("pr", `{}`); code(r) != fault.CodeInvalidToolOutput {
 		t.Fatalf("render panic: %+v", r)
 	}
 }

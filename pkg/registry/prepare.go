@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 )
 
@@ -70,7 +71,7 @@ func (r *Registry) decide(ctx context.Context, p *Prepared) *Prepared {
 	}
 	switch d.Kind {
 	case DecisionDeny:
-		return p.post(denied(d.Reason, NameToolDenied, CodeToolDenied))
+		return p.post(denied(d.Reason, NameToolDenied, fault.CodeToolDenied))
 	case DecisionAsk:
 		allow, res, kind := r.ask(ctx, e, d.Reason)
 		if !allow {
@@ -86,7 +87,7 @@ func (r *Registry) decide(ctx context.Context, p *Prepared) *Prepared {
 		return p.final(failureOf(err))
 	}
 	if reason != "" {
-		return p.post(denied(reason, NameToolDenied, CodeToolDenied))
+		return p.post(denied(reason, NameToolDenied, fault.CodeToolDenied))
 	}
 	if ctx.Err() != nil {
 		return p.post(AbortedBeforeDispatchResult())

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 )
 
@@ -58,7 +59,7 @@ func TestREG2_RegistrationChecks(t *testing.T) {
 	}
 	_, err := e.r.Register(e.g, badSchema)
 	var se *SchemaError
-	if !errors.As(err, &se) || se.ErrorInfo().Code != CodeUnsupportedSchema {
+	if !errors.As(err, &se) || se.ErrorInfo().Code != fault.CodeUnsupportedSchema {
 		t.Fatalf("want UNSUPPORTED_SCHEMA, got %v", err)
 	}
 	e.register(e.g, rawTool("dup", `1`, nil))

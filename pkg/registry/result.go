@@ -3,38 +3,15 @@ package registry
 import (
 	"encoding/json"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 )
-
-// Error codes of tool results (SPEC.md section (c)) and of the dshd extensions E1 and E2.
-const (
-	CodeUnknownTool           = "UNKNOWN_TOOL"
-	CodeInvalidArgs           = "INVALID_ARGS"
-	CodeInvalidToolOutput     = "INVALID_TOOL_OUTPUT"
-	CodeUnsupportedSchema     = "UNSUPPORTED_SCHEMA"
-	CodeAbortedBeforeDispatch = "ABORTED_BEFORE_DISPATCH"
-	CodeAborted               = "ABORTED"
-	CodeToolTimeout           = "TOOL_TIMEOUT"
-	CodeCodeRunFailed         = "CODE_RUN_FAILED"
-	CodeToolNotStarted        = "TOOL_NOT_STARTED"
-	CodeToolOutcomeUnknown    = "TOOL_OUTCOME_UNKNOWN"
-	CodeToolDenied            = "TOOL_DENIED"
-	CodeApprovalRejected      = "APPROVAL_REJECTED"
-	CodeApprovalCancelled     = "APPROVAL_CANCELLED"
-)
-
-// ErrorInfo is the machine-readable part of a failure: the error class name and its code. It is
-// persisted as `tool/result.error` (SES-7).
-type ErrorInfo struct {
-	Name string `json:"name"`
-	Code string `json:"code"`
-}
 
 // ToolError is the failure of a result (RES-2). Info is nil for failures without a code (a plain
 // thrown error, a post-execute block).
 type ToolError struct {
-	Message string     `json:"message"`
-	Info    *ErrorInfo `json:"info,omitempty"`
+	Message string      `json:"message"`
+	Info    *fault.Info `json:"info,omitempty"`
 }
 
 // FileMutation records a committed file change (RES-6). Version is always 1; CommitOrder is
@@ -65,8 +42,8 @@ type Result struct {
 	ConcludesTurn      bool
 }
 
-// ErrorInfo returns the result's error info, or nil.
-func (r *Result) ErrorInfo() *ErrorInfo {
+// fault.Info returns the result's error info, or nil.
+func (r *Result) ErrorInfo() *fault.Info {
 	if r == nil || r.Error == nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 )
 
@@ -47,7 +48,7 @@ func TestRES3_FailureContentEnvelope(t *testing.T) {
 			t.Errorf("got %+v want %q", r.Content, want)
 		}
 	}
-	if i := AbortedBeforeDispatchResult().ErrorInfo(); *i != (ErrorInfo{NameAbort, CodeAbortedBeforeDispatch}) {
+	if i := AbortedBeforeDispatchResult().ErrorInfo(); *i != (fault.Info{Name: NameAbort, Code: fault.CodeAbortedBeforeDispatch}) {
 		t.Fatalf("SCHED-6 info %+v", i)
 	}
 }
@@ -56,11 +57,11 @@ func TestRES4_ResultValueIsLosslessCopyOwnedByResult(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
 	e.register(e.g, rawTool("bad", `{"a":`, nil))
-	if r := e.exec("bad", `{}`); code(r) != CodeInvalidToolOutput {
+	if r := e.exec("bad", `{}`); code(r) != fault.CodeInvalidToolOutput {
 		t.Fatalf("non-JSON value accepted: %+v", r)
 	}
 	e.register(e.g, rawTool("utf", "\"\xff\"", nil))
-	if r := e.exec("utf", `{}`); code(r) != CodeInvalidToolOutput {
+	if r := e.exec("utf", `{}`); code(r) != fault.CodeInvalidToolOutput {
 		t.Fatalf("invalid UTF-8 accepted: %+v", r)
 	}
 }

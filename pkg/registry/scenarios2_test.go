@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -42,7 +43,7 @@ func TestScenario13_PostExecuteAccept(t *testing.T) {
 	tool.Output.Schema = json.RawMessage(`{"type":"string"}`)
 	e.register(e.g, tool)
 	e.post(func(*Call) PostDecision { return PostDecision{Value: json.RawMessage(`1`)} })
-	if r := e.exec("t", `{}`); code(r) != CodeInvalidToolOutput {
+	if r := e.exec("t", `{}`); code(r) != fault.CodeInvalidToolOutput {
 		t.Fatalf("replacement value not re-validated: %+v", r)
 	}
 }
@@ -79,7 +80,7 @@ func TestScenario15_PreAborted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := e.r.Execute(ctx, Input{CallID: "c", Name: "echo", Args: json.RawMessage(`{"text":"x"}`)})
-	if contentText(r) != "Error: tool call aborted before dispatch" || code(r) != CodeAbortedBeforeDispatch {
+	if contentText(r) != "Error: tool call aborted before dispatch" || code(r) != fault.CodeAbortedBeforeDispatch {
 		t.Fatalf("got %+v", r)
 	}
 	if c != (counters{results: 1}) || runs != 0 {
@@ -118,7 +119,7 @@ func TestScenario17_AbortAfterBodyStarted(t *testing.T) {
 		if throw && contentText(r) != "Error: exploded" {
 			t.Fatalf("own error not kept: %+v", r)
 		}
-		if !throw && (contentText(r) != "Error: tool call aborted" || code(r) != CodeAborted) {
+		if !throw && (contentText(r) != "Error: tool call aborted" || code(r) != fault.CodeAborted) {
 			t.Fatalf("got %+v", r)
 		}
 	}
@@ -135,7 +136,7 @@ func TestScenario18_TimeoutPolicy(t *testing.T) {
 	}
 	e.register(e.g, tool)
 	r := e.exec("slow", `{}`)
-	if contentText(r) != "Error: tool call timed out after 50ms" || *r.ErrorInfo() != (ErrorInfo{NameToolTimeout, CodeToolTimeout}) {
+	if contentText(r) != "Error: tool call timed out after 50ms" || *r.ErrorInfo() != (fault.Info{Name: NameToolTimeout, Code: fault.CodeToolTimeout}) {
 		t.Fatalf("got %+v", r)
 	}
 }

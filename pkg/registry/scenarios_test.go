@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -30,7 +31,7 @@ func TestScenario02_UnknownTool(t *testing.T) {
 	var c counters
 	e.count(&c)
 	r := e.exec("nope", `{}`)
-	if contentText(r) != `Error: unknown tool "nope"` || *r.ErrorInfo() != (ErrorInfo{NameToolNotFound, CodeUnknownTool}) {
+	if contentText(r) != `Error: unknown tool "nope"` || *r.ErrorInfo() != (fault.Info{Name: NameToolNotFound, Code: fault.CodeUnknownTool}) {
 		t.Fatalf("got %+v", r)
 	}
 	if c.pre != 1 || c.post != 1 {
@@ -48,7 +49,7 @@ func TestScenario03_ThrownErrors(t *testing.T) {
 		t.Fatalf("plain: %+v", r)
 	}
 	r = e.exec("harness", `{}`)
-	if *r.ErrorInfo() != (ErrorInfo{"HarnessError", "ENOSPC"}) {
+	if *r.ErrorInfo() != (fault.Info{Name: "HarnessError", Code: "ENOSPC"}) {
 		t.Fatalf("harness: %+v", r.Error)
 	}
 }
@@ -70,7 +71,7 @@ func TestScenario04_MissingRequiredArgument(t *testing.T) {
 	}
 	e.register(e.g, tool)
 	r := e.exec("read", `{}`)
-	if contentText(r) != `Error: invalid arguments: missing required property "path"` || code(r) != CodeInvalidArgs || runs != 0 {
+	if contentText(r) != `Error: invalid arguments: missing required property "path"` || code(r) != fault.CodeInvalidArgs || runs != 0 {
 		t.Fatalf("got %+v runs=%d", r, runs)
 	}
 }
@@ -122,7 +123,7 @@ func TestScenario06_PreExecuteDeny(t *testing.T) {
 	if contentText(r) != "Error: denied by policy" || runs != 0 || postSaw == nil || !postSaw.IsError {
 		t.Fatalf("got %+v runs=%d post=%v", r, runs, postSaw)
 	}
-	if *r.ErrorInfo() != (ErrorInfo{NameToolDenied, CodeToolDenied}) {
+	if *r.ErrorInfo() != (fault.Info{Name: NameToolDenied, Code: fault.CodeToolDenied}) {
 		t.Fatalf("E1 code missing: %+v", r.Error)
 	}
 }
@@ -184,7 +185,7 @@ func TestScenario10_CancelWhileApprovalPending(t *testing.T) {
 	e.pre(e.g, Ask("why"))
 	go func() { <-waiting; cancel() }()
 	r := e.r.Execute(ctx, Input{CallID: "c", Name: "echo", Args: json.RawMessage(`{"text":"x"}`), Agent: "a"})
-	if code(r) != CodeAbortedBeforeDispatch {
+	if code(r) != fault.CodeAbortedBeforeDispatch {
 		t.Fatalf("got %+v", r)
 	}
 }

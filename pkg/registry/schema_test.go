@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 func TestSCH1_SupportedSubset(t *testing.T) {
@@ -52,7 +54,7 @@ func TestSCH1_RejectsListingEveryViolation(t *testing.T) {
 			t.Errorf("%s: want SchemaError, got %v", c.schema, err)
 			continue
 		}
-		if se.ErrorInfo().Code != CodeUnsupportedSchema || len(se.Violations) != len(c.want) {
+		if se.ErrorInfo().Code != fault.CodeUnsupportedSchema || len(se.Violations) != len(c.want) {
 			t.Errorf("%s: violations %q", c.schema, se.Violations)
 			continue
 		}

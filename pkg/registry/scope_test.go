@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 )
 
@@ -119,7 +120,7 @@ func TestSCP6_RestrictedCallIsUnknownTool(t *testing.T) {
 	e.r.Restrict(s, Restriction{Deny: []string{"a"}})
 	r := e.execIn("agent:s", "a", `{}`)
 	u := e.execIn("agent:s", "zzz", `{}`)
-	if code(r) != CodeUnknownTool || contentText(r) != `Error: unknown tool "a"` || code(u) != CodeUnknownTool {
+	if code(r) != fault.CodeUnknownTool || contentText(r) != `Error: unknown tool "a"` || code(u) != fault.CodeUnknownTool {
 		t.Fatalf("got %+v", r)
 	}
 	if schemas, _ := e.r.Schemas("agent:s"); len(schemas) != 0 {

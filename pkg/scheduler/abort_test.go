@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 )
@@ -32,7 +33,7 @@ func TestSCHED6_AbortDrainsStartedAndSynthesizesTheRest(t *testing.T) {
 		t.Errorf("later calls reached the pipeline: %v", got)
 	}
 	for _, res := range r.out.Results[1:] {
-		if !res.Synthetic || codeOf(res.Result) != registry.CodeAbortedBeforeDispatch ||
+		if !res.Synthetic || codeOf(res.Result) != fault.CodeAbortedBeforeDispatch ||
 			res.Result.Content[0].Text != "Error: tool call aborted before dispatch" {
 			t.Errorf("%s: %+v", res.Call.ID, res.Result)
 		}
@@ -164,7 +165,7 @@ func TestSCHED8_StartedBodyNeverAbandoned(t *testing.T) {
 	}
 	h.pipe.release("c1")
 	r := <-done
-	if h.tr.index("settle:c1") < 0 || codeOf(r.out.Results[0].Result) != registry.CodeAborted {
+	if h.tr.index("settle:c1") < 0 || codeOf(r.out.Results[0].Result) != fault.CodeAborted {
 		t.Errorf("c1 result = %+v, trace %v", r.out.Results[0].Result, h.tr.all())
 	}
 }

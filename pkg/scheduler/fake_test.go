@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 )
@@ -252,7 +253,7 @@ func (f *fakePipe) Finalize(ctx context.Context, st *registry.Settled) *registry
 		return failureResult("failed " + in.CallID)
 	case ctx.Err() != nil: // PIPE-14: the body started, the step was aborted
 		return &registry.Result{IsError: true, Content: []llm.Block{llm.TextBlock("Error: tool call aborted")},
-			Error:              &registry.ToolError{Message: "tool call aborted", Info: &registry.ErrorInfo{Name: "AbortError", Code: registry.CodeAborted}},
+			Error:              &registry.ToolError{Message: "tool call aborted", Info: &fault.Info{Name: "AbortError", Code: fault.CodeAborted}},
 			AdditionalContexts: s.contexts}
 	}
 	return &registry.Result{

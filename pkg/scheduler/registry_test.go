@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
@@ -182,7 +183,7 @@ func TestSCHED1_RealRegistryInvalidArgumentsFailDefineTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := codeOf(out.Results[0].Result); got != registry.CodeInvalidArgs {
+	if got := codeOf(out.Results[0].Result); got != fault.CodeInvalidArgs {
 		t.Errorf("invalid JSON arguments: code %q, want INVALID_ARGS (%+v)", got, out.Results[0].Result.Error)
 	}
 	if r := out.Results[1].Result; r.IsError || r.Content[0].Text != "hi" {

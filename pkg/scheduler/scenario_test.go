@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
@@ -145,9 +146,9 @@ func TestScenario23_CancelWhileFirstTwoRun(t *testing.T) {
 		t.Errorf("log = %v\nwant  %v", got, want)
 	}
 	for i, res := range r.out.Results {
-		wantCode, synthetic := registry.CodeAborted, false
+		wantCode, synthetic := fault.CodeAborted, false
 		if i >= 2 {
-			wantCode, synthetic = registry.CodeAbortedBeforeDispatch, true
+			wantCode, synthetic = fault.CodeAbortedBeforeDispatch, true
 		}
 		if codeOf(res.Result) != wantCode || res.Synthetic != synthetic {
 			t.Errorf("%s: code %q synthetic %v, want %q %v", res.Call.ID, codeOf(res.Result), res.Synthetic, wantCode, synthetic)
@@ -172,7 +173,7 @@ func TestScenario24_CancelBeforeToolsStart(t *testing.T) {
 		t.Errorf("log = %v", got)
 	}
 	for _, res := range r.out.Results {
-		if !res.Synthetic || codeOf(res.Result) != registry.CodeAbortedBeforeDispatch {
+		if !res.Synthetic || codeOf(res.Result) != fault.CodeAbortedBeforeDispatch {
 			t.Errorf("%s: %+v", res.Call.ID, res.Result)
 		}
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/preset"
-	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/tools/demo"
 	"github.com/dshd/dshd/pkg/worker"
@@ -297,13 +297,13 @@ func TestCrashedRunnerIsRepairedAndNextMessageServed(t *testing.T) {
 	for _, ev := range evs {
 		if ev.Type == eventlog.TypeToolResult {
 			var d struct {
-				Error *registry.ErrorInfo `json:"error"`
+				Error *fault.Info `json:"error"`
 			}
 			_ = json.Unmarshal(ev.Data, &d)
 			codes = append(codes, d.Error.Code)
 		}
 	}
-	if len(codes) != 1 || codes[0] != registry.CodeToolOutcomeUnknown {
+	if len(codes) != 1 || codes[0] != fault.CodeToolOutcomeUnknown {
 		t.Fatalf("repair codes %v", codes)
 	}
 	if err := eventlog.CheckInvariants(evs); err != nil {

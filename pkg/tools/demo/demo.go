@@ -7,6 +7,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/registry"
 )
 
@@ -41,7 +42,7 @@ func Tools() ([]*registry.Tool, error) {
 		Description: "Wait for the given number of milliseconds, then return the given text.",
 	}, func(ctx context.Context, _ *registry.Execution, a SleepArgs) (string, error) {
 		if a.Ms < 0 || a.Ms > MaxSleepMs {
-			return "", registry.NewError("ToolArgsError", registry.CodeInvalidArgs,
+			return "", registry.NewError("ToolArgsError", fault.CodeInvalidArgs,
 				"invalid arguments: \"ms\" must be between 0 and %d", MaxSleepMs)
 		}
 		t := time.NewTimer(time.Duration(a.Ms) * time.Millisecond)
@@ -50,7 +51,7 @@ func Tools() ([]*registry.Tool, error) {
 		case <-t.C:
 			return a.Text, nil
 		case <-ctx.Done():
-			return "", registry.NewError("AbortError", registry.CodeAborted, "tool call aborted")
+			return "", registry.NewError("AbortError", fault.CodeAborted, "tool call aborted")
 		}
 	})
 	if err != nil {

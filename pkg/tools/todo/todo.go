@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/toolctx"
@@ -36,7 +37,7 @@ func Tool() (*registry.Tool, error) {
 	}, func(ctx context.Context, exec *registry.Execution, a Args) (Args, error) {
 		for i, t := range a.Todos {
 			if strings.TrimSpace(t.Content) == "" {
-				return Args{}, registry.NewError("ToolArgsError", registry.CodeInvalidArgs,
+				return Args{}, registry.NewError("ToolArgsError", fault.CodeInvalidArgs,
 					"invalid arguments: \"todos[%d].content\" must be a non-empty string", i)
 			}
 		}
