@@ -201,8 +201,8 @@ func TestGRD3_ThrowingGuardIsFinal(t *testing.T) {
 func TestE1_DenialCodes(t *testing.T) {
 	t.Parallel()
 	cases := map[string]fault.Info{
-		OutcomeRejected:    {NameApprovalRejected, fault.CodeApprovalRejected},
-		OutcomeCancelled:   {NameApprovalCancelled, fault.CodeApprovalCancelled},
+		OutcomeRejected:    {Name: NameApprovalRejected, Code: fault.CodeApprovalRejected},
+		OutcomeCancelled:   {Name: NameApprovalCancelled, Code: fault.CodeApprovalCancelled},
 		OutcomeUnavailable: {Name: NameToolDenied, Code: fault.CodeToolDenied},
 	}
 	for outcome, want := range cases {
