@@ -57,7 +57,7 @@ func inProcess(ctx context.Context, mockURL, script string, conns int, d time.Du
 		if err != nil {
 			return 0, 0, err
 		}
-		if len(reasons) != 1 || reasons[0].Kind != agentloop.EndCompleted {
+		if len(reasons) != 1 || reasons[0].Kind != eventlog.EndCompleted {
 			return 0, 0, fmt.Errorf("in-process turn ended %+v", reasons)
 		}
 		evs := j.Events()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dshd/dshd/internal/mockllm"
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/llm/openai"
 )
@@ -22,7 +23,7 @@ func benchTurns(b *testing.B, p llm.Provider) {
 		h.j = NewMemJournal(nil)
 		h.post(TargetNextTurn, "tools:1 steps:20")
 		reasons, err := NewRunner(h.cfg, h.j).Serve(context.Background())
-		if err != nil || len(reasons) != 1 || reasons[0].Kind != EndCompleted {
+		if err != nil || len(reasons) != 1 || reasons[0].Kind != eventlog.EndCompleted {
 			b.Fatalf("%+v %v", reasons, err)
 		}
 	}

@@ -22,8 +22,8 @@ func CancelEvents(h Head, cause Cause, keepInbox bool) []eventlog.NewEvent {
 				Data: Deletion(TargetNextStep, h.NextStepLen, OutcomeCanceled)})
 		}
 	}
-	return append(evs, eventlog.NewEvent{Type: TypeCancel, Ignorable: true,
-		Data: CancelData{Reason: cause, KeepInbox: keepInbox}})
+	return append(evs, eventlog.NewEvent{Type: eventlog.TypeAgentCancel, Ignorable: true,
+		Data: eventlog.AgentCancel{Reason: cause, KeepInbox: keepInbox}})
 }
 
 // interrupter holds the cancel function of the running turn. It is safe for concurrent use: a

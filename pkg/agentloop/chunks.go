@@ -57,7 +57,7 @@ func (cs *chunkStager) push(c llm.Chunk) {
 	cp := c
 	cs.last, cs.lastFlush = &cp, cs.r.w.flushes
 	h := cs.r.w.stage(staged{typ: eventlog.TypeAssistantChunk, size: 64 + len(c.Text),
-		data: chunkData{Turn: cs.turn, Step: cs.step, Chunk: &cp}})
+		data: eventlog.AssistantChunk{Turn: cs.turn, Step: cs.step, Chunk: &cp}})
 	cs.cites = append(cs.cites, h)
 }
 

@@ -51,7 +51,7 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 			return stepEntry{}, nil
 		}
 		// No new input: the step starts without a claim, and nothing needs writing yet.
-		r.w.stage(staged{typ: eventlog.TypeStepStart, data: stepData{Turn: turn, Step: step}})
+		r.w.stage(staged{typ: eventlog.TypeStepStart, data: eventlog.StepStart{Turn: turn, Step: step}})
 		return stepEntry{started: true}, nil
 	}
 	var e stepEntry
@@ -83,9 +83,9 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 			return nil, nil
 		}
 		e.started = true
-		out = append(out, eventlog.NewEvent{Type: eventlog.TypeStepStart, Data: stepData{Turn: turn, Step: step}})
+		out = append(out, eventlog.NewEvent{Type: eventlog.TypeStepStart, Data: eventlog.StepStart{Turn: turn, Step: step}})
 		for _, m := range e.entered {
-			out = append(out, eventlog.NewEvent{Type: eventlog.TypeUserMessage, Data: m, SurfaceOp: eventlog.Append})
+			out = append(out, eventlog.NewEvent{Type: eventlog.TypeUserMessage, Data: eventlog.UserMessage{Message: m}, SurfaceOp: eventlog.Append})
 		}
 		return out, nil
 	}})

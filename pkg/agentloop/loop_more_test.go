@@ -31,8 +31,8 @@ func (h *harness) cancel(cause Cause, keepInbox bool) {
 func (h *harness) watch(r *Runner) {
 	h.j.OnAppend = func(evs []eventlog.Event) {
 		for _, ev := range evs {
-			if ev.Type == TypeCancel {
-				var d CancelData
+			if ev.Type == eventlog.TypeAgentCancel {
+				var d eventlog.AgentCancel
 				_ = json.Unmarshal(ev.Data, &d)
 				r.Interrupt(d.Reason)
 			}
@@ -54,15 +54,15 @@ func (h *harness) serveAsync(r *Runner) <-chan served {
 	return ch
 }
 
-func results(t *testing.T, h *harness) []toolResultData {
-	var out []toolResultData
+func results(t *testing.T, h *harness) []eventlog.ToolResult {
+	var out []eventlog.ToolResult
 	for _, ev := range h.ofType(eventlog.TypeToolResult) {
-		out = append(out, decode[toolResultData](t, ev.Data))
+		out = append(out, decode[eventlog.ToolResult](t, ev.Data))
 	}
 	return out
 }
 
-func code(d toolResultData) string {
+func code(d eventlog.ToolResult) string {
 	if d.Error == nil {
 		return ""
 	}
@@ -83,7 +83,7 @@ func TestScenario23_CancelDuringParallelTools(t *testing.T) {
 	h.cancel(Cause{Kind: "user"}, false)
 	close(g.release)
 	s := <-done
-	if s.err != nil || len(s.reasons) != 1 || s.reasons[0].Kind != EndAborted || s.reasons[0].Reason.Kind != "user" {
+	if s.err != nil || len(s.reasons) != 1 || s.reasons[0].Kind != eventlog.EndAborted || s.reasons[0].Reason.Kind != "user" {
 		t.Fatalf("served %+v %v", s.reasons, s.err)
 	}
 	if n := len(g.ran); n != 2 {
@@ -95,7 +95,7 @@ func TestScenario23_CancelDuringParallelTools(t *testing.T) {
 		t.Fatalf("%d results", len(rs))
 	}
 	for i, r := range rs {
-		if code(r) != want[i] || r.Message.Source.CallID != decode[toolCallData](t, h.ofType(eventlog.TypeToolCall)[i].Data).CallID {
+		if code(r) != want[i] || r.Message.Source.CallID != decode[eventlog.ToolCall](t, h.ofType(eventlog.TypeToolCall)[i].Data).CallID {
 			t.Fatalf("result %d: code %q call %s", i, code(r), r.Message.Source.CallID)
 		}
 	}
@@ -129,7 +129,7 @@ func TestScenario24_CancelBeforeToolsStart(t *testing.T) {
 	r = NewRunner(h.cfg, h.j)
 	h.post(TargetNextTurn, "tools:3 tool:gate")
 	reasons, err := r.Serve(context.Background())
-	if err != nil || reasons[0].Kind != EndAborted {
+	if err != nil || reasons[0].Kind != eventlog.EndAborted {
 		t.Fatalf("%+v %v", reasons, err)
 	}
 	if len(g.ran) != 0 {
@@ -158,7 +158,7 @@ func TestLOOP1_SteerDuringRunningTurn(t *testing.T) {
 	h.post(TargetNextStep, "say:steered")
 	close(g.release)
 	s := <-done
-	if s.err != nil || len(s.reasons) != 1 || s.reasons[0].Kind != EndCompleted {
+	if s.err != nil || len(s.reasons) != 1 || s.reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("%+v %v", s.reasons, s.err)
 	}
 	// The steer is claimed at the next step of the same turn and drives its answer.
@@ -167,7 +167,7 @@ func TestLOOP1_SteerDuringRunningTurn(t *testing.T) {
 		if decode[llm.Message](t, ev.Data).Text() == "say:steered" {
 			for _, e := range h.j.Events()[:ev.Seq] {
 				if e.Type == eventlog.TypeStepStart {
-					steps = append(steps, decode[stepData](t, e.Data).Step)
+					steps = append(steps, decode[eventlog.StepStart](t, e.Data).Step)
 				}
 			}
 		}
@@ -176,7 +176,7 @@ func TestLOOP1_SteerDuringRunningTurn(t *testing.T) {
 		t.Fatalf("steer entered at steps %v, want step 2", steps)
 	}
 	msgs := h.ofType(eventlog.TypeAssistantMessage)
-	if got := decode[assistantData](t, msgs[len(msgs)-1].Data).Message.Text(); got != "steered" {
+	if got := decode[eventlog.AssistantMessage](t, msgs[len(msgs)-1].Data).Message.Text(); got != "steered" {
 		t.Fatalf("answer %q", got)
 	}
 	h.checkInvariants()
@@ -282,14 +282,14 @@ func TestLOOP4_CancelMidStreamKeepsInterruptedText(t *testing.T) {
 	<-sp.hit
 	h.cancel(Cause{Kind: "user"}, false)
 	s := <-done
-	if s.err != nil || s.reasons[0].Kind != EndAborted {
+	if s.err != nil || s.reasons[0].Kind != eventlog.EndAborted {
 		t.Fatalf("%+v %v", s.reasons, s.err)
 	}
 	am := h.ofType(eventlog.TypeAssistantMessage)
 	if len(am) != 1 {
 		t.Fatalf("%d assistant messages", len(am))
 	}
-	d := decode[assistantData](t, am[0].Data)
+	d := decode[eventlog.AssistantMessage](t, am[0].Data)
 	if !d.Interrupted || !strings.HasPrefix(d.Message.Text(), "partial") || len(d.Message.ToolCalls()) != 0 {
 		t.Fatalf("interrupted message %+v", d)
 	}
@@ -309,7 +309,7 @@ func TestRES5_ConcludesTurn(t *testing.T) {
 	h := newHarness(t, nil, tool)
 	h.post(TargetNextTurn, "tool:finish args:{}")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndCompleted || len(h.ofType(eventlog.TypeAssistantMessage)) != 1 {
+	if reasons[0].Kind != eventlog.EndCompleted || len(h.ofType(eventlog.TypeAssistantMessage)) != 1 {
 		t.Fatalf("reasons %+v, %d assistant messages; want the turn to end after the tool", reasons, len(h.ofType(eventlog.TypeAssistantMessage)))
 	}
 	h.checkInvariants()
@@ -320,10 +320,10 @@ func TestLOOP4_MaxTokens(t *testing.T) {
 	h := newHarness(t, nil)
 	h.post(TargetNextTurn, "maxtokens")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndMaxTokens {
+	if reasons[0].Kind != eventlog.EndMaxTokens {
 		t.Fatalf("reasons %+v", reasons)
 	}
-	d := decode[assistantData](t, h.ofType(eventlog.TypeAssistantMessage)[0].Data)
+	d := decode[eventlog.AssistantMessage](t, h.ofType(eventlog.TypeAssistantMessage)[0].Data)
 	if len(d.Message.ToolCalls()) != 0 || len(h.ofType(eventlog.TypeToolCall)) != 0 {
 		t.Fatalf("tool calls survived max-tokens: %+v", d.Message)
 	}
@@ -335,7 +335,7 @@ func TestLOOP4_RateLimitThenSuccess(t *testing.T) {
 	h := newHarness(t, nil)
 	h.post(TargetNextTurn, "fail:RATE_LIMIT failtimes:1")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndCompleted {
+	if reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("reasons %+v", reasons)
 	}
 	h.checkInvariants()
@@ -346,17 +346,17 @@ func TestLOOP8_ModelKeepsFailing(t *testing.T) {
 	h := newHarness(t, nil)
 	h.post(TargetNextTurn, "fail:SERVER")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndError || reasons[0].Error.Code != llm.CodeServer {
+	if reasons[0].Kind != eventlog.EndError || reasons[0].Error.Code != llm.CodeServer {
 		t.Fatalf("reasons %+v", reasons)
 	}
-	end := decode[turnEndData](t, h.ofType(eventlog.TypeTurnEnd)[0].Data)
+	end := decode[eventlog.TurnEnd](t, h.ofType(eventlog.TypeTurnEnd)[0].Data)
 	if end.Reason.Error == nil || end.Reason.Error.Code != "SERVER" {
 		t.Fatalf("turn/end %+v", end)
 	}
 	h.checkInvariants()
 	// A failed turn does not end the loop: the next message is served normally.
 	h.post(TargetNextTurn, "text")
-	if r := h.serve(context.Background()); r[0].Kind != EndCompleted {
+	if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("next turn %+v", r)
 	}
 }
@@ -367,7 +367,7 @@ func TestLOOP8_MaxSteps(t *testing.T) {
 	h.cfg.MaxSteps = 2
 	h.post(TargetNextTurn, "tools:1 steps:5")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndError || reasons[0].Error.Code != CodeMaxSteps {
+	if reasons[0].Kind != eventlog.EndError || reasons[0].Error.Code != CodeMaxSteps {
 		t.Fatalf("reasons %+v", reasons)
 	}
 	if n := len(h.ofType(eventlog.TypeStepStart)); n != 2 {
@@ -399,7 +399,7 @@ func TestPRM8_AssemblyFailureEndsTurnWithoutStep(t *testing.T) {
 	h.cfg.PromptInput = promptasm.Input{ToolOrder: []string{"ghost", promptasm.ToolOrderRest}}
 	h.post(TargetNextTurn, "text")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndError || reasons[0].Error.Code != CodePrompt {
+	if reasons[0].Kind != eventlog.EndError || reasons[0].Error.Code != CodePrompt {
 		t.Fatalf("reasons %+v", reasons)
 	}
 	if len(h.ofType(eventlog.TypeStepStart)) != 0 || len(h.ofType(eventlog.TypeRequestHeader)) != 0 {

@@ -13,7 +13,7 @@ import (
 func headerReasons(t *testing.T, h *harness) []string {
 	var out []string
 	for _, ev := range h.ofType(eventlog.TypeRequestHeader) {
-		out = append(out, decode[headerData](t, ev.Data).Reason)
+		out = append(out, decode[eventlog.RequestHeader](t, ev.Data).Reason)
 	}
 	return out
 }
@@ -70,7 +70,7 @@ func TestLOOP5_ConcludingBatchWithContextsRunsOneMoreStep(t *testing.T) {
 	h := newHarness(t, nil, tool)
 	h.post(TargetNextTurn, "tool:wrapup args:{}")
 	reasons := h.serve(context.Background())
-	if reasons[0].Kind != EndCompleted {
+	if reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("reasons %+v", reasons)
 	}
 	if n := len(h.ofType(eventlog.TypeStepStart)); n != 2 {

@@ -14,7 +14,7 @@ func TestLOOP2_TextTurn(t *testing.T) {
 	h := newHarness(t, nil)
 	h.post(TargetNextTurn, "text")
 	reasons := h.serve(context.Background())
-	if len(reasons) != 1 || reasons[0].Kind != EndCompleted {
+	if len(reasons) != 1 || reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("reasons = %+v", reasons)
 	}
 	want := []string{"agent/inbox/spliced", "turn/start", "agent/inbox/spliced", "step/start",
@@ -24,7 +24,7 @@ func TestLOOP2_TextTurn(t *testing.T) {
 		t.Fatalf("log %v lacks %v", got, want)
 	}
 	h.checkInvariants()
-	am := decode[assistantData](t, h.ofType(eventlog.TypeAssistantMessage)[0].Data)
+	am := decode[eventlog.AssistantMessage](t, h.ofType(eventlog.TypeAssistantMessage)[0].Data)
 	if !strings.HasPrefix(am.Message.Text(), "Done after 0 steps") {
 		t.Fatalf("answer %q", am.Message.Text())
 	}
@@ -42,8 +42,8 @@ func TestScenario26_RoundTripInProcess(t *testing.T) {
 	}
 	calls := h.ofType(eventlog.TypeToolCall)
 	for i, r := range results {
-		d := decode[toolResultData](t, r.Data)
-		c := decode[toolCallData](t, calls[i].Data)
+		d := decode[eventlog.ToolResult](t, r.Data)
+		c := decode[eventlog.ToolCall](t, calls[i].Data)
 		if d.Message.Content[0].ToolCallID != c.CallID || r.SourceEventSeqs[0] != calls[i].Seq {
 			t.Fatalf("result %d cites %v for call %s at %d", i, r.SourceEventSeqs, c.CallID, calls[i].Seq)
 		}
@@ -52,7 +52,7 @@ func TestScenario26_RoundTripInProcess(t *testing.T) {
 		}
 	}
 	msgs := h.ofType(eventlog.TypeAssistantMessage)
-	last := decode[assistantData](t, msgs[len(msgs)-1].Data)
+	last := decode[eventlog.AssistantMessage](t, msgs[len(msgs)-1].Data)
 	if !strings.Contains(last.Message.Text(), "4 tool results") {
 		t.Fatalf("final answer %q", last.Message.Text())
 	}
@@ -71,7 +71,7 @@ func TestLOOP4_ChunksCoalescedAndCited(t *testing.T) {
 	var text string
 	deltas := 0
 	for _, c := range chunks {
-		d := decode[chunkData](t, c.Data)
+		d := decode[eventlog.AssistantChunk](t, c.Data)
 		if d.Chunk.Type == llm.ChunkTextDelta {
 			deltas++
 			text += d.Chunk.Text

@@ -1,8 +1,6 @@
 package agentloop
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -17,11 +15,11 @@ type mirror struct {
 	log      *eventlog.Log
 	inbox    Inbox
 	lastTurn int
-	header   json.RawMessage // the header object of the last request/header
-	reqCtx   json.RawMessage // the data of the last request/context
+	header   *eventlog.ModelHeader    // the header of the last request/header
+	reqCtx   *eventlog.RequestContext // the data of the last request/context
 	snap     promptasm.Snapshotter
 	// onCancel, set while a turn runs, is called for every `agent/cancel` folded meanwhile.
-	onCancel func(CancelData)
+	onCancel func(eventlog.AgentCancel)
 	// bytes is the size of the event data folded.
 	bytes int
 }
@@ -63,35 +61,36 @@ func (m *mirror) apply(ev eventlog.Event) error {
 		// A fork's inbox starts empty: it is rebuilt from the splices after the seed (LOOP-1).
 		m.inbox = Inbox{}
 	case eventlog.TypeTurnStart:
-		var d struct {
-			Turn int `json:"turn"`
-		}
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
+		d, err := eventlog.Decode[eventlog.TurnStart](ev)
+		if err != nil {
 			return err
 		}
 		m.lastTurn = d.Turn
 	case eventlog.TypeRequestHeader:
-		var d struct {
-			Header json.RawMessage `json:"header"`
-		}
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
+		d, err := eventlog.Decode[eventlog.RequestHeader](ev)
+		if err != nil {
 			return err
 		}
-		m.header = d.Header
+		h := d.Header.Canonical()
+		m.header = &h
 	case eventlog.TypeRequestContext:
-		m.reqCtx = ev.Data
-	case eventlog.TypeUserMessage:
-		var msg llm.Message
-		if err := json.Unmarshal(ev.Data, &msg); err != nil {
+		d, err := eventlog.Decode[eventlog.RequestContext](ev)
+		if err != nil {
 			return err
 		}
-		if msg.Source.Plugin == promptasm.SnapshotPlugin && msg.Source.Form == promptasm.SnapshotForm {
-			m.snap.Keep(msg.Text())
+		m.reqCtx = &d
+	case eventlog.TypeUserMessage:
+		d, err := eventlog.Decode[eventlog.UserMessage](ev)
+		if err != nil {
+			return err
 		}
-	case TypeCancel:
+		if d.Source.Plugin == promptasm.SnapshotPlugin && d.Source.Form == promptasm.SnapshotForm {
+			m.snap.Keep(d.Text())
+		}
+	case eventlog.TypeAgentCancel:
 		if m.onCancel != nil {
-			var d CancelData
-			if err := json.Unmarshal(ev.Data, &d); err != nil {
+			d, err := eventlog.Decode[eventlog.AgentCancel](ev)
+			if err != nil {
 				return err
 			}
 			m.onCancel(d)
@@ -99,6 +98,3 @@ func (m *mirror) apply(ev eventlog.Event) error {
 	}
 	return nil
 }
-
-// sameJSON reports whether two JSON encodings produced by this package are equal.
-func sameJSON(a, b json.RawMessage) bool { return bytes.Equal(a, b) }

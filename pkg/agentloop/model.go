@@ -2,7 +2,6 @@ package agentloop
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -159,56 +158,70 @@ func (r *Runner) flushIfDue(ctx context.Context) error {
 }
 
 // request builds the frozen model request and stages `request/header` and `request/context`
-// when they changed (LOOP-3).
+// when they changed (LOOP-3, SES-13).
 func (r *Runner) request(asm promptasm.Result) (llm.Request, error) {
 	msgs, err := r.history()
 	if err != nil {
 		return llm.Request{}, err
 	}
-	h := Header{Config: r.cfg.Model, System: asm.System, Tools: asm.Tools}
+	h := eventlog.ModelHeader{Config: r.cfg.Model, System: asm.System, Tools: asm.Tools}
 	h.Config.BaseURL = ""
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return llm.Request{}, err
-	}
-	switch {
+	h = h.Canonical()
+	switch inForce := r.headerInForce(); {
 	case !r.headerLogged:
 		reason := "initial"
 		if r.m.header != nil {
 			reason = "resume"
 		}
-		r.stageHeader(hb, reason)
-	case !sameJSON(r.inForce(r.m.header, r.stagedHeader), hb):
-		r.stageHeader(hb, "change")
+		r.stageHeader(h, reason)
+	case inForce == nil || !inForce.Equal(h):
+		r.stageHeader(h, "change")
 	}
-	cb, _ := json.Marshal(contextData{Provider: r.cfg.Model.Provider, Model: r.cfg.Model.Model})
-	if !sameJSON(r.inForce(r.m.reqCtx, r.stagedCtx), cb) {
-		r.stagedCtx = &stagedJSON{b: cb, h: r.w.stage(staged{typ: eventlog.TypeRequestContext, data: json.RawMessage(cb)})}
+	rc := eventlog.RequestContext{Provider: r.cfg.Model.Provider, Model: r.cfg.Model.Model}
+	if c := r.contextInForce(); c == nil || *c != rc {
+		r.stagedCtx = &stagedContext{c: rc, h: r.w.stage(staged{typ: eventlog.TypeRequestContext, data: rc})}
 	}
 	return llm.Request{Config: r.cfg.Model, System: asm.System, Messages: msgs, Tools: asm.Tools,
 		SessionID: r.cfg.SessionID}, nil
 }
 
-func (r *Runner) stageHeader(hb json.RawMessage, reason string) {
+func (r *Runner) stageHeader(h eventlog.ModelHeader, reason string) {
 	r.headerLogged = true
-	r.stagedHeader = &stagedJSON{b: hb, h: r.w.stage(staged{typ: eventlog.TypeRequestHeader,
-		data: headerData{Header: hb, Reason: reason}, size: len(hb)})}
+	size := len(h.System) + 64
+	for _, t := range h.Tools {
+		size += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	r.stagedHeader = &stagedHeader{m: h, h: r.w.stage(staged{typ: eventlog.TypeRequestHeader,
+		data: eventlog.RequestHeader{Header: h, Reason: reason}, size: size})}
 }
 
-// stagedJSON is a request header or context this runner staged.
-type stagedJSON struct {
-	b []byte
+// stagedHeader and stagedContext are a request header or context this runner staged.
+type stagedHeader struct {
+	m eventlog.ModelHeader
 	h *handle
 }
 
-// inForce is the header (or context) in force for the next request: the one this runner staged,
-// while it is not written yet, else the last one in the log (another runner may have written a
-// newer one since this runner's was committed).
-func (r *Runner) inForce(committed json.RawMessage, s *stagedJSON) []byte {
-	if s != nil && s.h.seq < 0 {
-		return s.b
+type stagedContext struct {
+	c eventlog.RequestContext
+	h *handle
+}
+
+// headerInForce is the header in force for the next request: the one this runner staged, while
+// it is not written yet, else the last one in the log (another runner may have written a newer
+// one since this runner's was committed). nil when there is none.
+func (r *Runner) headerInForce() *eventlog.ModelHeader {
+	if s := r.stagedHeader; s != nil && s.h.seq < 0 {
+		return &s.m
 	}
-	return committed
+	return r.m.header
+}
+
+// contextInForce is headerInForce for request/context.
+func (r *Runner) contextInForce() *eventlog.RequestContext {
+	if s := r.stagedCtx; s != nil && s.h.seq < 0 {
+		return &s.c
+	}
+	return r.m.reqCtx
 }
 
 // history is the model-visible history: the committed surface plus the surface events still
@@ -220,11 +233,11 @@ func (r *Runner) history() ([]llm.Message, error) {
 	}
 	for _, s := range r.w.pending {
 		switch d := s.data.(type) {
-		case llm.Message:
-			msgs = append(msgs, d)
-		case toolResultData:
+		case eventlog.UserMessage:
 			msgs = append(msgs, d.Message)
-		case assistantData:
+		case eventlog.ToolResult:
+			msgs = append(msgs, d.Message)
+		case eventlog.AssistantMessage:
 			if len(d.Message.Content) > 0 {
 				msgs = append(msgs, d.Message)
 			}
@@ -251,7 +264,7 @@ func (r *Runner) assistant(cs *chunkStager, turn, step int) (llm.Message, string
 	}
 	msg := r.assistantMessage(content)
 	r.w.stage(staged{typ: eventlog.TypeAssistantMessage, surface: true, cites: cs.cites,
-		data: assistantData{Turn: turn, Step: step, Message: msg, Usage: cs.usage}})
+		data: eventlog.AssistantMessage{Turn: turn, Step: step, Message: msg, Usage: cs.usage}})
 	if r.cfg.AfterAssistantFunc != nil {
 		r.cfg.AfterAssistantFunc(msg)
 	}
@@ -264,7 +277,7 @@ func (r *Runner) interrupted(cs *chunkStager, turn, step int, err error) error {
 	content := cs.partial()
 	if len(content) > 0 {
 		r.w.stage(staged{typ: eventlog.TypeAssistantMessage, surface: true, cites: cs.cites,
-			data: assistantData{Turn: turn, Step: step, Message: r.assistantMessage(content),
+			data: eventlog.AssistantMessage{Turn: turn, Step: step, Message: r.assistantMessage(content),
 				Usage: cs.usage, Interrupted: true}})
 	}
 	return err

@@ -85,7 +85,7 @@ func TestLOOP7_CancelDuringAWriteStillClosesTheTurn(t *testing.T) {
 		}
 	}
 	reasons, err := r.Serve(context.Background())
-	if _, open := eventlog.OpenTurn(h.j.Events()); err != nil || open || reasons[0].Kind != EndAborted {
+	if _, open := eventlog.OpenTurn(h.j.Events()); err != nil || open || reasons[0].Kind != eventlog.EndAborted {
 		t.Fatalf("reasons %+v, err %v, turn left open %v; want aborted{user}", reasons, err, open)
 	}
 }
@@ -105,7 +105,7 @@ func TestLOOP7_CancelRacingTheFirstClaimAbortsWithoutAStep(t *testing.T) {
 		}
 	}
 	reasons, err := r.Serve(context.Background())
-	if err != nil || len(reasons) != 1 || reasons[0].Kind != EndAborted || len(h.ofType(eventlog.TypeStepStart)) != 0 {
+	if err != nil || len(reasons) != 1 || reasons[0].Kind != eventlog.EndAborted || len(h.ofType(eventlog.TypeStepStart)) != 0 {
 		t.Fatalf("reasons %+v, err %v, log %v", reasons, err, h.types())
 	}
 	h.checkInvariants()

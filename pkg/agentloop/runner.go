@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/scheduler"
@@ -129,7 +130,8 @@ type Runner struct {
 	headerLogged bool
 	// stagedHeader and stagedCtx are the last request/header and request/context staged by this
 	// runner, possibly not yet committed.
-	stagedHeader, stagedCtx *stagedJSON
+	stagedHeader *stagedHeader
+	stagedCtx    *stagedContext
 	// intr cancels the running turn (Interrupt, or an `agent/cancel` folded during the turn).
 	intr interrupter
 	// claimed counts the inbox messages this runner's turns have claimed.
@@ -204,10 +206,10 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 			return reasons, err
 		}
 		reasons = append(reasons, reason)
-		if reason.Kind == EndAborted {
+		if reason.Kind == eventlog.EndAborted {
 			break
 		}
-		if r.claimed == claimedBefore && reason.Kind != EndCompleted {
+		if r.claimed == claimedBefore && reason.Kind != eventlog.EndCompleted {
 			// The turn took nothing from the inbox and did not complete: serving again would
 			// repeat it. What waits is served at the next wake.
 			break

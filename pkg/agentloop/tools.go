@@ -84,7 +84,7 @@ func (s *callSink) take(callID string) []sinkEvent {
 // ToolCall implements scheduler.Emitter.
 func (e *stepEmitter) ToolCall(_ context.Context, c scheduler.Call) (int64, error) {
 	h := e.r.w.stage(staged{typ: eventlog.TypeToolCall, size: 64 + len(c.Arguments),
-		data: toolCallData{Turn: e.turn, Step: e.step, CallID: c.ID, Name: c.Name, Arguments: c.Arguments}})
+		data: eventlog.ToolCall{Turn: e.turn, Step: e.step, CallID: c.ID, Name: c.Name, Arguments: c.Arguments}})
 	e.calls = append(e.calls, h)
 	return int64(len(e.calls) - 1), nil
 }
@@ -98,7 +98,7 @@ func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int6
 		e.r.w.stage(staged{typ: ev.typ, data: ev.data, size: len(ev.data)})
 	}
 	msg := llm.NewToolResultMessage(e.r.newID(), c.ID, res.Content, res.IsError)
-	d := toolResultData{Turn: e.turn, Step: e.step, Message: msg, Error: res.ErrorInfo(),
+	d := eventlog.ToolResult{Turn: e.turn, Step: e.step, Message: msg, Error: res.ErrorInfo(),
 		Meta: res.Meta, Mutations: res.Mutations}
 	e.r.w.stage(staged{typ: eventlog.TypeToolResult, data: d, surface: true,
 		cites: []*handle{e.calls[token]}, size: 128 + contentSize(res.Content)})

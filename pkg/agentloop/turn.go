@@ -18,15 +18,15 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	defer cancel(nil)
 	r.intr.set(cancel)
 	defer r.intr.set(nil)
-	r.m.onCancel = func(d CancelData) { cancel(&CancelError{Cause: d.Reason}) }
+	r.m.onCancel = func(d eventlog.AgentCancel) { cancel(&CancelError{Cause: d.Reason}) }
 	defer func() { r.m.onCancel = nil }()
 	turn := r.m.lastTurn + 1
-	r.w.stage(staged{typ: eventlog.TypeTurnStart, data: turnData{Turn: turn}})
+	r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
 	end, err := r.turnSteps(ctx, turn)
 	if errors.Is(err, errLog) {
 		return Reason{}, err
 	}
-	r.w.stage(staged{typ: eventlog.TypeTurnEnd, data: turnEndData{Turn: turn, Reason: end}})
+	r.w.stage(staged{typ: eventlog.TypeTurnEnd, data: eventlog.TurnEnd{Turn: turn, Reason: end}})
 	if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
 		return Reason{}, r.logErr(err)
 	}
@@ -81,7 +81,7 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 			if ends != nil {
 				return *ends, nil
 			}
-			return Reason{Kind: EndCompleted}, nil
+			return Reason{Kind: eventlog.EndCompleted}, nil
 		}
 		step++
 		stepEnd, err := r.runStep(ctx, turn, step, asm)
@@ -94,7 +94,7 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 			}
 			return failure(err), nil
 		}
-		if ends == nil || ends.Kind != EndMaxTokens {
+		if ends == nil || ends.Kind != eventlog.EndMaxTokens {
 			ends = stepEnd
 		}
 	}
@@ -104,25 +104,25 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 // step/end. It returns the step's ending (nil: another step follows).
 func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Result) (end *Reason, err error) {
 	defer func() {
-		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: stepData{Turn: turn, Step: step}})
+		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: eventlog.StepEnd{Turn: turn, Step: step}})
 	}()
 	msg, finish, err := r.callModel(ctx, turn, step, asm)
 	if err != nil {
 		return nil, err
 	}
 	if finish == llm.FinishMaxTokens {
-		return &Reason{Kind: EndMaxTokens}, nil
+		return &Reason{Kind: eventlog.EndMaxTokens}, nil
 	}
 	calls := msg.ToolCalls()
 	if len(calls) == 0 {
-		return &Reason{Kind: EndCompleted}, nil
+		return &Reason{Kind: eventlog.EndCompleted}, nil
 	}
 	concluded, err := r.runTools(ctx, turn, step, calls)
 	if err != nil {
 		return nil, err
 	}
 	if concluded {
-		return &Reason{Kind: EndCompleted}, nil
+		return &Reason{Kind: eventlog.EndCompleted}, nil
 	}
 	return nil, nil
 }
@@ -139,11 +139,11 @@ func aborted(ctx context.Context) Reason {
 	if errors.As(context.Cause(ctx), &ce) {
 		cause = ce.Cause
 	}
-	return Reason{Kind: EndAborted, Reason: &cause}
+	return Reason{Kind: eventlog.EndAborted, Reason: &cause}
 }
 
 func errorReason(code string, err error) Reason {
-	return Reason{Kind: EndError, Error: &TurnError{Message: err.Error(), Code: code}}
+	return Reason{Kind: eventlog.EndError, Error: &eventlog.TurnError{Message: err.Error(), Code: code}}
 }
 
 // failure turns a step failure into a turn ending: an LLM error keeps its code and status,
@@ -151,7 +151,7 @@ func errorReason(code string, err error) Reason {
 func failure(err error) Reason {
 	var le *llm.Error
 	if errors.As(err, &le) {
-		return Reason{Kind: EndError, Error: &TurnError{Message: le.Message, Code: le.Code, Status: le.Status}}
+		return Reason{Kind: eventlog.EndError, Error: &eventlog.TurnError{Message: le.Message, Code: le.Code, Status: le.Status}}
 	}
 	return errorReason(CodeUnknown, err)
 }

@@ -31,18 +31,21 @@ const (
 	TypeApprovalAsked        = "approval/asked"
 	TypeApprovalDecided      = "approval/decided"
 	TypeApprovalPolicy       = "approval/policy"
+	TypeLLMRetry             = "llm/retry"
+	// TypeAgentCancel is dshd's durable cancel request (AgentCancel), written ignorable.
+	TypeAgentCancel = "agent/cancel"
 )
 
 // knownTypes is the vocabulary this build understands (SES-8, SES-9): the core kinds plus the
 // plugin-owned kinds of the reference's known-event-types list. knownPrefixes covers the
 // families SPEC.md names with a wildcard.
 var knownTypes = map[string]bool{
-	"agent-preset/selected": true, TypeInboxSpliced: true, TypeApprovalAsked: true,
+	"agent-preset/selected": true, TypeAgentCancel: true, TypeInboxSpliced: true, TypeApprovalAsked: true,
 	TypeApprovalDecided: true, TypeApprovalPolicy: true, TypeAssistantChunk: true,
 	TypeAssistantMessage: true, "command/done": true, "command/run": true, "compact/end": true,
 	"compact/prune": true, "compact/start": true, "compact/summary": true,
 	"feedback/record": true, "goal/change": true, "hook/invoked": true, "hook/result": true,
-	"llm/retry": true, "llm/retry-started": true, "permission/preset": true, "plan/mode": true,
+	TypeLLMRetry: true, "llm/retry-started": true, "permission/preset": true, "plan/mode": true,
 	TypeRequestContext: true, TypeRequestHeader: true, "sandbox/mode": true,
 	"schedule/change": true, TypeSessionEndSeed: true, "session/title": true,
 	"session/title-llm-request": true, TypeStepEnd: true, TypeStepStart: true,
@@ -175,8 +178,10 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// NewEvent is an event to append. Data is marshalled once with encoding/json; a json.RawMessage
-// (or []byte holding JSON) passes through after validation. Seq and time are assigned by the log.
+// NewEvent is an event to append. Data is a Payload of the vocabulary (Type may then be left
+// empty: it is the payload's), validated as it is; or JSON bytes (json.RawMessage or []byte), or
+// any other value encoding/json encodes, of a known or ignorable kind, as a seed or a foreign
+// writer gives them, which is decoded into its kind's payload and validated. Seq and time are assigned by the log.
 type NewEvent struct {
 	Type            string
 	Data            any
@@ -185,22 +190,22 @@ type NewEvent struct {
 	Ignorable       bool
 }
 
-// rawData returns the JSON bytes of the event's data, marshalling it if needed.
-func (ne NewEvent) rawData() ([]byte, error) {
-	switch d := ne.Data.(type) {
-	case json.RawMessage:
-		return d, nil
-	case []byte:
-		return d, nil
-	case nil:
-		return nil, fmt.Errorf("data is required")
-	default:
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(d); err != nil {
-			return nil, err
-		}
-		return bytes.TrimRight(buf.Bytes(), "\n"), nil
+// Of returns the NewEvent of payload p, with no surface marker.
+func Of(p Payload) NewEvent { return NewEvent{Type: p.Type(), Data: p} }
+
+// Surface returns the NewEvent of the surface payload p, appended to the surface and citing
+// sources (SES-2, SES-3).
+func Surface(p Payload, sources ...int64) NewEvent {
+	return NewEvent{Type: p.Type(), Data: p, SurfaceOp: Append, SourceEventSeqs: sources}
+}
+
+// marshalPayload encodes v compactly, without HTML escaping.
+func marshalPayload(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
 	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }

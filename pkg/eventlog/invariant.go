@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/dshd/dshd/pkg/fault"
@@ -51,8 +52,8 @@ func CheckInvariants(events []Event) error {
 func (t *trace) step(ev Event) string {
 	switch ev.Type {
 	case TypeTurnStart:
-		d, _ := decode[turnData](ev.Data)
-		turn := deref(d.Turn)
+		d, _ := Decode[TurnStart](ev)
+		turn := int64(d.Turn)
 		switch {
 		case t.openTurn != 0:
 			return fmt.Sprintf("turn/start %d while turn %d is open", turn, t.openTurn)
@@ -61,23 +62,23 @@ func (t *trace) step(ev Event) string {
 		}
 		t.openTurn, t.nextTurn, t.nextStep = turn, turn+1, 1
 	case TypeTurnEnd:
-		d, _ := decode[turnData](ev.Data)
+		d, _ := Decode[TurnEnd](ev)
 		switch {
-		case t.openTurn == 0 || deref(d.Turn) != t.openTurn:
-			return fmt.Sprintf("turn/end %d does not match the open turn %d", deref(d.Turn), t.openTurn)
+		case t.openTurn == 0 || int64(d.Turn) != t.openTurn:
+			return fmt.Sprintf("turn/end %d does not match the open turn %d", d.Turn, t.openTurn)
 		case t.openStep != 0:
 			return fmt.Sprintf("turn/end while step %d is open", t.openStep)
 		}
 		t.openTurn = 0
 	case TypeStepStart:
-		d, _ := decode[stepData](ev.Data)
+		d, _ := Decode[StepStart](ev)
 		switch {
-		case t.openTurn == 0 || deref(d.Turn) != t.openTurn:
-			return fmt.Sprintf("step/start in turn %d, open turn is %d", deref(d.Turn), t.openTurn)
+		case t.openTurn == 0 || int64(d.Turn) != t.openTurn:
+			return fmt.Sprintf("step/start in turn %d, open turn is %d", d.Turn, t.openTurn)
 		case t.openStep != 0:
 			return fmt.Sprintf("step/start while step %d is open", t.openStep)
-		case deref(d.Step) != t.nextStep:
-			return fmt.Sprintf("step/start %d, want %d", deref(d.Step), t.nextStep)
+		case int64(d.Step) != t.nextStep:
+			return fmt.Sprintf("step/start %d, want %d", d.Step, t.nextStep)
 		}
 		t.openStep = t.nextStep
 	case TypeStepEnd:
@@ -92,7 +93,7 @@ func (t *trace) step(ev Event) string {
 		if r := t.inStep(ev); r != "" {
 			return r
 		}
-		d, _ := decode[toolCallData](ev.Data)
+		d, _ := Decode[ToolCall](ev)
 		t.pending[d.CallID] = true
 	case TypeToolResult:
 		return t.result(ev)
@@ -105,10 +106,10 @@ func (t *trace) step(ev Event) string {
 }
 
 func (t *trace) inStep(ev Event) string {
-	d, _ := decode[stepData](ev.Data)
-	if t.openTurn == 0 || t.openStep == 0 || deref(d.Turn) != t.openTurn || deref(d.Step) != t.openStep {
+	turn, step := stepOf(ev)
+	if t.openTurn == 0 || t.openStep == 0 || turn != t.openTurn || step != t.openStep {
 		return fmt.Sprintf("%s names turn %d step %d, open is turn %d step %d",
-			ev.Type, deref(d.Turn), deref(d.Step), t.openTurn, t.openStep)
+			ev.Type, turn, step, t.openTurn, t.openStep)
 	}
 	return ""
 }
@@ -123,15 +124,19 @@ func (t *trace) result(ev Event) string {
 	if r := t.inStep(ev); r != "" {
 		return r
 	}
-	d, _ := decode[toolResultData](ev.Data)
-	if d.Message == nil {
-		return "tool/result without a message"
-	}
+	d, _ := Decode[ToolResult](ev)
 	id := d.Message.Source.CallID
-	notStarted := d.Error != nil && d.Error.Code != nil && *d.Error.Code == fault.CodeToolNotStarted
+	notStarted := d.Error != nil && d.Error.Code == fault.CodeToolNotStarted
 	if !t.pending[id] && !notStarted {
 		return fmt.Sprintf("tool/result for %s without an earlier tool/call in this step", id)
 	}
 	delete(t.pending, id)
 	return ""
+}
+
+// stepOf returns the turn and step an in-step event names (0, 0 when it names none).
+func stepOf(ev Event) (turn, step int64) {
+	var d StepStart
+	_ = json.Unmarshal(ev.Data, &d)
+	return int64(d.Turn), int64(d.Step)
 }

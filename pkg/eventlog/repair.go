@@ -2,9 +2,9 @@ package eventlog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -31,11 +31,8 @@ func OpenTurn(events []Event) (turn int64, open bool) {
 		case TypeTurnEnd:
 			return 0, false
 		case TypeTurnStart:
-			d, _ := decode[turnData](events[i].Data)
-			if d.Turn != nil {
-				return *d.Turn, true
-			}
-			return 0, true
+			d, _ := Decode[TurnStart](events[i])
+			return int64(d.Turn), true
 		}
 	}
 	return 0, false
@@ -43,7 +40,7 @@ func OpenTurn(events []Event) (turn int64, open bool) {
 
 type pendingCall struct {
 	id      string
-	step    int64
+	step    int
 	callSeq int64 // -1 when no tool/call was logged
 }
 
@@ -55,50 +52,38 @@ type pendingCall struct {
 // nil. events may be the suffix of a log that starts at its last turn/start.
 func Closers(events []Event) []Event {
 	var (
-		turn, step int64
+		turn, step int
 		inTurn     bool
 		inStep     bool
 		pending    []pendingCall
 	)
-	drop := func(id string) {
-		for i, p := range pending {
-			if p.id == id {
-				pending = append(pending[:i], pending[i+1:]...)
-				return
-			}
-		}
-	}
 	for _, ev := range events {
 		switch ev.Type {
 		case TypeTurnStart:
-			d, _ := decode[turnData](ev.Data)
-			turn, inTurn, inStep, pending = deref(d.Turn), true, false, nil
+			d, _ := Decode[TurnStart](ev)
+			turn, inTurn, inStep, pending = d.Turn, true, false, nil
 		case TypeTurnEnd:
 			inTurn, inStep, pending = false, false, nil
 		case TypeStepStart:
-			d, _ := decode[stepData](ev.Data)
-			step, inStep = deref(d.Step), true
+			d, _ := Decode[StepStart](ev)
+			step, inStep = d.Step, true
 		case TypeStepEnd:
 			inStep, pending = false, nil
 		case TypeAssistantMessage:
-			d, _ := decode[assistantData](ev.Data)
-			if d.Message != nil {
-				for _, b := range d.Message.ToolCalls() {
-					pending = append(pending, pendingCall{id: b.ID, step: deref(d.Step), callSeq: -1})
-				}
+			d, _ := Decode[AssistantMessage](ev)
+			for _, b := range d.Message.ToolCalls() {
+				pending = append(pending, pendingCall{id: b.ID, step: d.Step, callSeq: -1})
 			}
 		case TypeToolCall:
-			d, _ := decode[toolCallData](ev.Data)
+			d, _ := Decode[ToolCall](ev)
 			for i := range pending {
 				if pending[i].id == d.CallID {
 					pending[i].callSeq = ev.Seq
 				}
 			}
 		case TypeToolResult:
-			d, _ := decode[toolResultData](ev.Data)
-			if d.Message != nil {
-				drop(d.Message.Source.CallID)
-			}
+			d, _ := Decode[ToolResult](ev)
+			pending = slices.DeleteFunc(pending, func(p pendingCall) bool { return p.id == d.Message.Source.CallID })
 		}
 	}
 	if !inTurn || len(events) == 0 {
@@ -107,9 +92,9 @@ func Closers(events []Event) []Event {
 	last := events[len(events)-1]
 	seq, now := last.Seq+1, last.Time
 	var out []Event
-	add := func(typ string, data any, op *SurfaceOp, sources []int64) {
-		raw, _ := json.Marshal(data)
-		out = append(out, Event{Type: typ, Seq: seq, Time: now, Data: raw, SurfaceOp: op, SourceEventSeqs: sources})
+	add := func(p Payload, op *SurfaceOp, sources []int64) {
+		raw, _ := marshalPayload(p)
+		out = append(out, Event{Type: p.Type(), Seq: seq, Time: now, Data: raw, SurfaceOp: op, SourceEventSeqs: sources})
 		seq++
 	}
 	for _, p := range pending {
@@ -120,20 +105,13 @@ func Closers(events []Event) []Event {
 		}
 		msg := llm.NewToolResultMessage(fmt.Sprintf("interrupted-tool-result-%s-%d", p.id, seq), p.id,
 			[]llm.Block{llm.TextBlock(text)}, true)
-		add(TypeToolResult, map[string]any{"turn": turn, "step": p.step, "message": msg, "error": info}, Append, sources)
+		add(ToolResult{Turn: turn, Step: p.step, Message: msg, Error: &info}, Append, sources)
 	}
 	if inStep {
-		add(TypeStepEnd, map[string]any{"turn": turn, "step": step}, nil, nil)
+		add(StepEnd{Turn: turn, Step: step}, nil, nil)
 	}
-	add(TypeTurnEnd, map[string]any{"turn": turn, "reason": map[string]string{"kind": "interrupted"}}, nil, nil)
+	add(TurnEnd{Turn: turn, Reason: TurnReason{Kind: EndInterrupted}}, nil, nil)
 	return out
-}
-
-func deref(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 // Repair closes the session's last turn if it is still open (SES-14), typically after the replica

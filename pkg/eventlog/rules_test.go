@@ -310,7 +310,7 @@ func TestSES9_UnknownTypesAndVersion(t *testing.T) {
 	if _, err := eventlog.LoadLog(l.Events()); err != nil {
 		t.Fatalf("an ignorable unknown event refused the log: %v", err)
 	}
-	h := eventlog.Header{Version: 1, ID: "s", CreatedAt: 1}
+	h := eventlog.SessionHeader{Version: 1, ID: "s", CreatedAt: 1}
 	if err := h.Validate(); err == nil {
 		t.Fatal("format version 1 accepted")
 	}
@@ -380,23 +380,24 @@ func TestSES12_SeedValidation(t *testing.T) {
 
 func TestSES13_RequestHeader(t *testing.T) {
 	t.Parallel()
-	tool := func(n string) json.RawMessage { return json.RawMessage(`{"name":"` + n + `"}`) }
-	a := eventlog.RequestHeader{Config: json.RawMessage(`{"provider":"p", "model":"m"}`), System: "", Tools: []json.RawMessage{}}
+	tool := func(n string) llm.ToolSchema { return llm.ToolSchema{Name: n, Parameters: json.RawMessage(`{}`)} }
+	cfg := llm.Config{Provider: "p", Model: "m"}
+	a := eventlog.ModelHeader{Config: cfg, System: "", Tools: []llm.ToolSchema{}}
 	c := a.Canonical()
-	if c.System != "" || c.Tools != nil || string(c.Config) != `{"provider":"p","model":"m"}` {
+	if c.System != "" || c.Tools != nil {
 		t.Fatalf("canonical = %+v", c)
 	}
-	b := eventlog.RequestHeader{Config: json.RawMessage(`{"model":"m","provider":"p"}`)}
+	b := eventlog.ModelHeader{Config: cfg, AdapterDefaults: map[string]bool{"maxTokens": false}}
 	if !a.Equal(b) {
-		t.Fatal("headers differing only by empty system/tools and key order are not equal")
+		t.Fatal("headers differing only by empty system/tools and false markers are not equal")
 	}
-	x := eventlog.RequestHeader{Config: b.Config, Tools: []json.RawMessage{tool("a"), tool("b")}}
-	y := eventlog.RequestHeader{Config: b.Config, Tools: []json.RawMessage{tool("b"), tool("a")}}
+	x := eventlog.ModelHeader{Config: cfg, Tools: []llm.ToolSchema{tool("a"), tool("b")}}
+	y := eventlog.ModelHeader{Config: cfg, Tools: []llm.ToolSchema{tool("b"), tool("a")}}
 	if x.Equal(y) {
 		t.Fatal("tool order is ignored")
 	}
-	z := eventlog.RequestHeader{Config: b.Config, Tools: x.Tools, AdapterDefaults: map[string]bool{"model": true}}
-	if x.Equal(z) || x.Equal(eventlog.RequestHeader{Config: b.Config, Tools: x.Tools, System: "s"}) {
+	z := eventlog.ModelHeader{Config: cfg, Tools: x.Tools, AdapterDefaults: map[string]bool{"model": true}}
+	if x.Equal(z) || x.Equal(eventlog.ModelHeader{Config: cfg, Tools: x.Tools, System: "s"}) {
 		t.Fatal("markers or system are ignored")
 	}
 	l := eventlog.NewLog(nil)
@@ -404,7 +405,7 @@ func TestSES13_RequestHeader(t *testing.T) {
 		raw("request/header", `{"header":{"config":{"provider":"p","model":"m1"},"system":""},"reason":"initial"}`),
 		raw("request/header", `{"header":{"config":{"provider":"p","model":"m2"},"tools":[]},"reason":"change"}`))
 	h, ok := eventlog.HeaderInForce(l.Events())
-	if !ok || string(h.Config) != `{"provider":"p","model":"m2"}` || h.Tools != nil {
+	if !ok || h.Config.Model != "m2" || len(h.Tools) != 0 {
 		t.Fatalf("header in force = %+v, %v", h, ok)
 	}
 }
@@ -412,12 +413,12 @@ func TestSES13_RequestHeader(t *testing.T) {
 func TestSES16_SessionHeader(t *testing.T) {
 	t.Parallel()
 	n := int64(3)
-	h := eventlog.Header{ID: "s1", CreatedAt: 5, ParentSession: "p", SeedLength: &n, Owner: "t"}
+	h := eventlog.SessionHeader{ID: "s1", CreatedAt: 5, ParentSession: "p", SeedLength: &n, Owner: "t"}
 	b, _ := json.Marshal(h)
 	if string(b) != `{"version":0,"id":"s1","createdAt":5,"parentSession":"p","seedLength":3,"owner":"t"}` {
 		t.Fatalf("header JSON = %s", b)
 	}
-	for _, bad := range []eventlog.Header{{ID: "s", Cwd: "rel/dir"}, {ID: "s", Origin: "user"}, {}, {ID: "s", DelegationDepth: -1}} {
+	for _, bad := range []eventlog.SessionHeader{{ID: "s", Cwd: "rel/dir"}, {ID: "s", Origin: "user"}, {}, {ID: "s", DelegationDepth: -1}} {
 		if bad.Validate() == nil {
 			t.Errorf("header %+v accepted", bad)
 		}

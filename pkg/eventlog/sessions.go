@@ -39,7 +39,7 @@ func (s *Store) SessionCreate(ctx context.Context, tenantID uuid.UUID, p Session
 		p.ID = uuid.New()
 	}
 	created := s.now().Truncate(time.Millisecond)
-	h := Header{Version: FormatVersion, ID: p.ID.String(), CreatedAt: created.UnixMilli(), Cwd: p.Cwd,
+	h := SessionHeader{Version: FormatVersion, ID: p.ID.String(), CreatedAt: created.UnixMilli(), Cwd: p.Cwd,
 		ParentSession: p.ParentSession, Origin: p.Origin, DelegationDepth: p.DelegationDepth,
 		AgentPreset: p.AgentPreset, Owner: p.Owner}
 	if h.Owner == "" {

@@ -149,7 +149,7 @@ func TestScenario38_CrashRepair(t *testing.T) {
 	if b.Error["code"] != "TOOL_NOT_STARTED" || closers[1].SourceEventSeqs != nil || b.Message.Content[0].Content[0].Text != eventlog.NotStartedText {
 		t.Fatalf("result B = %s", closers[1].Data)
 	}
-	if string(closers[3].Data) != `{"reason":{"kind":"interrupted"},"turn":1}` {
+	if string(closers[3].Data) != `{"turn":1,"reason":{"kind":"interrupted"}}` {
 		t.Fatalf("turn/end = %s", closers[3].Data)
 	}
 	all, _ := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1})

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"github.com/dshd/dshd/pkg/eventlog"
 	"encoding/json"
 
 	"github.com/dshd/dshd/pkg/fault"
@@ -14,15 +15,8 @@ type ToolError struct {
 	Info    *fault.Info `json:"info,omitempty"`
 }
 
-// FileMutation records a committed file change (RES-6). Version is always 1; CommitOrder is
-// monotonic per session. The remaining fields describe the change.
-type FileMutation struct {
-	Version     int    `json:"version"`
-	CommitOrder int64  `json:"commitOrder"`
-	Path        string `json:"path"`
-	Kind        string `json:"kind,omitempty"`
-	SHA256      string `json:"sha256,omitempty"`
-}
+// FileMutation records a committed file change (RES-6): the log's vocabulary.
+type FileMutation = eventlog.FileMutation
 
 // Result is the outcome of one tool execution (RES-1, RES-2). A Result returned by the pipeline is
 // final and must not be modified by anyone: it is shared between the caller, `tools/result`

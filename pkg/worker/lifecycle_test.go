@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/worker"
@@ -39,7 +38,7 @@ func TestLOOP7_OldCancelsAreNotReplayedIntoANewTurn(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return count(e.events(sid), eventlog.TypeToolCall) >= 2 })
 	post(t, b, e.tenant, sid, "injected", worker.ModeInject) // wakes the watcher
 	evs := e.waitTurnEnds(b.hub, sid, 2, 20*time.Second)
-	if got := reasons(t, evs); got[1] != agentloop.EndCompleted {
+	if got := reasons(t, evs); got[1] != eventlog.EndCompleted {
 		t.Fatalf("reasons %v: an old agent/cancel was replayed into the new turn", got)
 	}
 }
@@ -61,14 +60,14 @@ func TestStopStartsNoQueuedTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := e.events(sid)
-	if n := count(evs, eventlog.TypeTurnStart); n != 1 || reasons(t, evs)[0] != agentloop.EndAborted {
+	if n := count(evs, eventlog.TypeTurnStart); n != 1 || reasons(t, evs)[0] != eventlog.EndAborted {
 		t.Fatalf("%d turns %v after Stop; want the running one aborted and no other", n, reasons(t, evs))
 	}
 	if h, err := e.store.SessionHead(ctx, e.tenant, sid); err != nil || h.Owner != nil || h.Inbox.NextTurn != 1 {
 		t.Fatalf("head after Stop %+v %v; want the lease free and the followup waiting", h, err)
 	}
 	b := e.replica(10 * time.Second)
-	if got := reasons(t, e.waitTurnEnds(b.hub, sid, 2, 20*time.Second)); got[1] != agentloop.EndCompleted {
+	if got := reasons(t, e.waitTurnEnds(b.hub, sid, 2, 20*time.Second)); got[1] != eventlog.EndCompleted {
 		t.Fatalf("reasons %v", got)
 	}
 }
@@ -126,7 +125,7 @@ func TestSweeperRepairsADeadReplicasTurnWithoutANewMessage(t *testing.T) {
 	}
 	r := e.replica(time.Second)
 	evs := e.waitTurnEnds(r.hub, sid, 1, 30*time.Second)
-	if got := reasons(t, evs); got[0] != agentloop.EndInterrupted {
+	if got := reasons(t, evs); got[0] != eventlog.EndInterrupted {
 		t.Fatalf("reasons %v", got)
 	}
 	if err := eventlog.CheckInvariants(evs); err != nil {

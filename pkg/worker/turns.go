@@ -220,13 +220,13 @@ func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner,
 			continue
 		}
 		evs, err := cfg.Store.EventList(ctx, a.TenantID, a.SessionID,
-			eventlog.ListQuery{After: cursor, Limit: 100, Types: []string{agentloop.TypeCancel}})
+			eventlog.ListQuery{After: cursor, Limit: 100, Types: []string{eventlog.TypeAgentCancel}})
 		if err != nil {
 			continue
 		}
 		cursor = latest
 		for _, ev := range evs {
-			var d agentloop.CancelData
+			var d eventlog.AgentCancel
 			if json.Unmarshal(ev.Data, &d) == nil {
 				r.Interrupt(d.Reason)
 			}

@@ -210,7 +210,7 @@ func TestPostRunsTurnOnWorker(t *testing.T) {
 	if err := eventlog.CheckInvariants(evs); err != nil {
 		t.Fatal(err)
 	}
-	if got := reasons(t, evs); got[0] != agentloop.EndCompleted || count(evs, eventlog.TypeToolResult) != 3 {
+	if got := reasons(t, evs); got[0] != eventlog.EndCompleted || count(evs, eventlog.TypeToolResult) != 3 {
 		t.Fatalf("reasons %v, %d results", got, count(evs, eventlog.TypeToolResult))
 	}
 	// The lease is released once the inbox is empty (just after the last turn/end commits).
@@ -255,7 +255,7 @@ func TestCancelFromAnotherReplica(t *testing.T) {
 		break
 	}
 	evs := e.waitTurnEnds(b.hub, sid, 1, 20*time.Second)
-	if got := reasons(t, evs); got[0] != agentloop.EndAborted {
+	if got := reasons(t, evs); got[0] != eventlog.EndAborted {
 		t.Fatalf("reasons %v", got)
 	}
 	if err := eventlog.CheckInvariants(evs); err != nil {
@@ -290,7 +290,7 @@ func TestCrashedRunnerIsRepairedAndNextMessageServed(t *testing.T) {
 	r := e.replica(time.Second)
 	post(t, r, e.tenant, sid, "text", worker.ModeFollowup)
 	evs := e.waitTurnEnds(r.hub, sid, 2, 30*time.Second)
-	if got := reasons(t, evs); got[0] != agentloop.EndInterrupted || got[1] != agentloop.EndCompleted {
+	if got := reasons(t, evs); got[0] != eventlog.EndInterrupted || got[1] != eventlog.EndCompleted {
 		t.Fatalf("reasons %v", got)
 	}
 	var codes []string
@@ -406,7 +406,7 @@ func TestLOOP7_KeptInboxWaitsForTheNextWake(t *testing.T) {
 	}
 	post(t, r, e.tenant, sid, "text", worker.ModeFollowup)
 	evs := e.waitTurnEnds(r.hub, sid, 2, 20*time.Second)
-	if got := reasons(t, evs); got[0] != agentloop.EndAborted || got[1] != agentloop.EndCompleted {
+	if got := reasons(t, evs); got[0] != eventlog.EndAborted || got[1] != eventlog.EndCompleted {
 		t.Fatalf("reasons %v", got)
 	}
 	var entered []string
