@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -308,8 +310,12 @@ func goList() ([]Package, error) {
 	if err != nil {
 		return nil, fmt.Errorf("go env GOMOD: %w", err)
 	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if err := noteInputs(root); err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(gobin, "list", "-deps", "-json=ImportPath,Standard,Imports,TestImports,XTestImports", "./...")
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -330,6 +336,27 @@ func goList() ([]Package, error) {
 		return nil, fmt.Errorf("go list in %s did not list %s/pkg/eventlog", cmd.Dir, module)
 	}
 	return pkgs, nil
+}
+
+// noteInputs reads every directory `go list ./...` reads, and the environment it depends on, so
+// that go test's result cache, which sees only what this process opens (not what the go command
+// it runs reads), reruns the test when a package's files change.
+func noteInputs(root string) error {
+	for _, k := range []string{"GOFLAGS", "GOOS", "GOARCH", "GOWORK", "GOEXPERIMENT", "CGO_ENABLED"} {
+		os.Getenv(k)
+	}
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || path == root {
+			return err
+		}
+		if n := d.Name(); strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" {
+			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+			return filepath.SkipDir // another module
+		}
+		return nil
+	})
 }
 
 // TestImportRules checks the module's packages against the rules, less pendingExceptions.
