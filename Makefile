@@ -1,6 +1,7 @@
 # dshd: `make run` serves a development instance on :8080 over a local PostgreSQL in ./.data;
 # `make test` runs every test against a throwaway PostgreSQL (both install PostgreSQL first when
-# it is missing: scripts/ensure-deps.sh).
+# it is missing: scripts/ensure-deps.sh); `make lint` checks formatting, vet, the import rules
+# and go.mod.
 
 GO       ?= go
 BIN      ?= bin/dshd
@@ -39,7 +40,11 @@ DURATION ?= 20s
 loadgen: deps
 	$(GO) run ./cmd/loadgen -sessions $(SESSIONS) -duration $(DURATION)
 
+# lint: gofmt, go vet, the import rules (internal/archtest; `make test` runs them too) and a tidy
+# go.mod/go.sum (`go mod tidy -diff` prints what tidying would change and fails if anything would).
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test ./internal/archtest
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }

@@ -60,6 +60,9 @@ func TestDevDBIsIdempotent(t *testing.T) {
 // port with the environment `make run` prepares.
 func TestREADMEExamples(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs the README's examples with bash and curl")
+	}
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}

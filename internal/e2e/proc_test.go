@@ -32,9 +32,13 @@ var binaries struct {
 const binDirPrefix = "dshd-e2e-bin-"
 
 // buildBinaries returns the paths of the server and mockllm binaries, building them on first use.
-// It skips the test when the go command is not on PATH.
+// It skips the test under -short (every test here runs these processes) and when the go command
+// is not on PATH.
 func buildBinaries(t *testing.T) (server, mockllm string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: end-to-end tests build and run the server and mockllm processes")
+	}
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not on PATH: cannot build the server")
