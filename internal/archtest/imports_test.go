@@ -35,7 +35,8 @@ var layers = []struct {
 	{0, []string{"pkg/fault"}},                                       // error values and codes: the leaf
 	{10, []string{"pkg/llm", "pkg/kernel", "pkg/toolctx"}},           // the model types, the fiber kernel
 	{10, []string{".", "web", "migrations", "internal/pgcluster"}},   // assets, SQL, local PostgreSQL
-	{20, []string{"pkg/eventlog", "pkg/registry", "pkg/promptasm"}},  // the log, the tool registry
+	{15, []string{"pkg/eventlog"}},                                   // the log's vocabulary and seam
+	{20, []string{"pkg/registry", "pkg/promptasm"}},                  // the tool registry, prompts
 	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},       // model clients, tenants
 	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}}, // tool calls and the tools
 	{30, []string{"pkg/preset", "pkg/approval"}},                     // presets, durable approvals
@@ -97,7 +98,6 @@ var pendingExceptions = []exception{
 	{"pkg/worker", "github.com/riverqueue/river/riverdriver/riverpgxv5", "the River driver moves to pkg/pgstore"},
 	// The tool error codes (ToolNotStarted, ToolOutcomeUnknown) and registry.ErrorInfo that the
 	// log's invariants and repair use move to pkg/fault.
-	{"pkg/eventlog", "pkg/registry", "error codes move to pkg/fault"},
 }
 
 // Package is what the rules read of one package from `go list -deps -json`.

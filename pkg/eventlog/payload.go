@@ -121,8 +121,8 @@ type UserMessage struct{ llm.Message }
 
 // AssistantChunk is one streamed piece of the step's model output.
 type AssistantChunk struct {
-	Turn  int       `json:"turn"`
-	Step  int       `json:"step"`
+	Turn  int        `json:"turn"`
+	Step  int        `json:"step"`
 	Chunk *llm.Chunk `json:"chunk"`
 }
 

@@ -1,8 +1,8 @@
 package registry
 
 import (
-	"github.com/dshd/dshd/pkg/eventlog"
 	"encoding/json"
+	"github.com/dshd/dshd/pkg/eventlog"
 
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
