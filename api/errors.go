@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
@@ -78,11 +79,11 @@ func errorf(code, detail string) *Error { return &Error{Code: code, Detail: deta
 
 // forkCodes maps SES-15 fork error codes to problem codes.
 var forkCodes = map[string]string{
-	eventlog.ForkSessionNotFound:      CodeNotFound,
-	eventlog.ForkSessionAlreadyExists: CodeConflict,
-	eventlog.ForkSessionNotLive:       CodeSessionNotLive,
-	eventlog.ForkOpenTurn:             CodeOpenTurn,
-	eventlog.ForkInvalidBoundary:      CodeInvalidBoundary,
+	pgstore.ForkSessionNotFound:      CodeNotFound,
+	pgstore.ForkSessionAlreadyExists: CodeConflict,
+	pgstore.ForkSessionNotLive:       CodeSessionNotLive,
+	pgstore.ForkOpenTurn:             CodeOpenTurn,
+	pgstore.ForkInvalidBoundary:      CodeInvalidBoundary,
 }
 
 // classify turns any error into a problem code and a detail safe to show. Errors it does not know
@@ -92,7 +93,7 @@ func classify(err error) (code, detail string) {
 		apiErr   *Error
 		presetVE *preset.ValidationError
 		logVE    *eventlog.ValidationError
-		forkErr  *eventlog.ForkError
+		forkErr  *pgstore.ForkError
 		tooLarge *http.MaxBytesError
 	)
 	switch {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // eventPage is a page of the log: the events with seq > after, and the cursor to pass as after
@@ -40,7 +41,7 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		return
 	}
 	evs, err := rs.s.cfg.Log.EventList(r.Context(), tenantID(r), id,
-		eventlog.ListQuery{After: q.after, Limit: q.limit, Types: q.types})
+		pgstore.ListQuery{After: q.after, Limit: q.limit, Types: q.types})
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -85,7 +86,7 @@ func parseEventQuery(r *http.Request) (eventQuery, error) {
 			return eventQuery{}, errorf(CodeInvalidRequest, "Last-Event-ID must be the integer seq of the last event received")
 		}
 	}
-	limit, err := intParam(r, "limit", eventlog.DefaultEventPage, 1, eventlog.MaxEventPage)
+	limit, err := intParam(r, "limit", pgstore.DefaultEventPage, 1, pgstore.MaxEventPage)
 	if err != nil {
 		return eventQuery{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
@@ -41,7 +42,7 @@ type replica struct {
 type env struct {
 	t       testing.TB
 	pool    *pgxpool.Pool
-	log     *eventlog.Store
+	log     *pgstore.Store
 	tenantA uuid.UUID
 	tenantB uuid.UUID
 	keyA    string
@@ -69,7 +70,7 @@ func newEnv(t testing.TB, cfg ...func(*api.Config)) *env {
 func newEnvHosts(t testing.TB, mockHost string, cfg ...func(*api.Config)) *env {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	e := &env{t: t, pool: pool, log: eventlog.NewStore(pool, eventlog.StoreConfig{}), mockHost: mockHost}
+	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost}
 	tenants := tenant.NewStore(pool)
 	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
 	if err != nil {
@@ -88,7 +89,7 @@ func newEnvHosts(t testing.TB, mockHost string, cfg ...func(*api.Config)) *env {
 func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	t := e.t
 	t.Helper()
-	hub := eventlog.NewHub(e.pool, eventlog.HubConfig{ReconnectDelay: 100 * time.Millisecond})
+	hub := pgstore.NewHub(e.pool, pgstore.HubConfig{ReconnectDelay: 100 * time.Millisecond})
 	if err := hub.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func chunk(t, s int, text string) eventlog.NewEvent {
 // appendEvents appends to a session of tenant A, failing the test on error.
 func (e *env) appendEvents(sessionID uuid.UUID, evs ...eventlog.NewEvent) []eventlog.Event {
 	e.t.Helper()
-	out, err := e.log.EventAppend(context.Background(), e.tenantA, sessionID, evs...)
+	out, err := e.log.Journal(nil, e.tenantA, sessionID, uuid.Nil).Append(context.Background(), eventlog.Batch(evs...))
 	if err != nil {
 		e.t.Fatal(err)
 	}

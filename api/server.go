@@ -19,12 +19,13 @@ import (
 
 	"github.com/dshd/dshd"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/web"
 )
 
-// Subscriber wakes the streams of a session when events are appended to it (eventlog.Hub).
+// Subscriber wakes the streams of a session when events are appended to it (pgstore.Hub).
 // Subscribe returns a channel that receives a value after new appends (wake-ups coalesce; the
 // subscriber re-reads the log after its cursor) and a cancel func the caller must call.
 type Subscriber interface {
@@ -33,12 +34,12 @@ type Subscriber interface {
 
 // Config holds the dependencies and settings of a Server.
 type Config struct {
-	Tenants *tenant.Store   // required
-	Presets *preset.Store   // required
-	Log     *eventlog.Store // required: sessions and their events
-	Hub     Subscriber      // required: live wake-ups for SSE streams
-	Turns   Turns           // required: posting messages and cancelling turns
-	Prompts Prompts         // required: prompts of sessions and the tool catalogue
+	Tenants *tenant.Store  // required
+	Presets *preset.Store  // required
+	Log     *pgstore.Store // required: sessions and their events
+	Hub     Subscriber     // required: live wake-ups for SSE streams
+	Turns   Turns          // required: posting messages and cancelling turns
+	Prompts Prompts        // required: prompts of sessions and the tool catalogue
 
 	// Ready reports whether the service can take traffic (database reachable, migrations
 	// applied); /readyz answers 503 with its error. Nil means always ready.
@@ -108,7 +109,7 @@ func New(cfg Config) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
 // Publish hands the server a batch this process committed to a session's log (wire it with
-// eventlog.Store.OnCommit): streams of the session on this server get it without reading the
+// pgstore.Store.OnCommit): streams of the session on this server get it without reading the
 // database. Safe for concurrent use; it never blocks on a client.
 func (s *Server) Publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 	s.tails.publish(tenantID, sessionID, evs)

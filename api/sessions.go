@@ -9,6 +9,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // sessionResource serves /v1/sessions: sessions of the authenticated tenant, their history and
@@ -100,7 +101,7 @@ func (rs sessionResource) create(r *http.Request, presetID uuid.UUID) (eventlog.
 	if err != nil {
 		return eventlog.Session{}, err
 	}
-	return rs.s.cfg.Log.SessionCreate(r.Context(), tenantID(r), eventlog.SessionParams{
+	return rs.s.cfg.Log.SessionCreate(r.Context(), tenantID(r), pgstore.SessionParams{
 		PresetID: &p.ID, PresetVersion: p.Version, AgentPreset: p.Name})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // stream serves the session's log as server-sent events: every event with seq > q.after, in
@@ -111,7 +112,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 // the new cursor; done reports that until ended the stream.
 func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UUID, cursor int64, types []string, until func(eventlog.Event) bool) (_ int64, done bool, _ error) {
 	for {
-		evs, err := s.cfg.Log.EventList(ctx, tenant, id, eventlog.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types})
+		evs, err := s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types})
 		if err != nil {
 			return cursor, false, err
 		}

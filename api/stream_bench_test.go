@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/google/uuid"
 )
 
@@ -71,7 +72,7 @@ func benchStreamLatency(b *testing.B, subscribers, sessions int) {
 	b.ResetTimer()
 	for i := range b.N {
 		s, seq := i%sessions, i/sessions
-		if _, err := e.log.EventAppend(context.Background(), e.tenantA, ids[s], chunk(1, 1, "x")); err != nil {
+		if _, err := e.log.Journal(nil, e.tenantA, ids[s], uuid.Nil).Append(context.Background(), eventlog.Batch(chunk(1, 1, "x"))); err != nil {
 			b.Fatal(err)
 		}
 		commits = append(commits, time.Now().UnixNano())

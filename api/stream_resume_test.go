@@ -72,7 +72,7 @@ func writeTurn(ctx context.Context, e *env, sid uuid.UUID, chunks int, rng *rand
 	evs = append(evs, stepEnd(1, 1), turnEnd(1))
 	for len(evs) > 0 {
 		n := min(len(evs), 1+rng.IntN(5))
-		if _, err := e.log.EventAppend(ctx, e.tenantA, sid, evs[:n]...); err != nil {
+		if _, err := e.log.Journal(nil, e.tenantA, sid, uuid.Nil).Append(ctx, eventlog.Batch(evs[:n]...)); err != nil {
 			return err
 		}
 		evs = evs[n:]

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // tailBytes bounds the frames a tail keeps, whatever their number.
@@ -23,7 +24,7 @@ const tailBytes = 8 << 20
 //
 // Lock order: tails.mu before tail.mu; neither is held during I/O.
 type tails struct {
-	log       *eventlog.Store
+	log       *pgstore.Store
 	hub       Subscriber
 	heartbeat time.Duration
 	page      int
@@ -128,7 +129,7 @@ func (ts *tails) read(ctx context.Context, t *tail, force bool) bool {
 				return true
 			}
 		}
-		evs, err := ts.log.EventList(ctx, t.tenant, t.id, eventlog.ListQuery{After: after, Limit: ts.page})
+		evs, err := ts.log.EventList(ctx, t.tenant, t.id, pgstore.ListQuery{After: after, Limit: ts.page})
 		if err != nil {
 			if ctx.Err() != nil {
 				return false

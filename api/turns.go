@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/promptasm"
@@ -129,8 +128,8 @@ func (t *turnWatch) observe(ev eventlog.Event) (last bool) {
 			t.serving = t.current
 		}
 	case eventlog.TypeInboxSpliced:
-		var s agentloop.Splice
-		return t.serving == 0 && json.Unmarshal(ev.Data, &s) == nil && s.Outcome == agentloop.OutcomeCanceled
+		var s eventlog.InboxSpliced
+		return t.serving == 0 && json.Unmarshal(ev.Data, &s) == nil && s.Outcome == eventlog.OutcomeCanceled
 	}
 	return false
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dshd/dshd/internal/mockllm"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // postStream posts a message with Accept: text/event-stream and returns the stream.
@@ -140,7 +141,7 @@ func TestScenario26_RoundTripOverHTTP(t *testing.T) {
 
 func (e *env) allEvents(t testing.TB, sid string) []eventlog.Event {
 	t.Helper()
-	evs, err := e.log.EventList(t.Context(), e.tenantA, uuid.MustParse(sid), eventlog.ListQuery{After: -1, Limit: 1000})
+	evs, err := e.log.EventList(t.Context(), e.tenantA, uuid.MustParse(sid), pgstore.ListQuery{After: -1, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestLOOP7_CancelOverHTTPInterruptsStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Owner == nil {
+		if h.Lease.Owner == "" {
 			break
 		}
 		if time.Now().After(deadline) {

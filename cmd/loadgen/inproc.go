@@ -45,11 +45,11 @@ func inProcess(ctx context.Context, mockURL, script string, conns int, d time.Du
 	}
 	defer release()
 	turn := func() (events, steps int, err error) {
-		j := agentloop.NewMemJournal(nil)
+		j := eventlog.NewMemJournal(nil)
 		msg := llm.NewUserMessage(uuid.NewString(), script)
-		if _, err := j.Append(ctx, func(h agentloop.Head) ([]eventlog.NewEvent, error) {
+		if _, err := j.Append(ctx, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced,
-				Data: agentloop.Insertion(agentloop.TargetNextTurn, h.NextTurnLen, msg)}}, nil
+				Data: eventlog.Insertion(eventlog.InboxNextTurn, h.Inbox.NextTurn, msg)}}, nil
 		}); err != nil {
 			return 0, 0, err
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/dshd/dshd/migrations"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
-	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
@@ -32,7 +32,7 @@ type Main struct {
 
 	pool   *pgxpool.Pool
 	db     *sql.DB // database/sql view of pool, for goose's readiness check
-	hub    *eventlog.Hub
+	hub    *pgstore.Hub
 	worker *worker.Service
 	api    *api.Server
 	server *http.Server
@@ -65,12 +65,12 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("dshd: database: %w", err)
 	}
 	m.db = stdlib.OpenDBFromPool(m.pool)
-	m.hub = eventlog.NewHub(m.pool, eventlog.HubConfig{Logger: m.Logger})
+	m.hub = pgstore.NewHub(m.pool, pgstore.HubConfig{Logger: m.Logger})
 	// The hub lives until Close, not until ctx: streams need it during the graceful shutdown.
 	if err := m.hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	logStore := eventlog.NewStore(m.pool, eventlog.StoreConfig{Logger: m.Logger})
+	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger})
 	presets := preset.NewStore(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts})
 	tools, err := agents.BuiltinTools(m.Config.DemoTools)
 	if err != nil {

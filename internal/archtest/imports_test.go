@@ -84,10 +84,6 @@ var (
 // away: the list shrinks to empty.
 var pendingExceptions = []exception{
 	// The PostgreSQL code moves into the adapter, pkg/pgstore.
-	{"pkg/eventlog", "github.com/jackc/pgx/v5", "the log's store moves to pkg/pgstore"},
-	{"pkg/eventlog", "github.com/jackc/pgx/v5/pgconn", "the log's store moves to pkg/pgstore"},
-	{"pkg/eventlog", "github.com/jackc/pgx/v5/pgtype", "the log's store moves to pkg/pgstore"},
-	{"pkg/eventlog", "github.com/jackc/pgx/v5/pgxpool", "the log's store moves to pkg/pgstore"},
 	{"pkg/preset", "github.com/jackc/pgx/v5", "the preset store moves to pkg/pgstore"},
 	{"pkg/preset", "github.com/jackc/pgx/v5/pgxpool", "the preset store moves to pkg/pgstore"},
 	{"pkg/tenant", "github.com/jackc/pgx/v5", "the tenant store moves to pkg/pgstore"},

@@ -20,8 +20,8 @@ func benchTurns(b *testing.B, p llm.Provider) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		h.j = NewMemJournal(nil)
-		h.post(TargetNextTurn, "tools:1 steps:20")
+		h.j = eventlog.NewMemJournal(nil)
+		h.post(eventlog.InboxNextTurn, "tools:1 steps:20")
 		reasons, err := NewRunner(h.cfg, h.j).Serve(context.Background())
 		if err != nil || len(reasons) != 1 || reasons[0].Kind != eventlog.EndCompleted {
 			b.Fatalf("%+v %v", reasons, err)

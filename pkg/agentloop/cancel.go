@@ -10,16 +10,16 @@ import (
 // CancelEvents returns the events of a cancel request (LOOP-7) for head h: unless keepInbox, one
 // deletion splice with outcome "canceled" per non-empty inbox list, then the durable
 // `agent/cancel` marker that the runner of the turn reacts to. Use it as (part of) a BuildFunc.
-func CancelEvents(h Head, cause Cause, keepInbox bool) []eventlog.NewEvent {
+func CancelEvents(h eventlog.Head, cause Cause, keepInbox bool) []eventlog.NewEvent {
 	var evs []eventlog.NewEvent
 	if !keepInbox {
-		if h.NextTurnLen > 0 {
+		if h.Inbox.NextTurn > 0 {
 			evs = append(evs, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced,
-				Data: Deletion(TargetNextTurn, h.NextTurnLen, OutcomeCanceled)})
+				Data: eventlog.Deletion(eventlog.InboxNextTurn, h.Inbox.NextTurn, eventlog.OutcomeCanceled)})
 		}
-		if h.NextStepLen > 0 {
+		if h.Inbox.NextStep > 0 {
 			evs = append(evs, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced,
-				Data: Deletion(TargetNextStep, h.NextStepLen, OutcomeCanceled)})
+				Data: eventlog.Deletion(eventlog.InboxNextStep, h.Inbox.NextStep, eventlog.OutcomeCanceled)})
 		}
 	}
 	return append(evs, eventlog.NewEvent{Type: eventlog.TypeAgentCancel, Ignorable: true,

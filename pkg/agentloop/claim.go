@@ -8,21 +8,11 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 )
 
-func lenOf(l *Head, target string) *int {
-	if target == TargetNextTurn {
-		return &l.NextTurnLen
-	}
-	return &l.NextStepLen
-}
-
 // stageInsertion stages the insertion of msgs at the end of target. The position is taken from
 // the inbox lengths under the append lock, so it is right whatever other writers did meanwhile.
 func (w *writer) stageInsertion(target string, msgs []llm.Message) *handle {
-	return w.stage(staged{typ: eventlog.TypeInboxSpliced, dataFn: func(l *Head) (any, error) {
-		n := lenOf(l, target)
-		s := Insertion(target, *n, msgs...)
-		*n += len(msgs)
-		return s, nil
+	return w.stage(staged{typ: eventlog.TypeInboxSpliced, dataFn: func(l *eventlog.Head) (any, error) {
+		return eventlog.Insertion(target, l.Inbox.Len(target), msgs...), nil
 	}})
 }
 
@@ -55,11 +45,11 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 		return stepEntry{started: true}, nil
 	}
 	var e stepEntry
-	r.w.stage(staged{fresh: true, expand: func(l *Head) ([]eventlog.NewEvent, error) {
+	r.w.stage(staged{fresh: true, expand: func(l *eventlog.Head) ([]eventlog.NewEvent, error) {
 		e = stepEntry{}
 		var out []eventlog.NewEvent
 		claim := func(target string, max int) {
-			list := r.m.list(target)
+			list := r.m.inbox.List(target)
 			k := len(list)
 			if max > 0 {
 				k = min(k, max)
@@ -69,12 +59,11 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 			}
 			e.entered = append(e.entered, slices.Clone(list[:k])...)
 			e.claimed += k
-			*lenOf(l, target) -= k
-			out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: Deletion(target, k, "")})
+			out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: eventlog.Deletion(target, k, "")})
 		}
-		claim(TargetNextStep, 0)
+		claim(eventlog.InboxNextStep, 0)
 		if boundary {
-			claim(TargetNextTurn, 1)
+			claim(eventlog.InboxNextTurn, 1)
 		}
 		if snap != nil {
 			e.entered = append(e.entered, *snap)
@@ -100,21 +89,20 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 // without entering it, for a turn that cannot take a step.
 func (r *Runner) discardInput(ctx context.Context) error {
 	claimed := 0
-	r.w.stage(staged{fresh: true, expand: func(l *Head) ([]eventlog.NewEvent, error) {
+	r.w.stage(staged{fresh: true, expand: func(l *eventlog.Head) ([]eventlog.NewEvent, error) {
 		claimed = 0
 		var out []eventlog.NewEvent
 		for _, c := range []struct {
 			target string
 			max    int
-		}{{TargetNextStep, 0}, {TargetNextTurn, 1}} {
-			k := len(r.m.list(c.target))
+		}{{eventlog.InboxNextStep, 0}, {eventlog.InboxNextTurn, 1}} {
+			k := len(r.m.inbox.List(c.target))
 			if c.max > 0 {
 				k = min(k, c.max)
 			}
 			if k > 0 {
 				claimed += k
-				*lenOf(l, c.target) -= k
-				out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: Deletion(c.target, k, "")})
+				out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: eventlog.Deletion(c.target, k, "")})
 			}
 		}
 		return out, nil

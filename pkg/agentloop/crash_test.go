@@ -13,7 +13,7 @@ import (
 // while it waits for the model's first byte leaves behind.
 type logAtCall struct {
 	p  llm.Provider
-	j  *MemJournal
+	j  *eventlog.MemJournal
 	at [][]eventlog.Event
 }
 
@@ -31,7 +31,7 @@ func TestSES14_ClaimedMessageDurableBeforeModelCall(t *testing.T) {
 	h := newHarness(t, nil)
 	lp := &logAtCall{p: h.cfg.Provider, j: h.j}
 	h.cfg.Provider = lp
-	msg := h.post(TargetNextTurn, "tool:echo")
+	msg := h.post(eventlog.InboxNextTurn, "tool:echo")
 	h.serve(context.Background())
 	if len(lp.at) != 2 {
 		t.Fatalf("%d model calls, want 2", len(lp.at))

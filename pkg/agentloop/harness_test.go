@@ -17,11 +17,11 @@ import (
 	"github.com/dshd/dshd/pkg/tools/todo"
 )
 
-// harness is one in-process agent: a MemJournal, the scripted model, the real registry,
+// harness is one in-process agent: a eventlog.MemJournal, the scripted model, the real registry,
 // scheduler and prompt assembly, with the demo tools and todo_write registered globally.
 type harness struct {
 	t   *testing.T
-	j   *MemJournal
+	j   *eventlog.MemJournal
 	k   *kernel.Kernel
 	reg *registry.Registry
 	cfg Config
@@ -66,19 +66,19 @@ func newHarness(t *testing.T, p llm.Provider, extra ...*registry.Tool) *harness 
 		Provider: p, Prompt: pr, Tools: reg, Scheduler: scheduler.New(reg, scheduler.Config{}),
 		RetryBackoff: time.Millisecond,
 	}
-	return &harness{t: t, j: NewMemJournal(nil), k: k, reg: reg, cfg: cfg}
+	return &harness{t: t, j: eventlog.NewMemJournal(nil), k: k, reg: reg, cfg: cfg}
 }
 
 // post inserts a user message as an HTTP handler would: at the end of the next-turn list.
 func (h *harness) post(target, text string) llm.Message {
 	h.t.Helper()
 	msg := llm.NewUserMessage("u-"+text+"-"+time.Now().Format("150405.000000000"), text)
-	_, err := h.j.Append(context.Background(), func(hd Head) ([]eventlog.NewEvent, error) {
-		n := hd.NextTurnLen
-		if target == TargetNextStep {
-			n = hd.NextStepLen
+	_, err := h.j.Append(context.Background(), func(hd eventlog.Head) ([]eventlog.NewEvent, error) {
+		n := hd.Inbox.NextTurn
+		if target == eventlog.InboxNextStep {
+			n = hd.Inbox.NextStep
 		}
-		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: Insertion(target, n, msg)}}, nil
+		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: eventlog.Insertion(target, n, msg)}}, nil
 	})
 	if err != nil {
 		h.t.Fatal(err)

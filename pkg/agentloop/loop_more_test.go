@@ -19,7 +19,7 @@ import (
 // cancel writes a cancel request as the HTTP handler does.
 func (h *harness) cancel(cause Cause, keepInbox bool) {
 	h.t.Helper()
-	_, err := h.j.Append(context.Background(), func(hd Head) ([]eventlog.NewEvent, error) {
+	_, err := h.j.Append(context.Background(), func(hd eventlog.Head) ([]eventlog.NewEvent, error) {
 		return CancelEvents(hd, cause, keepInbox), nil
 	})
 	if err != nil {
@@ -74,7 +74,7 @@ func TestScenario23_CancelDuringParallelTools(t *testing.T) {
 	g, tool := newGate(t)
 	h := newHarness(t, nil, tool)
 	h.cfg.Scheduler = scheduler.New(h.reg, scheduler.Config{MaxParallelToolCallsFunc: func() int { return 2 }})
-	h.post(TargetNextTurn, "tools:4 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:4 tool:gate")
 	r := NewRunner(h.cfg, h.j)
 	h.watch(r)
 	done := h.serveAsync(r)
@@ -105,7 +105,7 @@ func TestScenario23_CancelDuringParallelTools(t *testing.T) {
 		t.Fatalf("parked contexts: %+v", r.m.inbox)
 	}
 	before := len(h.ofType(eventlog.TypeUserMessage))
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	if _, err := r.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestScenario24_CancelBeforeToolsStart(t *testing.T) {
 	var r *Runner
 	h.cfg.AfterAssistantFunc = func(llm.Message) { r.Interrupt(Cause{Kind: "user"}) }
 	r = NewRunner(h.cfg, h.j)
-	h.post(TargetNextTurn, "tools:3 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:3 tool:gate")
 	reasons, err := r.Serve(context.Background())
 	if err != nil || reasons[0].Kind != eventlog.EndAborted {
 		t.Fatalf("%+v %v", reasons, err)
@@ -151,11 +151,11 @@ func TestLOOP1_SteerDuringRunningTurn(t *testing.T) {
 	t.Parallel()
 	g, tool := newGate(t)
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tools:1 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:1 tool:gate")
 	r := NewRunner(h.cfg, h.j)
 	done := h.serveAsync(r)
 	<-g.started
-	h.post(TargetNextStep, "say:steered")
+	h.post(eventlog.InboxNextStep, "say:steered")
 	close(g.release)
 	s := <-done
 	if s.err != nil || len(s.reasons) != 1 || s.reasons[0].Kind != eventlog.EndCompleted {
@@ -186,12 +186,12 @@ func TestLOOP1_InjectIsDeferredToAfterTheBatch(t *testing.T) {
 	t.Parallel()
 	g, tool := newGate(t)
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tools:2 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:2 tool:gate")
 	r := NewRunner(h.cfg, h.j)
 	done := h.serveAsync(r)
 	<-g.started
 	<-g.started
-	h.post(TargetNextStep, "injected")
+	h.post(eventlog.InboxNextStep, "injected")
 	close(g.release)
 	if s := <-done; s.err != nil {
 		t.Fatal(s.err)
@@ -217,7 +217,7 @@ func TestScenario25_ContextsAfterAllResults(t *testing.T) {
 	g, tool := newGate(t)
 	close(g.release)
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tools:2 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:2 tool:gate")
 	h.serve(context.Background())
 	var order []string
 	for _, ev := range h.j.Events() {
@@ -275,7 +275,7 @@ func TestLOOP4_CancelMidStreamKeepsInterruptedText(t *testing.T) {
 	t.Parallel()
 	sp := &signalProvider{p: scripted.New(scripted.Config{}), n: 3, hit: make(chan struct{})}
 	h := newHarness(t, sp)
-	h.post(TargetNextTurn, "say:partial%20answer%20that%20never%20ends")
+	h.post(eventlog.InboxNextTurn, "say:partial%20answer%20that%20never%20ends")
 	r := NewRunner(h.cfg, h.j)
 	h.watch(r)
 	done := h.serveAsync(r)
@@ -307,7 +307,7 @@ func TestRES5_ConcludesTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tool:finish args:{}")
+	h.post(eventlog.InboxNextTurn, "tool:finish args:{}")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndCompleted || len(h.ofType(eventlog.TypeAssistantMessage)) != 1 {
 		t.Fatalf("reasons %+v, %d assistant messages; want the turn to end after the tool", reasons, len(h.ofType(eventlog.TypeAssistantMessage)))
@@ -318,7 +318,7 @@ func TestRES5_ConcludesTurn(t *testing.T) {
 func TestLOOP4_MaxTokens(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "maxtokens")
+	h.post(eventlog.InboxNextTurn, "maxtokens")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndMaxTokens {
 		t.Fatalf("reasons %+v", reasons)
@@ -333,7 +333,7 @@ func TestLOOP4_MaxTokens(t *testing.T) {
 func TestLOOP4_RateLimitThenSuccess(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "fail:RATE_LIMIT failtimes:1")
+	h.post(eventlog.InboxNextTurn, "fail:RATE_LIMIT failtimes:1")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("reasons %+v", reasons)
@@ -344,7 +344,7 @@ func TestLOOP4_RateLimitThenSuccess(t *testing.T) {
 func TestLOOP8_ModelKeepsFailing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "fail:SERVER")
+	h.post(eventlog.InboxNextTurn, "fail:SERVER")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndError || reasons[0].Error.Code != llm.CodeServer {
 		t.Fatalf("reasons %+v", reasons)
@@ -355,7 +355,7 @@ func TestLOOP8_ModelKeepsFailing(t *testing.T) {
 	}
 	h.checkInvariants()
 	// A failed turn does not end the loop: the next message is served normally.
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("next turn %+v", r)
 	}
@@ -365,7 +365,7 @@ func TestLOOP8_MaxSteps(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	h.cfg.MaxSteps = 2
-	h.post(TargetNextTurn, "tools:1 steps:5")
+	h.post(eventlog.InboxNextTurn, "tools:1 steps:5")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndError || reasons[0].Error.Code != CodeMaxSteps {
 		t.Fatalf("reasons %+v", reasons)
@@ -379,7 +379,7 @@ func TestLOOP8_MaxSteps(t *testing.T) {
 func TestTodoWriteLogsEvent(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, `tool:todo_write args:{"todos":[{"content":"plan","status":"pending"}]}`)
+	h.post(eventlog.InboxNextTurn, `tool:todo_write args:{"todos":[{"content":"plan","status":"pending"}]}`)
 	h.serve(context.Background())
 	types := h.types()
 	i := strings.Index(strings.Join(types, " "), "todo/write tool/result")
@@ -397,7 +397,7 @@ func TestPRM8_AssemblyFailureEndsTurnWithoutStep(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	h.cfg.PromptInput = promptasm.Input{ToolOrder: []string{"ghost", promptasm.ToolOrderRest}}
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndError || reasons[0].Error.Code != CodePrompt {
 		t.Fatalf("reasons %+v", reasons)
@@ -412,12 +412,12 @@ func TestLOOP7_CancelBetweenTurnsOpensNoEmptyTurn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	r := NewRunner(h.cfg, h.j)
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	if _, err := r.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// A followup arrives and is cancelled before the runner wakes again.
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	h.cancel(Cause{Kind: "user"}, false)
 	reasons, err := r.Serve(context.Background())
 	if err != nil || len(reasons) != 0 {

@@ -22,7 +22,7 @@ func TestLOOP3_RequestHeaderOncePerInstanceAndOnChange(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	r := NewRunner(h.cfg, h.j)
-	h.post(TargetNextTurn, "tools:1 steps:3")
+	h.post(eventlog.InboxNextTurn, "tools:1 steps:3")
 	if _, err := r.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestLOOP3_RequestHeaderOncePerInstanceAndOnChange(t *testing.T) {
 	if _, err := h.cfg.Prompt.Section(promptasm.Global, promptasm.Section{Name: "extra", Order: 5, Text: "Be brief."}); err != nil {
 		t.Fatal(err)
 	}
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	if _, err := r.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestLOOP3_RequestHeaderOncePerInstanceAndOnChange(t *testing.T) {
 		t.Fatalf("after a prompt change: %v, want [initial change]", got)
 	}
 	// A new loop instance (another worker picking the session up) logs its first header as resume.
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	if _, err := NewRunner(h.cfg, h.j).Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestLOOP5_ConcludingBatchWithContextsRunsOneMoreStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tool:wrapup args:{}")
+	h.post(eventlog.InboxNextTurn, "tool:wrapup args:{}")
 	reasons := h.serve(context.Background())
 	if reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("reasons %+v", reasons)
@@ -84,7 +84,7 @@ func TestLOOP6_ContextHandoffIsLoggedRightAfterItsResult(t *testing.T) {
 	g, tool := newGate(t)
 	close(g.release)
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tools:2 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:2 tool:gate")
 	h.serve(context.Background())
 	evs := h.j.Events()
 	handoffs := 0
@@ -93,8 +93,8 @@ func TestLOOP6_ContextHandoffIsLoggedRightAfterItsResult(t *testing.T) {
 			continue
 		}
 		next := evs[i+1]
-		s := decode[Splice](t, next.Data)
-		if next.Type != eventlog.TypeInboxSpliced || s.Target != TargetNextStep || len(s.Inserted) != 1 {
+		s := decode[eventlog.InboxSpliced](t, next.Data)
+		if next.Type != eventlog.TypeInboxSpliced || s.Target != eventlog.InboxNextStep || len(s.Inserted) != 1 {
 			t.Fatalf("after tool/result %d: %s %s", ev.Seq, next.Type, next.Data)
 		}
 		handoffs++
@@ -134,7 +134,7 @@ func TestSCHED4_ParallelResultsRideTheNextBatchExclusiveOnesDoNot(t *testing.T) 
 	t.Parallel()
 	h := newHarness(t, nil)
 	batches := recordBatches(h)
-	h.post(TargetNextTurn, "tools:2")
+	h.post(eventlog.InboxNextTurn, "tools:2")
 	h.serve(context.Background())
 	// echo is concurrency-safe: its results are written with the step's end and the next step.
 	if r, e := batchWith(*batches, eventlog.TypeToolResult), batchWith(*batches, eventlog.TypeStepEnd); r < 0 || r != e {
@@ -144,7 +144,7 @@ func TestSCHED4_ParallelResultsRideTheNextBatchExclusiveOnesDoNot(t *testing.T) 
 
 	x := newHarness(t, nil)
 	xb := recordBatches(x)
-	x.post(TargetNextTurn, `tool:sleep args:{"ms":1,"text":"z"}`)
+	x.post(eventlog.InboxNextTurn, `tool:sleep args:{"ms":1,"text":"z"}`)
 	x.serve(context.Background())
 	// sleep is exclusive: its result is durable before the step ends.
 	if r, e := batchWith(*xb, eventlog.TypeToolResult), batchWith(*xb, eventlog.TypeStepEnd); r < 0 || r >= e {

@@ -12,7 +12,7 @@ import (
 func TestLOOP2_TextTurn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	reasons := h.serve(context.Background())
 	if len(reasons) != 1 || reasons[0].Kind != eventlog.EndCompleted {
 		t.Fatalf("reasons = %+v", reasons)
@@ -33,7 +33,7 @@ func TestLOOP2_TextTurn(t *testing.T) {
 func TestScenario26_RoundTripInProcess(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "tools:4")
+	h.post(eventlog.InboxNextTurn, "tools:4")
 	h.serve(context.Background())
 	h.checkInvariants()
 	results := h.ofType(eventlog.TypeToolResult)
@@ -61,7 +61,7 @@ func TestScenario26_RoundTripInProcess(t *testing.T) {
 func TestLOOP4_ChunksCoalescedAndCited(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "say:one%20two%20three%20four%20five%20six")
+	h.post(eventlog.InboxNextTurn, "say:one%20two%20three%20four%20five%20six")
 	h.serve(context.Background())
 	chunks := h.ofType(eventlog.TypeAssistantChunk)
 	am := h.ofType(eventlog.TypeAssistantMessage)[0]

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/promptasm"
 )
 
@@ -13,7 +12,7 @@ import (
 // number, the request header and context in force, and the kept runtime-context snapshot.
 type mirror struct {
 	log      *eventlog.Log
-	inbox    Inbox
+	inbox    eventlog.Inbox
 	lastTurn int
 	header   *eventlog.ModelHeader    // the header of the last request/header
 	reqCtx   *eventlog.RequestContext // the data of the last request/context
@@ -28,13 +27,6 @@ func newMirror() *mirror { return &mirror{log: eventlog.NewLog(nil)} }
 
 // cursor is the seq of the last folded event, -1 for an empty log.
 func (m *mirror) cursor() int64 { return int64(m.log.Len()) - 1 }
-
-func (m *mirror) list(target string) []llm.Message {
-	if target == TargetNextTurn {
-		return m.inbox.NextTurn
-	}
-	return m.inbox.NextStep
-}
 
 // fold applies committed events; events at or below the cursor are skipped, a gap is an error.
 func (m *mirror) fold(evs []eventlog.Event) error {
@@ -56,10 +48,10 @@ func (m *mirror) fold(evs []eventlog.Event) error {
 func (m *mirror) apply(ev eventlog.Event) error {
 	switch ev.Type {
 	case eventlog.TypeInboxSpliced:
-		return m.inbox.ApplyEvent(ev.Data)
+		return m.inbox.ApplyEvent(ev)
 	case eventlog.TypeSessionEndSeed:
 		// A fork's inbox starts empty: it is rebuilt from the splices after the seed (LOOP-1).
-		m.inbox = Inbox{}
+		m.inbox = eventlog.Inbox{}
 	case eventlog.TypeTurnStart:
 		d, err := eventlog.Decode[eventlog.TurnStart](ev)
 		if err != nil {

@@ -32,11 +32,11 @@ func (p *recProvider) Stream(ctx context.Context, req llm.Request) (llm.Stream, 
 // ctxJournal behaves like the PostgreSQL journal towards ctx: an append whose ctx is done fails.
 // onAppend runs first, where a test can cancel as a watcher would while a statement is in flight.
 type ctxJournal struct {
-	*MemJournal
+	*eventlog.MemJournal
 	onAppend func()
 }
 
-func (j *ctxJournal) Append(ctx context.Context, build BuildFunc) ([]eventlog.Event, error) {
+func (j *ctxJournal) Append(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
 	if j.onAppend != nil {
 		j.onAppend()
 	}
@@ -52,7 +52,7 @@ func TestLOOP6_ContextsOfAParallelStepEnterTheNextStep(t *testing.T) {
 	close(g.release)
 	rp := &recProvider{p: scripted.New(scripted.Config{})}
 	h := newHarness(t, rp, tool)
-	h.post(TargetNextTurn, "tools:1 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:1 tool:gate")
 	if reasons := h.serve(context.Background()); len(reasons) != 1 {
 		t.Fatalf("%d turns, want 1: the context must enter the same turn's next step", len(reasons))
 	}
@@ -71,7 +71,7 @@ func TestLOOP6_ContextsOfAParallelStepEnterTheNextStep(t *testing.T) {
 func TestLOOP7_CancelDuringAWriteStillClosesTheTurn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "text chunks:20 chunkdelay:5")
+	h.post(eventlog.InboxNextTurn, "text chunks:20 chunkdelay:5")
 	cj := &ctxJournal{MemJournal: h.j}
 	h.cfg.ChunkWindow = 10 * time.Millisecond
 	r := NewRunner(h.cfg, cj)
@@ -93,7 +93,7 @@ func TestLOOP7_CancelDuringAWriteStillClosesTheTurn(t *testing.T) {
 func TestLOOP7_CancelRacingTheFirstClaimAbortsWithoutAStep(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	h.post(TargetNextTurn, "text")
+	h.post(eventlog.InboxNextTurn, "text")
 	cj := &ctxJournal{MemJournal: h.j}
 	r := NewRunner(h.cfg, cj)
 	h.watch(r)
@@ -116,11 +116,11 @@ func TestLOOP2_StepLimitLeavesUnclaimedInputInTheInbox(t *testing.T) {
 	g, tool := newGate(t)
 	h := newHarness(t, nil, tool)
 	h.cfg.MaxSteps = 1
-	h.post(TargetNextTurn, "tools:1 tool:gate")
+	h.post(eventlog.InboxNextTurn, "tools:1 tool:gate")
 	r := NewRunner(h.cfg, h.j)
 	done := h.serveAsync(r)
 	<-g.started
-	steer := h.post(TargetNextStep, "please steer")
+	steer := h.post(eventlog.InboxNextStep, "please steer")
 	close(g.release)
 	s := <-done
 	if s.err != nil || s.reasons[0].Error == nil || s.reasons[0].Error.Code != CodeMaxSteps {
@@ -150,7 +150,7 @@ func TestLOOP1_DuplicateContextIDsAreReissued(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, nil, tool)
-	h.post(TargetNextTurn, "tools:2 tool:dupctx args:{}")
+	h.post(eventlog.InboxNextTurn, "tools:2 tool:dupctx args:{}")
 	h.serve(context.Background())
 	// A fresh runner (another replica) loads the committed log.
 	if _, err := NewRunner(h.cfg, h.j).Serve(context.Background()); err != nil {

@@ -1,4 +1,4 @@
-// Package agentloop runs a session's agent: turns and steps (LOOP rules), over a Journal that is
+// Package agentloop runs a session's agent: turns and steps (LOOP rules), over a eventlog.Journal that is
 // the session log. A Runner owns one session while it runs; the caller guarantees that no other
 // Runner serves the same session at the same time (the PostgreSQL journal fences this with a
 // lease). Other writers may append to the log meanwhile (inbox insertions, cancel requests): the
@@ -122,7 +122,7 @@ func (e *CancelError) Error() string { return "turn cancelled: " + e.Cause.Kind 
 // Runner serves one session. It is not safe for concurrent use.
 type Runner struct {
 	cfg Config
-	j   Journal
+	j   eventlog.Journal
 	m   *mirror
 	w   *writer
 	// headerLogged is true once this runner logged a request/header (LOOP-3: the first request
@@ -139,7 +139,7 @@ type Runner struct {
 }
 
 // NewRunner returns a runner of the session behind j.
-func NewRunner(cfg Config, j Journal) *Runner {
+func NewRunner(cfg Config, j eventlog.Journal) *Runner {
 	cfg = cfg.withDefaults()
 	m := newMirror()
 	return &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock)}
@@ -171,7 +171,7 @@ func (r *Runner) Repair(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	for _, ev := range r.m.log.Closers() {
-		s := staged{typ: ev.Type, data: ev.Data, surface: ev.SurfaceOp != nil}
+		s := staged{typ: ev.Type, data: ev.Data, surface: ev.SurfaceOp != nil, time: ev.Time}
 		for _, seq := range ev.SourceEventSeqs {
 			s.cites = append(s.cites, &handle{seq: seq, idx: -1})
 		}

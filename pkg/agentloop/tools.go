@@ -111,7 +111,7 @@ func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int6
 func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.Message) error {
 	out := make([]llm.Message, len(msgs))
 	for i, m := range msgs {
-		if e.r.inboxHas(m.ID) || e.staged[m.ID] {
+		if e.r.m.inbox.Has(m.ID) || e.staged[m.ID] {
 			m.ID = e.r.newID()
 		}
 		if e.staged == nil {
@@ -120,20 +120,8 @@ func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.M
 		e.staged[m.ID] = true
 		out[i] = m
 	}
-	e.r.w.stageInsertion(TargetNextStep, out)
+	e.r.w.stageInsertion(eventlog.InboxNextStep, out)
 	return nil
-}
-
-// inboxHas reports whether a message with id is in the inbox the runner knows.
-func (r *Runner) inboxHas(id string) bool {
-	for _, lst := range [][]llm.Message{r.m.inbox.NextTurn, r.m.inbox.NextStep} {
-		for _, m := range lst {
-			if m.ID == id {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // StepEnd implements scheduler.StepEnder: the results of exclusive calls (which may have changed

@@ -22,15 +22,16 @@ func (h *handle) Seq() int64 { return h.seq }
 type staged struct {
 	typ     string
 	data    any
-	dataFn  func(lens *Head) (any, error) // computed at build time, under the append lock
+	dataFn  func(lens *eventlog.Head) (any, error) // computed at build time, under the append lock
 	surface bool
 	cites   []*handle
 	h       *handle
-	fresh   bool // the batch must be built on an up-to-date view of the log (claims)
+	fresh   bool  // the batch must be built on an up-to-date view of the log (claims)
+	time    int64 // the event's time (epoch ms), 0 for the append's
 	size    int
 	// expand, when set, replaces the entry by the events it returns at build time (any number,
 	// none included). They cannot be cited.
-	expand func(lens *Head) ([]eventlog.NewEvent, error)
+	expand func(lens *eventlog.Head) ([]eventlog.NewEvent, error)
 }
 
 // writer stages the events of one turn runner and writes them in batches: a batch is committed
@@ -41,7 +42,7 @@ type staged struct {
 // After every commit the writer folds the committed events, and any events other writers
 // appended in between, into the mirror, in seq order. It is owned by the runner's goroutine.
 type writer struct {
-	j       Journal
+	j       eventlog.Journal
 	m       *mirror
 	clock   func() time.Time
 	pending []staged
@@ -53,7 +54,7 @@ type writer struct {
 	built int
 }
 
-func newWriter(j Journal, m *mirror, clock func() time.Time) *writer {
+func newWriter(j eventlog.Journal, m *mirror, clock func() time.Time) *writer {
 	return &writer{j: j, m: m, clock: clock}
 }
 
@@ -76,7 +77,7 @@ func (w *writer) due(window time.Duration, maxBytes int) bool {
 	return len(w.pending) > 0 && (w.size >= maxBytes || w.clock().Sub(w.oldest) >= window)
 }
 
-// flush commits every pending event. On ErrStale (a claim built on an outdated view) it folds
+// flush commits every pending event. On eventlog.ErrStale (a claim built on an outdated view) it folds
 // what other writers appended and builds again.
 func (w *writer) flush(ctx context.Context) error {
 	if len(w.pending) == 0 {
@@ -90,7 +91,7 @@ func (w *writer) flush(ctx context.Context) error {
 	var err error
 	for attempt := 0; ; attempt++ {
 		evs, err = w.j.Append(ctx, w.build)
-		if !errors.Is(err, ErrStale) || attempt >= 8 {
+		if !errors.Is(err, eventlog.ErrStale) || attempt >= 8 {
 			break
 		}
 		if err = w.refresh(ctx); err != nil {
@@ -152,12 +153,12 @@ func (w *writer) refresh(ctx context.Context) error {
 }
 
 // build turns the pending events into a batch for head h. It runs inside the journal's append.
-func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
-	fresh := h.NextSeq == w.m.cursor()+1
+func (w *writer) build(h eventlog.Head) ([]eventlog.NewEvent, error) {
+	fresh := h.Next == w.m.cursor()+1
 	for _, p := range w.pending {
 		p.h.idx = -1
 		if p.fresh && !fresh {
-			return nil, ErrStale
+			return nil, eventlog.ErrStale
 		}
 	}
 	lens := h
@@ -167,6 +168,11 @@ func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
 			evs, err := s.expand(&lens)
 			if err != nil {
 				return nil, err
+			}
+			for _, ne := range evs {
+				if err := fold(&lens, ne); err != nil {
+					return nil, err
+				}
 			}
 			out = append(out, evs...)
 			continue
@@ -178,7 +184,7 @@ func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
 				return nil, err
 			}
 		}
-		ne := eventlog.NewEvent{Type: s.typ, Data: data}
+		ne := eventlog.NewEvent{Type: s.typ, Data: data, Time: s.time}
 		if s.surface {
 			ne.SurfaceOp = eventlog.Append
 		}
@@ -189,7 +195,7 @@ func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
 			for _, c := range s.cites {
 				switch {
 				case c.idx >= 0:
-					ne.SourceEventSeqs = append(ne.SourceEventSeqs, h.NextSeq+int64(c.idx))
+					ne.SourceEventSeqs = append(ne.SourceEventSeqs, h.Next+int64(c.idx))
 				case c.seq >= 0:
 					ne.SourceEventSeqs = append(ne.SourceEventSeqs, c.seq)
 				default:
@@ -197,9 +203,27 @@ func (w *writer) build(h Head) ([]eventlog.NewEvent, error) {
 				}
 			}
 		}
+		if err := fold(&lens, ne); err != nil {
+			return nil, err
+		}
 		s.h.idx = len(out)
 		out = append(out, ne)
 	}
 	w.built = len(out)
 	return out, nil
+}
+
+// fold moves the inbox lengths of h over a splice being built (LOOP-1): later entries of the same
+// batch see them. A splice that does not fit means the view the batch was staged on is outdated.
+func fold(h *eventlog.Head, ne eventlog.NewEvent) error {
+	s, ok := ne.Data.(eventlog.InboxSpliced)
+	if !ok {
+		return nil
+	}
+	lens, err := h.Inbox.Apply(s)
+	if err != nil {
+		return fmt.Errorf("%w: %w", eventlog.ErrStale, err)
+	}
+	h.Inbox = lens
+	return nil
 }

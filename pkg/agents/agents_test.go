@@ -54,10 +54,10 @@ func run(t *testing.T, a *agents.Agents, p preset.Preset, text string) []eventlo
 		t.Fatal(err)
 	}
 	defer release()
-	j := agentloop.NewMemJournal(nil)
-	_, err = j.Append(context.Background(), func(h agentloop.Head) ([]eventlog.NewEvent, error) {
+	j := eventlog.NewMemJournal(nil)
+	_, err = j.Append(context.Background(), func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced,
-			Data: agentloop.Insertion(agentloop.TargetNextTurn, 0, llm.NewUserMessage("u1", text))}}, nil
+			Data: eventlog.Insertion(eventlog.InboxNextTurn, 0, llm.NewUserMessage("u1", text))}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -141,10 +141,10 @@ func TestScopeInUseIsNotDisposed(t *testing.T) {
 		t.Fatalf("the scope in use lost its restriction: %v", got)
 	}
 	// The held configuration still runs with its restriction.
-	j := agentloop.NewMemJournal(nil)
-	if _, err := j.Append(context.Background(), func(h agentloop.Head) ([]eventlog.NewEvent, error) {
+	j := eventlog.NewMemJournal(nil)
+	if _, err := j.Append(context.Background(), func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced,
-			Data: agentloop.Insertion(agentloop.TargetNextTurn, 0, llm.NewUserMessage("u1", `tool:sleep args:{"ms":1}`))}}, nil
+			Data: eventlog.Insertion(eventlog.InboxNextTurn, 0, llm.NewUserMessage("u1", `tool:sleep args:{"ms":1}`))}}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

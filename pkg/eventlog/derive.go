@@ -36,7 +36,7 @@ func deriveMessage(ev Event) (llm.Message, bool, error) {
 // DeriveMessages folds events (a whole log, seqs from 0, already validated) into the
 // model-visible history (SES-5). An unknown non-ignorable type refuses the log (SES-9).
 func DeriveMessages(events []Event) ([]llm.Message, error) {
-	var sf surface
+	var sf SurfaceState
 	for _, ev := range events {
 		if !KnownType(ev.Type) && !ev.Ignorable {
 			return nil, verr("SES-9", "unknown event type %q at seq %d", ev.Type, ev.Seq)
@@ -45,10 +45,10 @@ func DeriveMessages(events []Event) ([]llm.Message, error) {
 			return nil, err
 		}
 	}
-	return deriveNodes(sf.nodes, func(seq int64) Event { return events[seq] })
+	return DeriveNodes(sf.nodes, func(seq int64) Event { return events[seq] })
 }
 
-func deriveNodes(nodes []int64, at func(int64) Event) ([]llm.Message, error) {
+func DeriveNodes(nodes []int64, at func(int64) Event) ([]llm.Message, error) {
 	out := make([]llm.Message, 0, len(nodes))
 	for _, seq := range nodes {
 		m, ok, err := deriveMessage(at(seq))

@@ -188,6 +188,9 @@ type NewEvent struct {
 	SurfaceOp       *SurfaceOp
 	SourceEventSeqs []int64
 	Ignorable       bool
+	// Time is the event's time in epoch milliseconds; 0 (the default) stamps it with the time of
+	// the append. Crash repair's closers reuse the time of the log's last event (SES-14).
+	Time int64
 }
 
 // Of returns the NewEvent of payload p, with no surface marker.

@@ -12,7 +12,7 @@ import (
 // use.
 type Log struct {
 	events  []Event
-	surface surface
+	surface SurfaceState
 	now     func() time.Time
 
 	derived      []llm.Message // SES-5 cache: messages of the first derivedNodes surface nodes
@@ -51,7 +51,7 @@ func (l *Log) Append(evs ...NewEvent) ([]Event, error) {
 		}
 		batch[i] = ev
 	}
-	stampBatch(batch, int64(len(l.events)), l.now().UnixMilli())
+	Stamp(batch, int64(len(l.events)), l.now().UnixMilli())
 	return batch, l.commit(batch)
 }
 
@@ -97,10 +97,14 @@ func normalize(ev Event) (Event, *ValidationError) {
 	return ev, checkLocal(ev)
 }
 
-func stampBatch(batch []Event, base, now int64) {
+// Stamp sets the seqs of a prepared batch from base, and the time of each event that has none
+// (NewEvent.Time) to now.
+func Stamp(batch []Event, base, now int64) {
 	for i := range batch {
 		batch[i].Seq = base + int64(i)
-		batch[i].Time = now
+		if batch[i].Time == 0 {
+			batch[i].Time = now
+		}
 	}
 }
 
@@ -108,7 +112,7 @@ func stampBatch(batch []Event, base, now int64) {
 func (l *Log) commit(batch []Event) error {
 	base := int64(len(l.events))
 	sf := l.surface
-	if hasReplace(batch) {
+	if HasReplace(batch) {
 		sf = l.surface.clone()
 	}
 	lookup := func(seq int64) (Event, error) {
@@ -117,7 +121,7 @@ func (l *Log) commit(batch []Event) error {
 		}
 		return batch[seq-base], nil
 	}
-	if err := validateBatch(batch, &sf, lookup); err != nil {
+	if err := CheckBatch(batch, &sf, lookup); err != nil {
 		return err
 	}
 	l.surface = sf
@@ -125,7 +129,7 @@ func (l *Log) commit(batch []Event) error {
 	return nil
 }
 
-func hasReplace(batch []Event) bool {
+func HasReplace(batch []Event) bool {
 	for _, ev := range batch {
 		if ev.SurfaceOp != nil && ev.SurfaceOp.Replace {
 			return true
@@ -137,7 +141,7 @@ func hasReplace(batch []Event) bool {
 // validateBatch checks the seq-dependent rules (SES-3, SES-4) of a stamped batch and folds it into
 // sf, which may be nil when the batch has no replacement. Surface appends of a failing batch may
 // have been folded into sf: callers pass a copy (or truncate) when they need to roll back.
-func validateBatch(batch []Event, sf *surface, lookup lookupFunc) error {
+func CheckBatch(batch []Event, sf *SurfaceState, lookup LookupFunc) error {
 	for i, ev := range batch {
 		v := checkSeq(ev)
 		if v == nil && sf != nil {

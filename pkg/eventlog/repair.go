@@ -1,13 +1,8 @@
 package eventlog
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
-
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
@@ -112,52 +107,4 @@ func Closers(events []Event) []Event {
 	}
 	add(TurnEnd{Turn: turn, Reason: TurnReason{Kind: EndInterrupted}}, nil, nil)
 	return out
-}
-
-// Repair closes the session's last turn if it is still open (SES-14), typically after the replica
-// running it died: it appends Closers of the log in one transaction and returns them. A balanced
-// log gets nothing (nil). ErrNotFound as SessionGet.
-func (s *Store) Repair(ctx context.Context, tenantID, sessionID uuid.UUID) ([]Event, error) {
-	var out []Event
-	err := s.inTx(ctx, "repair", func(tx pgx.Tx) error {
-		last, err := lastSeq(ctx, tx, tenantID, sessionID, true)
-		if err != nil {
-			return err
-		}
-		var from int64
-		var typ string
-		err = tx.QueryRow(ctx, `SELECT seq, type FROM events WHERE session_id = $1
-			AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1`, sessionID).Scan(&from, &typ)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && typ != TypeTurnStart) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		suffix, err := s.loadEvents(ctx, tx, sessionID, from-1, nil, 0)
-		if err != nil {
-			return err
-		}
-		out = Closers(suffix)
-		if len(out) == 0 {
-			return nil
-		}
-		for _, ev := range out {
-			if v := checkLocal(ev); v != nil {
-				return fmt.Errorf("eventlog: repair produced an invalid event: %w", v)
-			}
-		}
-		if err := insertEvents(ctx, tx, tenantID, sessionID, out); err != nil {
-			return err
-		}
-		newLast := last + int64(len(out))
-		if _, err := tx.Exec(ctx, `UPDATE session_counters SET last_seq = $2 WHERE session_id = $1`, sessionID, newLast); err != nil {
-			return err
-		}
-		return notify(ctx, tx, sessionID, newLast)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }

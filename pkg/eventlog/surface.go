@@ -8,18 +8,18 @@ import (
 
 // surface is the ordered list of current surface nodes (seqs of surface events) and the count of
 // replacements folded so far (SES-3 replaceGeneration).
-type surface struct {
+type SurfaceState struct {
 	nodes []int64
 	gen   int
 }
 
-// lookupFunc returns the committed (or earlier in the batch) event at seq.
-type lookupFunc func(seq int64) (Event, error)
+// LookupFunc returns the committed (or earlier in the batch) event at seq.
+type LookupFunc func(seq int64) (Event, error)
 
 // apply validates ev (whose seq is set and whose local rules passed) against the surface and
 // folds it in. A failing apply leaves s unchanged. lookup is used only for a tool/result
 // replacement (SES-4); it may be nil when ev is not one.
-func (s *surface) apply(ev Event, lookup lookupFunc) error {
+func (s *SurfaceState) apply(ev Event, lookup LookupFunc) error {
 	if !IsSurfaceType(ev.Type) || ev.SurfaceOp == nil {
 		return nil
 	}
@@ -55,7 +55,7 @@ func (s *surface) apply(ev Event, lookup lookupFunc) error {
 
 // checkToolResultRewrite applies SES-4: a tool/result replacement replaces exactly one current
 // tool/result node and changes only the inner content of its tool-result block.
-func checkToolResultRewrite(ev Event, hidden []int64, lookup lookupFunc) error {
+func checkToolResultRewrite(ev Event, hidden []int64, lookup LookupFunc) error {
 	if len(hidden) != 1 {
 		return verr("SES-4", "a tool/result replacement must replace exactly one node, not %d", len(hidden))
 	}
@@ -92,6 +92,29 @@ func withoutResultContent(data []byte) (map[string]any, error) {
 	return m, nil
 }
 
-func (s *surface) clone() surface {
-	return surface{nodes: slices.Clone(s.nodes), gen: s.gen}
+func (s *SurfaceState) clone() SurfaceState {
+	return SurfaceState{nodes: slices.Clone(s.nodes), gen: s.gen}
 }
+
+// Fold applies a trusted surface marker.
+func (s *SurfaceState) Fold(seq int64, op SurfaceOp) {
+	if !op.Replace {
+		s.nodes = append(s.nodes, seq)
+		return
+	}
+	for i, n := range s.nodes {
+		if n != op.Start {
+			continue
+		}
+		for j := i; j < len(s.nodes); j++ {
+			if s.nodes[j] == op.End {
+				s.nodes = append(append(s.nodes[:i:i], seq), s.nodes[j+1:]...)
+				s.gen++
+				return
+			}
+		}
+	}
+}
+
+// Nodes returns the seqs of the current surface nodes in model order.
+func (s *SurfaceState) Nodes() []int64 { return s.nodes }

@@ -30,7 +30,7 @@ func verr(rule, format string, args ...any) *ValidationError {
 // an Event without seq and time. A Payload is validated as it is, before it is encoded; JSON bytes
 // are decoded into their kind's payload first.
 func prepare(ne NewEvent) (Event, *ValidationError) {
-	ev := Event{Type: ne.Type, SurfaceOp: ne.SurfaceOp, Ignorable: ne.Ignorable, Seq: -1}
+	ev := Event{Type: ne.Type, SurfaceOp: ne.SurfaceOp, Ignorable: ne.Ignorable, Seq: -1, Time: max(ne.Time, 0)}
 	if ne.SourceEventSeqs != nil {
 		ev.SourceEventSeqs = slices.Clone(ne.SourceEventSeqs)
 	}
@@ -173,10 +173,35 @@ func checkSeq(ev Event) *ValidationError {
 }
 
 // maxSource returns the largest source seq of ev, or -1.
-func maxSource(ev Event) int64 {
+func MaxSource(ev Event) int64 {
 	m := int64(-1)
 	for _, s := range ev.SourceEventSeqs {
 		m = max(m, s)
 	}
 	return m
+}
+
+// Prepare checks the log-independent rules of every event of a batch (see NewEvent) and returns
+// them as events without seq and time; the first invalid event fails the batch with a
+// *ValidationError naming its index.
+func Prepare(evs []NewEvent) ([]Event, error) {
+	batch := make([]Event, len(evs))
+	for i, ne := range evs {
+		ev, v := prepare(ne)
+		if v != nil {
+			v.Index, v.Type = i, ne.Type
+			return nil, v
+		}
+		batch[i] = ev
+	}
+	return batch, nil
+}
+
+// Check applies the log-independent rules to a complete event (seeded, loaded or synthesized, as
+// crash repair's closers); nil or a *ValidationError.
+func Check(ev Event) error {
+	if v := checkLocal(ev); v != nil {
+		return v
+	}
+	return nil
 }

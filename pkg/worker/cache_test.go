@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
@@ -15,7 +16,7 @@ func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
 	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	released := map[uuid.UUID]int{}
 	for _, id := range ids {
-		c.put(id, &agentloop.Runner{}, &agentloop.StoreJournal{Session: id}, func() { released[id]++ })
+		c.put(id, &agentloop.Runner{}, (&pgstore.Store{}).Journal(nil, uuid.Nil, id, uuid.Nil), func() { released[id]++ })
 	}
 	if _, _, _, ok := c.take(ids[0]); ok {
 		t.Fatal("the least recently kept runner was not dropped")
@@ -24,14 +25,14 @@ func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
 		t.Fatalf("released %v: want only the dropped runner's configuration released", released)
 	}
 	_, j, release, ok := c.take(ids[2])
-	if !ok || j.Session != ids[2] {
+	if !ok || j.Session() != ids[2] {
 		t.Fatal("the newest runner is missing")
 	}
 	if _, _, _, ok := c.take(ids[2]); ok {
 		t.Fatal("a runner was taken twice: two serves could share it")
 	}
 	// A runner put back in place of another of its session releases the one it replaces.
-	c.put(ids[1], &agentloop.Runner{}, &agentloop.StoreJournal{Session: ids[1]}, func() { released[ids[1]] += 10 })
+	c.put(ids[1], &agentloop.Runner{}, (&pgstore.Store{}).Journal(nil, uuid.Nil, ids[1], uuid.Nil), func() { released[ids[1]] += 10 })
 	if released[ids[1]] != 1 || released[ids[2]] != 0 {
 		t.Fatalf("released %v", released)
 	}

@@ -63,7 +63,7 @@ func TestStopStartsNoQueuedTurn(t *testing.T) {
 	if n := count(evs, eventlog.TypeTurnStart); n != 1 || reasons(t, evs)[0] != eventlog.EndAborted {
 		t.Fatalf("%d turns %v after Stop; want the running one aborted and no other", n, reasons(t, evs))
 	}
-	if h, err := e.store.SessionHead(ctx, e.tenant, sid); err != nil || h.Owner != nil || h.Inbox.NextTurn != 1 {
+	if h, err := e.store.SessionHead(ctx, e.tenant, sid); err != nil || h.Lease.Owner != "" || h.Inbox.NextTurn != 1 {
 		t.Fatalf("head after Stop %+v %v; want the lease free and the followup waiting", h, err)
 	}
 	b := e.replica(10 * time.Second)
@@ -114,13 +114,13 @@ func TestSweeperRepairsADeadReplicasTurnWithoutANewMessage(t *testing.T) {
 	}
 	am := llm.Message{ID: "m1", Role: llm.RoleAssistant, Content: []llm.Block{llm.ToolCallBlock("c1", "echo", `{"text":"x"}`)},
 		Source: llm.Source{Kind: llm.SourceModel, Provider: "scripted", Model: "scripted-1"}}
-	if _, err := e.store.EventAppendAt(ctx, e.tenant, sid, -1, &dead,
+	if _, err := e.store.Journal(nil, e.tenant, sid, dead).Append(ctx, eventlog.Batch(
 		eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": 1}},
 		eventlog.NewEvent{Type: "step/start", Data: map[string]int{"turn": 1, "step": 1}},
 		eventlog.NewEvent{Type: "assistant/message", Data: map[string]any{"turn": 1, "step": 1, "message": am},
 			SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{}},
 		eventlog.NewEvent{Type: "tool/call", Data: map[string]any{"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": `{"text":"x"}`}},
-	); err != nil {
+	)); err != nil {
 		t.Fatal(err)
 	}
 	r := e.replica(time.Second)

@@ -14,6 +14,7 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // turnWorker is the River worker of TurnArgs.
@@ -93,7 +94,7 @@ func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) err
 
 // serveWith is serve with its runner. keep reports a clean release: a runner whose serve failed
 // may hold staged events that were never written, and is not kept.
-func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJournal) (keep bool, _ error) {
+func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *pgstore.Journal) (keep bool, _ error) {
 	cfg := w.s.cfg
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -105,7 +106,7 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	// is read before the watcher starts, so none in between is missed.
 	from := int64(-1)
 	if h, err := cfg.Store.SessionHead(ctx, a.TenantID, a.SessionID); err == nil {
-		from = h.LastSeq
+		from = h.Last()
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -145,9 +146,9 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 // (its view of the log is caught up by Serve, the log being append-only), or a new one built from
 // the session's pinned preset version. done releases the runner's agent configuration (its
 // preset scope): it is called once, when the runner is dropped.
-func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (_ *agentloop.Runner, _ *agentloop.StoreJournal, done func(), _ error) {
+func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (_ *agentloop.Runner, _ *pgstore.Journal, done func(), _ error) {
 	if r, j, done, ok := w.cache.take(a.SessionID); ok {
-		j.Owner = owner
+		j.SetOwner(owner)
 		return r, j, done, nil
 	}
 	cfg := w.s.cfg
@@ -166,7 +167,7 @@ func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (_
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	j := &agentloop.StoreJournal{Store: cfg.Store, Hub: cfg.Hub, Tenant: a.TenantID, Session: a.SessionID, Owner: owner}
+	j := cfg.Store.Journal(cfg.Hub, a.TenantID, a.SessionID, owner)
 	return agentloop.NewRunner(lc, j), j, done, nil
 }
 
@@ -201,7 +202,7 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 
 // watch delivers cancel requests written by other replicas to the running turn. A notification
 // is news only when it is past what the journal has already seen (its own appends are not).
-func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *agentloop.StoreJournal, from int64) {
+func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *pgstore.Journal, from int64) {
 	cfg := w.s.cfg
 	if cfg.Hub == nil {
 		return
@@ -220,7 +221,7 @@ func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner,
 			continue
 		}
 		evs, err := cfg.Store.EventList(ctx, a.TenantID, a.SessionID,
-			eventlog.ListQuery{After: cursor, Limit: 100, Types: []string{eventlog.TypeAgentCancel}})
+			pgstore.ListQuery{After: cursor, Limit: 100, Types: []string{eventlog.TypeAgentCancel}})
 		if err != nil {
 			continue
 		}
@@ -287,7 +288,7 @@ type runnerCache struct {
 
 type cachedRunner struct {
 	r       *agentloop.Runner
-	j       *agentloop.StoreJournal
+	j       *pgstore.Journal
 	release func()
 	used    uint64
 	bytes   int
@@ -298,7 +299,7 @@ func newRunnerCache(max, maxBytes int) *runnerCache {
 }
 
 // take removes the session's runner from the cache; the caller owns its release func.
-func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *agentloop.StoreJournal, func(), bool) {
+func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *pgstore.Journal, func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	it, ok := c.items[id]
@@ -308,7 +309,7 @@ func (c *runnerCache) take(id uuid.UUID) (*agentloop.Runner, *agentloop.StoreJou
 }
 
 // put keeps a runner and its release func; a runner it replaces or drops is released.
-func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *agentloop.StoreJournal, release func()) {
+func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *pgstore.Journal, release func()) {
 	var dropped []func()
 	defer func() {
 		for _, d := range dropped { // outside the lock

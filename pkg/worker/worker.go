@@ -33,6 +33,7 @@ import (
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 )
 
@@ -57,8 +58,8 @@ func (TurnArgs) InsertOpts() river.InsertOpts {
 // Config configures the Service. Store, Hub, Presets, Agents and Pool are required.
 type Config struct {
 	Pool    *pgxpool.Pool
-	Store   *eventlog.Store
-	Hub     *eventlog.Hub
+	Store   *pgstore.Store
+	Hub     *pgstore.Hub
 	Presets *preset.Store
 	Agents  *agents.Agents
 	// Owner identifies this replica (in logs). Default: a random UUID. Leases use a fresh
@@ -251,9 +252,9 @@ type Posted struct {
 // next-step for steer and inject, and for a followup or steer enqueues a turn job, all in one
 // transaction: a message is never accepted without work scheduled for it.
 func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
-	target := agentloop.TargetNextTurn
+	target := eventlog.InboxNextTurn
 	if mode == ModeSteer || mode == ModeInject {
-		target = agentloop.TargetNextStep
+		target = eventlog.InboxNextStep
 	}
 	var out Posted
 	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
@@ -264,12 +265,8 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 				return err
 			}
 		}
-		evs, err := s.cfg.Store.EventAppendFuncTx(ctx, tx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
-			n := h.Inbox.NextTurn
-			if target == agentloop.TargetNextStep {
-				n = h.Inbox.NextStep
-			}
-			return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: agentloop.Insertion(target, n, msg)}}, nil
+		evs, err := s.cfg.Store.AppendTx(ctx, tx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+			return []eventlog.NewEvent{eventlog.Of(eventlog.Insertion(target, h.Inbox.Len(target), msg))}, nil
 		})
 		if err != nil {
 			return err
@@ -322,13 +319,11 @@ func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.U
 // replica, reacts to. On an idle session (no lease held and an empty inbox) it does nothing and
 // reports false.
 func (s *Service) Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error) {
-	evs, err := s.cfg.Store.EventAppendFunc(ctx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
-		running := h.Owner != nil && h.LeaseUntil != nil && h.LeaseUntil.After(time.Now())
-		if !running && h.Inbox.NextTurn == 0 && h.Inbox.NextStep == 0 {
+	evs, err := s.cfg.Store.Journal(nil, tenantID, sessionID, uuid.Nil).Append(ctx, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+		if !h.Lease.HeldAt(time.Now()) && h.Inbox.NextTurn == 0 && h.Inbox.NextStep == 0 {
 			return nil, nil
 		}
-		return agentloop.CancelEvents(agentloop.Head{NextSeq: h.LastSeq + 1, NextTurnLen: h.Inbox.NextTurn,
-			NextStepLen: h.Inbox.NextStep}, agentloop.Cause{Kind: "user"}, keepInbox), nil
+		return agentloop.CancelEvents(h, agentloop.Cause{Kind: "user"}, keepInbox), nil
 	})
 	return len(evs) > 0, err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/tools/demo"
@@ -29,14 +30,14 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // replica is one server's worker side over the shared database.
 type replica struct {
 	svc   *worker.Service
-	hub   *eventlog.Hub
-	store *eventlog.Store
+	hub   *pgstore.Hub
+	store *pgstore.Store
 }
 
 type env struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
-	store   *eventlog.Store
+	store   *pgstore.Store
 	presets *preset.Store
 	tenant  uuid.UUID
 	preset  preset.Preset
@@ -57,7 +58,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, pool: pool, store: eventlog.NewStore(pool, eventlog.StoreConfig{}), presets: ps, tenant: tn.ID, preset: p}
+	return &env{t: t, pool: pool, store: pgstore.NewStore(pool, pgstore.StoreConfig{}), presets: ps, tenant: tn.ID, preset: p}
 }
 
 func (e *env) replica(ttl time.Duration) *replica {
@@ -69,7 +70,7 @@ func (e *env) replica(ttl time.Duration) *replica {
 func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replica {
 	e.t.Helper()
 	ctx := context.Background()
-	hub := eventlog.NewHub(e.pool, eventlog.HubConfig{ReconnectDelay: 100 * time.Millisecond})
+	hub := pgstore.NewHub(e.pool, pgstore.HubConfig{ReconnectDelay: 100 * time.Millisecond})
 	if err := hub.Start(ctx); err != nil {
 		e.t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 func (e *env) session() uuid.UUID {
 	e.t.Helper()
 	pid := e.preset.ID
-	s, err := e.store.SessionCreate(context.Background(), e.tenant, eventlog.SessionParams{PresetID: &pid, PresetVersion: e.preset.Version})
+	s, err := e.store.SessionCreate(context.Background(), e.tenant, pgstore.SessionParams{PresetID: &pid, PresetVersion: e.preset.Version})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func (e *env) events(sid uuid.UUID) []eventlog.Event {
 	var out []eventlog.Event
 	after := int64(-1)
 	for {
-		page, err := e.store.EventList(context.Background(), e.tenant, sid, eventlog.ListQuery{After: after, Limit: 1000})
+		page, err := e.store.EventList(context.Background(), e.tenant, sid, pgstore.ListQuery{After: after, Limit: 1000})
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -140,7 +141,7 @@ func count(evs []eventlog.Event, typ string) int {
 }
 
 // waitFor waits, on the hub, until the session's log holds an event of type typ.
-func (e *env) waitFor(hub *eventlog.Hub, sid uuid.UUID, typ string) {
+func (e *env) waitFor(hub *pgstore.Hub, sid uuid.UUID, typ string) {
 	e.t.Helper()
 	wake, unsub := hub.Subscribe(sid)
 	defer unsub()
@@ -156,7 +157,7 @@ func (e *env) waitFor(hub *eventlog.Hub, sid uuid.UUID, typ string) {
 }
 
 // waitTurnEnds waits, on the hub, until the session's log holds n turn/end events.
-func (e *env) waitTurnEnds(hub *eventlog.Hub, sid uuid.UUID, n int, within time.Duration) []eventlog.Event {
+func (e *env) waitTurnEnds(hub *pgstore.Hub, sid uuid.UUID, n int, within time.Duration) []eventlog.Event {
 	e.t.Helper()
 	wake, unsub := hub.Subscribe(sid)
 	defer unsub()
@@ -223,7 +224,7 @@ func (e *env) waitReleased(sid uuid.UUID) {
 	e.t.Helper()
 	eventually(e.t, 10*time.Second, func() bool {
 		h, err := e.store.SessionHead(context.Background(), e.tenant, sid)
-		return err == nil && h.Owner == nil
+		return err == nil && h.Lease.Owner == ""
 	})
 }
 
@@ -276,14 +277,14 @@ func TestCrashedRunnerIsRepairedAndNextMessageServed(t *testing.T) {
 	call := llm.ToolCallBlock("c1", "echo", `{"text":"x"}`)
 	am := llm.Message{ID: "m1", Role: llm.RoleAssistant, Content: []llm.Block{call},
 		Source: llm.Source{Kind: llm.SourceModel, Provider: "scripted", Model: "scripted-1"}}
-	_, err := e.store.EventAppendAt(ctx, e.tenant, sid, -1, &dead,
+	_, err := e.store.Journal(nil, e.tenant, sid, dead).Append(ctx, eventlog.Batch(
 		eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": 1}},
 		eventlog.NewEvent{Type: "step/start", Data: map[string]int{"turn": 1, "step": 1}},
 		eventlog.NewEvent{Type: "user/message", Data: llm.NewUserMessage("u0", "tools:1"), SurfaceOp: eventlog.Append},
 		eventlog.NewEvent{Type: "assistant/message", Data: map[string]any{"turn": 1, "step": 1, "message": am},
 			SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{}},
 		eventlog.NewEvent{Type: "tool/call", Data: map[string]any{"turn": 1, "step": 1, "callId": "c1", "name": "echo", "arguments": `{"text":"x"}`}},
-	)
+	))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +347,7 @@ func TestTwoReplicasServeEveryMessageOnce(t *testing.T) {
 
 // waitServed waits until every posted message of the session entered a step exactly once and
 // the last turn ended.
-func waitServed(e *env, hub *eventlog.Hub, sid uuid.UUID, msgs int) []eventlog.Event {
+func waitServed(e *env, hub *pgstore.Hub, sid uuid.UUID, msgs int) []eventlog.Event {
 	e.t.Helper()
 	wake, unsub := hub.Subscribe(sid)
 	defer unsub()

@@ -1,4 +1,4 @@
-package eventlog
+package pgstore
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
@@ -19,12 +20,11 @@ import (
 // "<session id>:<last seq>", one notification per appending transaction.
 const NotifyChannel = "dshd_events"
 
-// Sentinel errors of the store. Callers branch on them with errors.Is.
+// ErrNotFound and ErrConflict are the journal seam's (eventlog.ErrNotFound, eventlog.ErrConflict):
+// the store translates pgx's no-rows and constraint violations into them at this edge.
 var (
-	// ErrNotFound: the session (or tenant) does not exist, belongs to another tenant, or was deleted.
-	ErrNotFound = errors.New("eventlog: not found")
-	// ErrConflict: a session with the requested id already exists.
-	ErrConflict = errors.New("eventlog: conflict")
+	ErrNotFound = eventlog.ErrNotFound
+	ErrConflict = eventlog.ErrConflict
 )
 
 // StoreConfig configures a Store. The zero value is valid.
@@ -51,7 +51,7 @@ type Store struct {
 
 // CommitFunc is told of batches this process committed (see OnCommit). It must not block and must
 // not modify evs.
-type CommitFunc func(tenantID, sessionID uuid.UUID, evs []Event)
+type CommitFunc func(tenantID, sessionID uuid.UUID, evs []eventlog.Event)
 
 // OnCommit registers fn to be told, in this process, of every batch an append committed outside a
 // caller's transaction, right after the commit (the notification to every replica is sent by the
@@ -66,7 +66,7 @@ func (s *Store) OnCommit(fn CommitFunc) {
 }
 
 // committed tells the commit hook of a batch.
-func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []Event) {
+func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 	if fn := s.commit.Load(); fn != nil && len(evs) > 0 {
 		(*fn)(tenantID, sessionID, evs)
 	}
@@ -109,7 +109,7 @@ func translate(err error, what string) error {
 	case errors.As(err, &pgErr) && pgErr.Code == "22P02": // invalid_text_representation
 		return fmt.Errorf("eventlog: %s: invalid input: %s", what, pgErr.Message)
 	}
-	var ve *ValidationError
+	var ve *eventlog.ValidationError
 	var fe *ForkError
 	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.As(err, &ve) || errors.As(err, &fe) {
 		return err

@@ -1,4 +1,4 @@
-package eventlog
+package pgstore
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -38,12 +39,12 @@ func (e *ForkError) Error() string { return fmt.Sprintf("eventlog: fork: %s: %s"
 // Errors are *ForkError: SESSION_ALREADY_EXISTS (childID taken), SESSION_NOT_FOUND (unknown or
 // another tenant's source), SESSION_NOT_LIVE (the tenant's own source was deleted),
 // INVALID_BOUNDARY (not a seq of the source), OPEN_TURN (the prefix ends inside an open turn).
-func (s *Store) Fork(ctx context.Context, tenantID, sourceID uuid.UUID, boundary *int64, childID *uuid.UUID) (Session, error) {
+func (s *Store) Fork(ctx context.Context, tenantID, sourceID uuid.UUID, boundary *int64, childID *uuid.UUID) (eventlog.Session, error) {
 	child := uuid.New()
 	if childID != nil {
 		child = *childID
 	}
-	var out Session
+	var out eventlog.Session
 	err := s.inTx(ctx, "fork", func(tx pgx.Tx) error {
 		var err error
 		out, err = s.fork(ctx, tx, tenantID, sourceID, boundary, child)
@@ -52,23 +53,23 @@ func (s *Store) Fork(ctx context.Context, tenantID, sourceID uuid.UUID, boundary
 	return out, err
 }
 
-func (s *Store) fork(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUID, boundary *int64, child uuid.UUID) (Session, error) {
+func (s *Store) fork(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUID, boundary *int64, child uuid.UUID) (eventlog.Session, error) {
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)`, child).Scan(&exists); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	if exists {
-		return Session{}, &ForkError{ForkSessionAlreadyExists, fmt.Sprintf("session %s already exists", child)}
+		return eventlog.Session{}, &ForkError{ForkSessionAlreadyExists, fmt.Sprintf("session %s already exists", child)}
 	}
 	src, err := s.forkSource(ctx, tx, tenantID, sourceID)
 	if err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	b := src.LastSeq
 	if boundary != nil {
 		b = *boundary
 		if b < 0 || b > src.LastSeq {
-			return Session{}, &ForkError{ForkInvalidBoundary,
+			return eventlog.Session{}, &ForkError{ForkInvalidBoundary,
 				fmt.Sprintf("boundary %d is not a seq of session %s (last seq %d)", b, sourceID, src.LastSeq)}
 		}
 	}
@@ -76,65 +77,65 @@ func (s *Store) fork(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUI
 	err = tx.QueryRow(ctx, `SELECT type FROM events WHERE session_id = $1 AND seq <= $2
 		AND type IN ('turn/start', 'turn/end') ORDER BY seq DESC LIMIT 1`, sourceID, b).Scan(&lastType)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
-	if lastType == TypeTurnStart {
-		return Session{}, &ForkError{ForkOpenTurn, fmt.Sprintf("the prefix through seq %d ends inside an open turn", b)}
+	if lastType == eventlog.TypeTurnStart {
+		return eventlog.Session{}, &ForkError{ForkOpenTurn, fmt.Sprintf("the prefix through seq %d ends inside an open turn", b)}
 	}
 	seedLen := b + 1
 	now := s.now().Truncate(time.Millisecond)
 	h := src.Header
 	h.ID, h.CreatedAt, h.ParentSession, h.SeedLength = child.String(), now.UnixMilli(), sourceID.String(), &seedLen
-	sess := Session{ID: child, TenantID: tenantID, PresetID: src.PresetID, PresetVersion: src.PresetVersion,
+	sess := eventlog.Session{ID: child, TenantID: tenantID, PresetID: src.PresetID, PresetVersion: src.PresetVersion,
 		Header: h, CreatedAt: now, LastSeq: b}
-	var tail []Event
+	var tail []eventlog.Event
 	if b < 0 {
-		tail = []Event{endSeed(0, now.UnixMilli())}
+		tail = []eventlog.Event{endSeed(0, now.UnixMilli())}
 	} else if ev, err := loadEvent(ctx, tx, sourceID, b); err != nil {
-		return Session{}, err
-	} else if ev.Type != TypeSessionEndSeed {
-		tail = []Event{endSeed(b+1, now.UnixMilli())}
+		return eventlog.Session{}, err
+	} else if ev.Type != eventlog.TypeSessionEndSeed {
+		tail = []eventlog.Event{endSeed(b+1, now.UnixMilli())}
 	}
 	sess.LastSeq += int64(len(tail))
 	if err := insertSession(ctx, tx, sess); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
 		SELECT $1, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable
 		FROM events WHERE session_id = $2 AND seq <= $3`, child, sourceID, b); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	if err := insertEvents(ctx, tx, tenantID, child, tail); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	if err := syncInbox(ctx, tx, child); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	return sess, notify(ctx, tx, child, sess.LastSeq)
 }
 
-func (s *Store) forkSource(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUID) (Session, error) {
+func (s *Store) forkSource(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUID) (eventlog.Session, error) {
 	row := tx.QueryRow(ctx, `SELECT `+sessionColumns+`, s.deleted_at IS NOT NULL
 		FROM sessions s JOIN session_counters c ON c.session_id = s.id
 		WHERE s.id = $1 AND s.tenant_id = $2`, sourceID, tenantID)
-	var sess Session
+	var sess eventlog.Session
 	var pv *int
 	var hdr []byte
 	var deleted bool
 	err := row.Scan(&sess.ID, &sess.TenantID, &sess.PresetID, &pv, &hdr, &sess.CreatedAt, &sess.LastSeq, &deleted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Session{}, &ForkError{ForkSessionNotFound, fmt.Sprintf("session %s not found", sourceID)}
+		return eventlog.Session{}, &ForkError{ForkSessionNotFound, fmt.Sprintf("session %s not found", sourceID)}
 	case err != nil:
-		return Session{}, err
+		return eventlog.Session{}, err
 	case deleted:
-		return Session{}, &ForkError{ForkSessionNotLive, fmt.Sprintf("session %s was deleted", sourceID)}
+		return eventlog.Session{}, &ForkError{ForkSessionNotLive, fmt.Sprintf("session %s was deleted", sourceID)}
 	}
 	if pv != nil {
 		sess.PresetVersion = *pv
 	}
 	if err := json.Unmarshal(hdr, &sess.Header); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	return sess, nil
 }

@@ -1,4 +1,4 @@
-package eventlog_test
+package pgstore_test
 
 import (
 	"context"
@@ -10,15 +10,16 @@ import (
 
 	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // newStore returns a store on a fresh database and a tenant in it.
-func newStore(t testing.TB, cfg eventlog.StoreConfig) (*eventlog.Store, *pgxpool.Pool, uuid.UUID) {
+func newStore(t testing.TB, cfg pgstore.StoreConfig) (*pgstore.Store, *pgxpool.Pool, uuid.UUID) {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	return eventlog.NewStore(pool, cfg), pool, newTenant(t, pool)
+	return pgstore.NewStore(pool, cfg), pool, newTenant(t, pool)
 }
 
 func newTenant(t testing.TB, pool *pgxpool.Pool) uuid.UUID {
@@ -30,9 +31,9 @@ func newTenant(t testing.TB, pool *pgxpool.Pool) uuid.UUID {
 	return id
 }
 
-func newSession(t testing.TB, st *eventlog.Store, tenant uuid.UUID) eventlog.Session {
+func newSession(t testing.TB, st *pgstore.Store, tenant uuid.UUID) eventlog.Session {
 	t.Helper()
-	sess, err := st.SessionCreate(context.Background(), tenant, eventlog.SessionParams{})
+	sess, err := st.SessionCreate(context.Background(), tenant, pgstore.SessionParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +43,12 @@ func newSession(t testing.TB, st *eventlog.Store, tenant uuid.UUID) eventlog.Ses
 func TestStoreAppendAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
 	if sess.LastSeq != -1 || sess.Header.Owner != tenant.String() || sess.Header.ID != sess.ID.String() {
 		t.Fatalf("new session = %+v", sess)
 	}
-	got, err := st.EventAppend(ctx, tenant, sess.ID, eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": 1}},
+	got, err := appendEvents(st, ctx, tenant, sess.ID, eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": 1}},
 		eventlog.NewEvent{Type: "user/message", Data: userMsg("m1", "hi"), SurfaceOp: eventlog.Append})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestStoreAppendAndList(t *testing.T) {
 	if len(got) != 2 || got[0].Seq != 0 || got[1].Seq != 1 {
 		t.Fatalf("append = %+v", got)
 	}
-	list, err := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1})
+	list, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestStoreAppendAndList(t *testing.T) {
 	if err != nil || again.LastSeq != 1 {
 		t.Fatalf("get = %+v, %v", again, err)
 	}
-	if _, err := st.EventList(ctx, uuid.New(), sess.ID, eventlog.ListQuery{After: -1}); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := st.EventList(ctx, uuid.New(), sess.ID, pgstore.ListQuery{After: -1}); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("other tenant list: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package eventlog
+package pgstore
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 )
 
@@ -35,7 +36,7 @@ const surfaceFilter = `type IN ('user/message', 'assistant/message', 'tool/resul
 // another tenant's or a deleted session; an empty page means there is nothing after q.After yet.
 // Because the counter row lock makes commit order equal seq order, a reader that pages with the
 // last seq it saw never skips an event committed later.
-func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q ListQuery) ([]Event, error) {
+func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q ListQuery) ([]eventlog.Event, error) {
 	if q.Limit <= 0 {
 		q.Limit = DefaultEventPage
 	}
@@ -56,16 +57,16 @@ func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q 
 		return nil, err
 	}
 	if len(evs) == 0 {
-		if _, err := lastSeq(ctx, s.pool, tenantID, sessionID, false); err != nil {
+		if _, err := lastSeq(ctx, s.pool, tenantID, sessionID); err != nil {
 			return nil, err
 		}
 	}
 	return evs, nil
 }
 
-func collectEvents(rows pgx.Rows) ([]Event, error) {
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
-		var ev Event
+func collectEvents(rows pgx.Rows) ([]eventlog.Event, error) {
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventlog.Event, error) {
+		var ev eventlog.Event
 		var data, op []byte
 		var srcValid pgtype.Array[int64]
 		// Scanning the json columns into plain bytes copies them; a json.RawMessage target would
@@ -77,9 +78,9 @@ func collectEvents(rows pgx.Rows) ([]Event, error) {
 		switch {
 		case op == nil:
 		case string(op) == `"append"`:
-			ev.SurfaceOp = Append
+			ev.SurfaceOp = eventlog.Append
 		default:
-			ev.SurfaceOp = new(SurfaceOp)
+			ev.SurfaceOp = new(eventlog.SurfaceOp)
 			if err := json.Unmarshal(op, ev.SurfaceOp); err != nil {
 				return ev, err
 			}
@@ -97,7 +98,7 @@ func collectEvents(rows pgx.Rows) ([]Event, error) {
 
 // loadEvents reads events of a session with seq > after (types all when nil, at most limit when
 // limit > 0). The caller has checked the tenant.
-func (s *Store) loadEvents(ctx context.Context, q querier, sessionID uuid.UUID, after int64, types []string, limit int) ([]Event, error) {
+func loadEvents(ctx context.Context, q querier, sessionID uuid.UUID, after int64, types []string, limit int) ([]eventlog.Event, error) {
 	var lim *int
 	if limit > 0 {
 		lim = &limit
@@ -111,63 +112,43 @@ func (s *Store) loadEvents(ctx context.Context, q querier, sessionID uuid.UUID, 
 	return collectEvents(rows)
 }
 
-func loadEvent(ctx context.Context, q querier, sessionID uuid.UUID, seq int64) (Event, error) {
+func loadEvent(ctx context.Context, q querier, sessionID uuid.UUID, seq int64) (eventlog.Event, error) {
 	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE session_id = $1 AND seq = $2`, sessionID, seq)
 	if err != nil {
-		return Event{}, translate(err, "read event")
+		return eventlog.Event{}, translate(err, "read event")
 	}
 	evs, err := collectEvents(rows)
 	if err != nil {
-		return Event{}, err
+		return eventlog.Event{}, err
 	}
 	if len(evs) == 0 {
-		return Event{}, ErrNotFound
+		return eventlog.Event{}, ErrNotFound
 	}
 	return evs[0], nil
 }
 
 // loadSurface folds the session's committed surface markers (trusted: they were validated when
 // appended) into the current surface.
-func loadSurface(ctx context.Context, q querier, sessionID uuid.UUID) (*surface, error) {
+func loadSurface(ctx context.Context, q querier, sessionID uuid.UUID) (*eventlog.SurfaceState, error) {
 	rows, err := q.Query(ctx, `SELECT seq, surface_op FROM events
 		WHERE session_id = $1 AND `+surfaceFilter+` ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, translate(err, "read surface")
 	}
-	sf := &surface{}
+	sf := &eventlog.SurfaceState{}
 	var seq int64
 	var op []byte
 	_, err = pgx.ForEachRow(rows, []any{&seq, &op}, func() error {
-		var o SurfaceOp
+		var o eventlog.SurfaceOp
 		if op != nil {
 			if err := json.Unmarshal(op, &o); err != nil {
 				return err
 			}
 		}
-		sf.fold(seq, o)
+		sf.Fold(seq, o)
 		return nil
 	})
 	return sf, translate(err, "read surface")
-}
-
-// fold applies a trusted surface marker.
-func (s *surface) fold(seq int64, op SurfaceOp) {
-	if !op.Replace {
-		s.nodes = append(s.nodes, seq)
-		return
-	}
-	for i, n := range s.nodes {
-		if n != op.Start {
-			continue
-		}
-		for j := i; j < len(s.nodes); j++ {
-			if s.nodes[j] == op.End {
-				s.nodes = append(append(s.nodes[:i:i], seq), s.nodes[j+1:]...)
-				s.gen++
-				return
-			}
-		}
-	}
 }
 
 // DeriveMessages returns the session's model-visible history (SES-5): the surface events folded
@@ -175,7 +156,7 @@ func (s *surface) fold(seq int64, op SurfaceOp) {
 func (s *Store) DeriveMessages(ctx context.Context, tenantID, sessionID uuid.UUID) ([]llm.Message, error) {
 	var out []llm.Message
 	err := s.inReadTx(ctx, "derive messages", func(tx pgx.Tx) error {
-		if _, err := lastSeq(ctx, tx, tenantID, sessionID, false); err != nil {
+		if _, err := lastSeq(ctx, tx, tenantID, sessionID); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM events
@@ -187,15 +168,15 @@ func (s *Store) DeriveMessages(ctx context.Context, tenantID, sessionID uuid.UUI
 		if err != nil {
 			return err
 		}
-		bySeq := make(map[int64]Event, len(evs))
-		var sf surface
+		bySeq := make(map[int64]eventlog.Event, len(evs))
+		var sf eventlog.SurfaceState
 		for _, ev := range evs {
 			bySeq[ev.Seq] = ev
 			if ev.SurfaceOp != nil {
-				sf.fold(ev.Seq, *ev.SurfaceOp)
+				sf.Fold(ev.Seq, *ev.SurfaceOp)
 			}
 		}
-		out, err = deriveNodes(sf.nodes, func(seq int64) Event { return bySeq[seq] })
+		out, err = eventlog.DeriveNodes(sf.Nodes(), func(seq int64) eventlog.Event { return bySeq[seq] })
 		return err
 	})
 	return out, err

@@ -1,4 +1,4 @@
-package eventlog_test
+package pgstore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 const benchChunk = `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hello, world"}}`
@@ -21,7 +22,7 @@ const benchChunk = `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"t
 // database in the same run. ns/op is per append call (1 or 10 events).
 func BenchmarkAppend(b *testing.B) {
 	ctx := context.Background()
-	st, pool, tenant := newStore(b, eventlog.StoreConfig{})
+	st, pool, tenant := newStore(b, pgstore.StoreConfig{})
 	sessions := make([]uuid.UUID, 64)
 	for i := range sessions {
 		sessions[i] = newSession(b, st, tenant).ID
@@ -37,7 +38,7 @@ func BenchmarkAppend(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					id := sessions[next.Add(1)%int64(len(sessions))]
-					if _, err := st.EventAppend(ctx, tenant, id, batch...); err != nil {
+					if _, err := appendEvents(st, ctx, tenant, id, batch...); err != nil {
 						b.Error(err)
 						return
 					}
@@ -72,8 +73,8 @@ func BenchmarkAppend(b *testing.B) {
 // sessions. Each iteration appends to one session and waits for its 10 subscribers.
 func BenchmarkCommitToWake(b *testing.B) {
 	ctx := context.Background()
-	st, pool, tenant := newStore(b, eventlog.StoreConfig{})
-	hub := eventlog.NewHub(pool, eventlog.HubConfig{})
+	st, pool, tenant := newStore(b, pgstore.StoreConfig{})
+	hub := pgstore.NewHub(pool, pgstore.HubConfig{})
 	if err := hub.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func BenchmarkCommitToWake(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		if _, err := st.EventAppend(ctx, tenant, sessions[i%nSessions], ev); err != nil {
+		if _, err := appendEvents(st, ctx, tenant, sessions[i%nSessions], ev); err != nil {
 			b.Fatal(err)
 		}
 		for range perSession {

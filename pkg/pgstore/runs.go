@@ -1,30 +1,14 @@
-package eventlog
+package pgstore
 
 import (
 	"context"
 	"errors"
 	"time"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
-
-// ErrLeaseLost is returned by fenced operations of a worker that no longer holds the session's run
-// lease (another worker took it over after it expired).
-var ErrLeaseLost = errors.New("eventlog: the session's run lease is held by another worker")
-
-// ErrMoved is returned by EventAppendAt when the log no longer ends where the caller expected:
-// someone else appended meanwhile. The caller reads what it missed and builds its batch again.
-var ErrMoved = errors.New("eventlog: the session log moved on")
-
-// Head is the state of a session's log under its append lock: the last seq, the inbox lengths and
-// the run lease.
-type Head struct {
-	LastSeq    int64
-	Inbox      InboxLens
-	Owner      *uuid.UUID
-	LeaseUntil *time.Time
-}
 
 // LeaseAcquire gives owner the session's run lease for ttl if it is free, expired or already
 // owner's. It reports whether owner holds the lease and, when not, until when the other holder's
@@ -47,10 +31,10 @@ func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uui
 	if err != nil {
 		return false, time.Time{}, err
 	}
-	if h.LeaseUntil == nil { // released between the two statements: try again later
+	if h.Lease.Owner == "" { // released between the two statements: try again later
 		return false, time.Time{}, nil
 	}
-	return false, *h.LeaseUntil, nil
+	return false, h.Lease.Until, nil
 }
 
 // LeaseRenew extends owner's lease by ttl from now; ErrLeaseLost when owner no longer holds it.
@@ -64,7 +48,7 @@ func (s *Store) LeaseRenew(ctx context.Context, tenantID, sessionID, owner uuid.
 		return translate(err, "renew lease")
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrLeaseLost
+		return eventlog.ErrLeaseLost
 	}
 	return nil
 }
@@ -89,7 +73,7 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 		)
 		SELECT cur.waiting FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, ErrLeaseLost
+		return false, eventlog.ErrLeaseLost
 	}
 	if err != nil {
 		return false, translate(err, "release lease")
@@ -141,18 +125,29 @@ func (s *Store) LeasesExpired(ctx context.Context, limit int) ([]SessionRef, err
 }
 
 // SessionHead returns the session's head without locking it.
-func (s *Store) SessionHead(ctx context.Context, tenantID, sessionID uuid.UUID) (Head, error) {
+func (s *Store) SessionHead(ctx context.Context, tenantID, sessionID uuid.UUID) (eventlog.Head, error) {
 	return s.head(ctx, s.pool, tenantID, sessionID, false)
 }
 
-func (s *Store) head(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, lock bool) (Head, error) {
+// head reads the session's head, locking its counter row when lock is set (the session's append
+// lock). ErrNotFound unless the session is the tenant's and live.
+func (s *Store) head(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, lock bool) (eventlog.Head, error) {
 	sql := `SELECT c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until
 		FROM session_counters c JOIN sessions s ON s.id = c.session_id
 		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL`
 	if lock {
 		sql += ` FOR UPDATE OF c`
 	}
-	var h Head
-	err := q.QueryRow(ctx, sql, sessionID, tenantID).Scan(&h.LastSeq, &h.Inbox.NextTurn, &h.Inbox.NextStep, &h.Owner, &h.LeaseUntil)
+	var (
+		h     eventlog.Head
+		last  int64
+		owner *uuid.UUID
+		until *time.Time
+	)
+	err := q.QueryRow(ctx, sql, sessionID, tenantID).Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until)
+	h.Next = last + 1
+	if owner != nil && until != nil {
+		h.Lease = eventlog.Lease{Owner: owner.String(), Until: *until}
+	}
 	return h, translate(err, "read head")
 }

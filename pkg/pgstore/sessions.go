@@ -1,4 +1,4 @@
-package eventlog
+package pgstore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -27,41 +28,41 @@ type SessionParams struct {
 	// Seed is a log to start from (SES-12): seqs contiguous from 0, each event validated like an
 	// append. A session/end-seed marker is appended unless the seed ends with one, and the
 	// header's seedLength is len(Seed).
-	Seed []Event
+	Seed []eventlog.Event
 }
 
 const sessionColumns = `s.id, s.tenant_id, s.preset_id, s.preset_version, s.header, s.created_at, c.last_seq`
 
 // SessionCreate creates a session of tenantID. It returns ErrConflict when p.ID is taken,
 // ErrNotFound when the tenant does not exist, and a *ValidationError for a bad seed.
-func (s *Store) SessionCreate(ctx context.Context, tenantID uuid.UUID, p SessionParams) (Session, error) {
+func (s *Store) SessionCreate(ctx context.Context, tenantID uuid.UUID, p SessionParams) (eventlog.Session, error) {
 	if p.ID == uuid.Nil {
 		p.ID = uuid.New()
 	}
 	created := s.now().Truncate(time.Millisecond)
-	h := SessionHeader{Version: FormatVersion, ID: p.ID.String(), CreatedAt: created.UnixMilli(), Cwd: p.Cwd,
+	h := eventlog.SessionHeader{Version: eventlog.FormatVersion, ID: p.ID.String(), CreatedAt: created.UnixMilli(), Cwd: p.Cwd,
 		ParentSession: p.ParentSession, Origin: p.Origin, DelegationDepth: p.DelegationDepth,
 		AgentPreset: p.AgentPreset, Owner: p.Owner}
 	if h.Owner == "" {
 		h.Owner = tenantID.String()
 	}
-	var seed []Event
+	var seed []eventlog.Event
 	if p.Seed != nil {
-		l, err := LoadLog(p.Seed)
+		l, err := eventlog.LoadLog(p.Seed)
 		if err != nil {
-			return Session{}, err
+			return eventlog.Session{}, err
 		}
 		seed = l.Events()
 		n := int64(len(seed))
 		h.SeedLength = &n
-		if len(seed) == 0 || seed[len(seed)-1].Type != TypeSessionEndSeed {
+		if len(seed) == 0 || seed[len(seed)-1].Type != eventlog.TypeSessionEndSeed {
 			seed = append(seed, endSeed(n, created.UnixMilli()))
 		}
 	}
 	if err := h.Validate(); err != nil {
-		return Session{}, &ValidationError{Seq: -1, Rule: "SES-16", Reason: err.Error()}
+		return eventlog.Session{}, &eventlog.ValidationError{Seq: -1, Rule: "SES-16", Reason: err.Error()}
 	}
-	sess := Session{ID: p.ID, TenantID: tenantID, PresetID: p.PresetID, PresetVersion: p.PresetVersion,
+	sess := eventlog.Session{ID: p.ID, TenantID: tenantID, PresetID: p.PresetID, PresetVersion: p.PresetVersion,
 		Header: h, CreatedAt: created, LastSeq: int64(len(seed)) - 1}
 	err := s.inTx(ctx, "create session", func(tx pgx.Tx) error {
 		if err := insertSession(ctx, tx, sess); err != nil {
@@ -73,18 +74,18 @@ func (s *Store) SessionCreate(ctx context.Context, tenantID uuid.UUID, p Session
 		return syncInbox(ctx, tx, sess.ID)
 	})
 	if err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	return sess, nil
 }
 
-func endSeed(seq, now int64) Event {
-	return Event{Type: TypeSessionEndSeed, Seq: seq, Time: now, Data: json.RawMessage(`{}`)}
+func endSeed(seq, now int64) eventlog.Event {
+	return eventlog.Event{Type: eventlog.TypeSessionEndSeed, Seq: seq, Time: now, Data: json.RawMessage(`{}`)}
 }
 
 // insertSession inserts the session row and its counter row, with last_seq already covering the
 // events the caller inserts in the same transaction.
-func insertSession(ctx context.Context, q querier, sess Session) error {
+func insertSession(ctx context.Context, q querier, sess eventlog.Session) error {
 	hdr, err := json.Marshal(sess.Header)
 	if err != nil {
 		return err
@@ -108,28 +109,28 @@ func insertSession(ctx context.Context, q querier, sess Session) error {
 	return err
 }
 
-func scanSession(row pgx.Row) (Session, error) {
-	var sess Session
+func scanSession(row pgx.Row) (eventlog.Session, error) {
+	var sess eventlog.Session
 	var pv *int
 	var hdr []byte
 	if err := row.Scan(&sess.ID, &sess.TenantID, &sess.PresetID, &pv, &hdr, &sess.CreatedAt, &sess.LastSeq); err != nil {
-		return Session{}, err
+		return eventlog.Session{}, err
 	}
 	if pv != nil {
 		sess.PresetVersion = *pv
 	}
 	if err := json.Unmarshal(hdr, &sess.Header); err != nil {
-		return Session{}, fmt.Errorf("session %s: header: %w", sess.ID, err)
+		return eventlog.Session{}, fmt.Errorf("session %s: header: %w", sess.ID, err)
 	}
 	if err := sess.Header.Validate(); err != nil {
-		return Session{}, &ValidationError{Seq: -1, Rule: "SES-9", Reason: err.Error()}
+		return eventlog.Session{}, &eventlog.ValidationError{Seq: -1, Rule: "SES-9", Reason: err.Error()}
 	}
 	return sess, nil
 }
 
 // SessionGet returns the session. It returns ErrNotFound for an unknown id, another tenant's
 // session or a deleted one, and a *ValidationError (SES-9) for a header of another format version.
-func (s *Store) SessionGet(ctx context.Context, tenantID, id uuid.UUID) (Session, error) {
+func (s *Store) SessionGet(ctx context.Context, tenantID, id uuid.UUID) (eventlog.Session, error) {
 	row := s.pool.QueryRow(ctx, `SELECT `+sessionColumns+`
 		FROM sessions s JOIN session_counters c ON c.session_id = s.id
 		WHERE s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL`, id, tenantID)
@@ -146,7 +147,7 @@ const (
 // SessionList returns the tenant's live sessions, newest first, limit at a time (default 50, at
 // most 500). cursor is "" for the first page, then the nextCursor of the previous page; nextCursor
 // is "" after the last page. A malformed cursor is a *ValidationError.
-func (s *Store) SessionList(ctx context.Context, tenantID uuid.UUID, cursor string, limit int) ([]Session, string, error) {
+func (s *Store) SessionList(ctx context.Context, tenantID uuid.UUID, cursor string, limit int) ([]eventlog.Session, string, error) {
 	if limit <= 0 {
 		limit = DefaultSessionPage
 	}
@@ -162,7 +163,7 @@ func (s *Store) SessionList(ctx context.Context, tenantID uuid.UUID, cursor stri
 	if err != nil {
 		return nil, "", translate(err, "list sessions")
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Session, error) { return scanSession(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventlog.Session, error) { return scanSession(r) })
 	if err != nil {
 		return nil, "", translate(err, "list sessions")
 	}
@@ -183,7 +184,7 @@ func decodeCursor(c string) (*time.Time, uuid.UUID, error) {
 	if c == "" {
 		return nil, uuid.Nil, nil
 	}
-	bad := &ValidationError{Seq: -1, Rule: "cursor", Reason: "malformed cursor"}
+	bad := &eventlog.ValidationError{Seq: -1, Rule: "cursor", Reason: "malformed cursor"}
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return nil, uuid.Nil, bad

@@ -1,11 +1,11 @@
-package eventlog_test
+package pgstore_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // await fails the test unless c delivers within a generous bound (a guard against hangs, not a
@@ -31,9 +31,9 @@ func pending(c <-chan struct{}) bool {
 func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool, tenant := newStore(t, eventlog.StoreConfig{})
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	a, b := newSession(t, st, tenant), newSession(t, st, tenant)
-	hub := eventlog.NewHub(pool, eventlog.HubConfig{ReconnectDelay: 20 * time.Millisecond})
+	hub := pgstore.NewHub(pool, pgstore.HubConfig{ReconnectDelay: 20 * time.Millisecond})
 	if err := hub.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +47,11 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	defer cancelB()
 
 	// A commit on another connection wakes the session's subscriber, and only it.
-	if _, err := st.EventAppend(ctx, tenant, a.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, a.ID, turnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeA, "after a commit")
-	if _, err := st.EventAppend(ctx, tenant, b.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, b.ID, turnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeB, "after a commit to b")
@@ -62,11 +62,11 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	// Five commits while the subscriber is not reading coalesce into one pending wake. The wake of
 	// b, sent after them, proves the hub has processed all five.
 	for i := range 5 {
-		if _, err := st.EventAppend(ctx, tenant, a.ID, stepStart(1, i+1)); err != nil {
+		if _, err := appendEvents(st, ctx, tenant, a.ID, stepStart(1, i+1)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.EventAppend(ctx, tenant, b.ID, stepStart(1, 1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, b.ID, stepStart(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeB, "sentinel")
@@ -78,23 +78,23 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	// commit, so it re-reads what it may have missed; then notifications flow again.
 	var killed int
 	err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND datname = current_database()`, eventlog.HubApplicationName).Scan(&killed)
+		WHERE application_name = $1 AND datname = current_database()`, pgstore.HubApplicationName).Scan(&killed)
 	if err != nil || killed != 1 {
 		t.Fatalf("terminated %d listener backends: %v", killed, err)
 	}
 	await(t, wakeA, "after the listener reconnected")
 	await(t, wakeB, "after the listener reconnected (b)")
-	if _, err := st.EventAppend(ctx, tenant, a.ID, turnEnd(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, a.ID, turnEnd(1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeA, "after a commit on the new listener connection")
 
 	// A cancelled subscription is not woken; Stop is idempotent.
 	cancelB()
-	if _, err := st.EventAppend(ctx, tenant, b.ID, stepEnd(1, 1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, b.ID, stepEnd(1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.EventAppend(ctx, tenant, a.ID, turnStart(2)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, a.ID, turnStart(2)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeA, "sentinel after cancel")
@@ -108,9 +108,9 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 func TestHubHeartbeatWakesEveryone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool, tenant := newStore(t, eventlog.StoreConfig{})
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	hub := eventlog.NewHub(pool, eventlog.HubConfig{Heartbeat: 10 * time.Millisecond})
+	hub := pgstore.NewHub(pool, pgstore.HubConfig{Heartbeat: 10 * time.Millisecond})
 	if err := hub.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +123,10 @@ func TestHubHeartbeatWakesEveryone(t *testing.T) {
 
 func TestHubFromURLFailsCleanly(t *testing.T) {
 	t.Parallel()
-	if _, err := eventlog.NewHubFromURL("postgres://%zz", eventlog.HubConfig{}); err == nil {
+	if _, err := pgstore.NewHubFromURL("postgres://%zz", pgstore.HubConfig{}); err == nil {
 		t.Fatal("a malformed URL was accepted")
 	}
-	hub, err := eventlog.NewHubFromURL("postgres://nobody@127.0.0.1:1/x?connect_timeout=2", eventlog.HubConfig{})
+	hub, err := pgstore.NewHubFromURL("postgres://nobody@127.0.0.1:1/x?connect_timeout=2", pgstore.HubConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

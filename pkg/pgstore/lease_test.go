@@ -1,13 +1,12 @@
-package eventlog_test
+package pgstore_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/google/uuid"
-
-	"github.com/dshd/dshd/pkg/eventlog"
 )
 
 // TestLeaseReleaseKeptWhileFollowupsWait: the release keeps the lease while a followup waits in
@@ -19,14 +18,14 @@ func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 	for _, target := range []string{"next-turn", "next-step"} {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
-			st, _, tenant := newStore(t, eventlog.StoreConfig{})
+			st, _, tenant := newStore(t, pgstore.StoreConfig{})
 			sess := newSession(t, st, tenant)
 			owner := uuid.New()
 			if ok, _, err := st.LeaseAcquire(ctx, tenant, sess.ID, owner, time.Minute); err != nil || !ok {
 				t.Fatalf("acquire: %v %v", ok, err)
 			}
 			insertion := ne("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "inserted": []any{userMsg("m1", "hi")}})
-			if _, err := st.EventAppend(ctx, tenant, sess.ID, insertion); err != nil {
+			if _, err := appendEvents(st, ctx, tenant, sess.ID, insertion); err != nil {
 				t.Fatal(err)
 			}
 			released, err := st.LeaseRelease(ctx, tenant, sess.ID, owner)
@@ -39,11 +38,11 @@ func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 			if err != nil || released {
 				t.Fatalf("release with a %s message waiting: released %v, %v", target, released, err)
 			}
-			if h, err := st.SessionHead(ctx, tenant, sess.ID); err != nil || h.Owner == nil || *h.Owner != owner {
+			if h, err := st.SessionHead(ctx, tenant, sess.ID); err != nil || h.Lease.Owner != owner.String() {
 				t.Fatalf("head after a refused release: %+v, %v", h, err)
 			}
 			removal := ne("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "removedCount": 1, "inserted": []any{}})
-			if _, err := st.EventAppend(ctx, tenant, sess.ID, removal); err != nil {
+			if _, err := appendEvents(st, ctx, tenant, sess.ID, removal); err != nil {
 				t.Fatal(err)
 			}
 			if released, err := st.LeaseRelease(ctx, tenant, sess.ID, owner); err != nil || !released {
@@ -59,10 +58,10 @@ func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 func TestSES15_ForkStartsWithAnEmptyInbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
 	ins := ne("agent/inbox/spliced", map[string]any{"target": "next-turn", "start": 0, "inserted": []any{userMsg("m1", "hi")}})
-	if _, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1), turnEnd(1), ins); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1), turnEnd(1), ins); err != nil {
 		t.Fatal(err)
 	}
 	child, err := st.Fork(ctx, tenant, sess.ID, nil, nil)

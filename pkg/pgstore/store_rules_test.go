@@ -1,4 +1,4 @@
-package eventlog_test
+package pgstore_test
 
 import (
 	"context"
@@ -15,11 +15,12 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
-func count(t testing.TB, st *eventlog.Store, tenant, id uuid.UUID) int {
+func count(t testing.TB, st *pgstore.Store, tenant, id uuid.UUID) int {
 	t.Helper()
-	evs, err := st.EventList(context.Background(), tenant, id, eventlog.ListQuery{After: -1, Limit: 1000})
+	evs, err := st.EventList(context.Background(), tenant, id, pgstore.ListQuery{After: -1, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,9 +30,9 @@ func count(t testing.TB, st *eventlog.Store, tenant, id uuid.UUID) int {
 func TestScenario36_AppendRejectsBadEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	if _, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]eventlog.NewEvent{
@@ -47,7 +48,7 @@ func TestScenario36_AppendRejectsBadEvents(t *testing.T) {
 	}
 	for name, ev := range bad {
 		// In a batch after a valid event: the whole batch is refused.
-		_, err := st.EventAppend(ctx, tenant, sess.ID, stepStart(1, 1), ev)
+		_, err := appendEvents(st, ctx, tenant, sess.ID, stepStart(1, 1), ev)
 		var ve *eventlog.ValidationError
 		if !errors.As(err, &ve) {
 			t.Errorf("%s: error = %v, want a ValidationError", name, err)
@@ -56,7 +57,7 @@ func TestScenario36_AppendRejectsBadEvents(t *testing.T) {
 			t.Fatalf("%s: log has %d events, want 1 (unchanged)", name, n)
 		}
 	}
-	got, err := st.EventAppend(ctx, tenant, sess.ID, stepStart(1, 1))
+	got, err := appendEvents(st, ctx, tenant, sess.ID, stepStart(1, 1))
 	if err != nil || got[0].Seq != 1 {
 		t.Fatalf("append after refusals = %v, %v; want seq 1", got, err)
 	}
@@ -65,28 +66,28 @@ func TestScenario36_AppendRejectsBadEvents(t *testing.T) {
 func TestScenario37_SurfaceReplace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	_, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1), stepStart(1, 1), user("m1", "a"),
+	_, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1), stepStart(1, 1), user("m1", "a"),
 		assistant(1, 1, assistantMsg("a1", llm.ToolCallBlock("c1", "echo", "{}"))), toolCall(1, 1, "c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.EventAppend(ctx, tenant, sess.ID, toolResult(1, 1, "r1", "c1", "big", 4), user("m2", "b")); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, toolResult(1, 1, "r1", "c1", "big", 4), user("m2", "b")); err != nil {
 		t.Fatal(err)
 	}
 	// Surface: 2 (m1), 3 (a1), 5 (r1), 6 (m2).
 	missing := eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "sum"), SurfaceOp: eventlog.ReplaceOp(2, 5), SourceEventSeqs: []int64{2, 5}}
-	_, err = st.EventAppend(ctx, tenant, sess.ID, missing)
+	_, err = appendEvents(st, ctx, tenant, sess.ID, missing)
 	wantRule(t, err, "SES-3")
 	changed := eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.ReplaceOp(5, 5), SourceEventSeqs: []int64{5},
 		Data: map[string]any{"turn": 1, "step": 2, "message": llm.NewToolResultMessage("r1", "c1", []llm.Block{llm.TextBlock("x")}, false)}}
-	_, err = st.EventAppend(ctx, tenant, sess.ID, changed)
+	_, err = appendEvents(st, ctx, tenant, sess.ID, changed)
 	wantRule(t, err, "SES-4")
 	pruned := eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.ReplaceOp(5, 5), SourceEventSeqs: []int64{5},
 		Data: map[string]any{"turn": 1, "step": 1, "message": llm.NewToolResultMessage("r1", "c1", []llm.Block{llm.TextBlock("[pruned]")}, false)}}
 	summary := eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "sum"), SurfaceOp: eventlog.ReplaceOp(2, 3), SourceEventSeqs: []int64{2, 3}}
-	got, err := st.EventAppend(ctx, tenant, sess.ID, pruned, summary)
+	got, err := appendEvents(st, ctx, tenant, sess.ID, pruned, summary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestScenario37_SurfaceReplace(t *testing.T) {
 		t.Fatalf("derived = %v", ids)
 	}
 	// The same log in memory has replaceGeneration 2 and the same history.
-	evs, _ := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1})
+	evs, _ := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1})
 	l, err := eventlog.LoadLog(evs)
 	if err != nil || l.ReplaceGeneration() != 2 {
 		t.Fatalf("replay: %v, generation %d", err, l.ReplaceGeneration())
@@ -115,14 +116,14 @@ func TestScenario37_SurfaceReplace(t *testing.T) {
 func TestScenario38_CrashRepair(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
 	calls := assistantMsg("a1", llm.ToolCallBlock("A", "echo", "{}"), llm.ToolCallBlock("B", "echo", "{}"))
-	evs, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1), stepStart(1, 1), user("m1", "go"), assistant(1, 1, calls), toolCall(1, 1, "A"))
+	evs, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1), stepStart(1, 1), user("m1", "go"), assistant(1, 1, calls), toolCall(1, 1, "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	closers, err := st.Repair(ctx, tenant, sess.ID)
+	closers, err := repair(st, ctx, tenant, sess.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,15 +153,15 @@ func TestScenario38_CrashRepair(t *testing.T) {
 	if string(closers[3].Data) != `{"turn":1,"reason":{"kind":"interrupted"}}` {
 		t.Fatalf("turn/end = %s", closers[3].Data)
 	}
-	all, _ := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1})
+	all, _ := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1})
 	if len(all) != 9 || eventlog.CheckInvariants(all) != nil {
 		t.Fatalf("repaired log: %d events, invariants %v", len(all), eventlog.CheckInvariants(all))
 	}
-	again, err := st.Repair(ctx, tenant, sess.ID)
+	again, err := repair(st, ctx, tenant, sess.ID)
 	if err != nil || again != nil {
 		t.Fatalf("repair of a balanced log = %v, %v; want nothing", again, err)
 	}
-	if _, err := st.Repair(ctx, uuid.New(), sess.ID); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := repair(st, ctx, uuid.New(), sess.ID); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("repair by another tenant: %v", err)
 	}
 }
@@ -187,38 +188,38 @@ func TestSES14_ClosersWithoutCallsOrStep(t *testing.T) {
 func TestScenario39_Fork(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool, tenant := newStore(t, eventlog.StoreConfig{})
-	src, err := st.SessionCreate(ctx, tenant, eventlog.SessionParams{Cwd: "/work"})
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
+	src, err := st.SessionCreate(ctx, tenant, pgstore.SessionParams{Cwd: "/work"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = st.EventAppend(ctx, tenant, src.ID, turnStart(1), stepStart(1, 1), user("m1", "a"), stepEnd(1, 1), turnEnd(1),
+	_, err = appendEvents(st, ctx, tenant, src.ID, turnStart(1), stepStart(1, 1), user("m1", "a"), stepEnd(1, 1), turnEnd(1),
 		turnStart(2), stepStart(2, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fe := func(err error, code string) {
 		t.Helper()
-		var f *eventlog.ForkError
+		var f *pgstore.ForkError
 		if !errors.As(err, &f) || f.Code != code {
 			t.Fatalf("error = %v, want %s", err, code)
 		}
 	}
 	_, err = st.Fork(ctx, tenant, src.ID, nil, nil) // default boundary: last event, inside turn 2
-	fe(err, eventlog.ForkOpenTurn)
+	fe(err, pgstore.ForkOpenTurn)
 	b := int64(2)
 	_, err = st.Fork(ctx, tenant, src.ID, &b, nil)
-	fe(err, eventlog.ForkOpenTurn)
+	fe(err, pgstore.ForkOpenTurn)
 	_, err = st.Fork(ctx, tenant, uuid.New(), nil, nil)
-	fe(err, eventlog.ForkSessionNotFound)
+	fe(err, pgstore.ForkSessionNotFound)
 	_, err = st.Fork(ctx, newTenant(t, pool), src.ID, nil, nil)
-	fe(err, eventlog.ForkSessionNotFound)
+	fe(err, pgstore.ForkSessionNotFound)
 	for _, bad := range []int64{-1, 7, 100} {
 		_, err = st.Fork(ctx, tenant, src.ID, &bad, nil)
-		fe(err, eventlog.ForkInvalidBoundary)
+		fe(err, pgstore.ForkInvalidBoundary)
 	}
 	_, err = st.Fork(ctx, tenant, src.ID, &b, &src.ID)
-	fe(err, eventlog.ForkSessionAlreadyExists)
+	fe(err, pgstore.ForkSessionAlreadyExists)
 
 	b = 4
 	childID := uuid.New()
@@ -230,18 +231,18 @@ func TestScenario39_Fork(t *testing.T) {
 		*child.Header.SeedLength != 5 || child.Header.Cwd != "/work" || child.LastSeq != 5 {
 		t.Fatalf("child = %+v", child)
 	}
-	evs, _ := st.EventList(ctx, tenant, child.ID, eventlog.ListQuery{After: -1})
+	evs, _ := st.EventList(ctx, tenant, child.ID, pgstore.ListQuery{After: -1})
 	if len(evs) != 6 || evs[5].Type != "session/end-seed" || evs[5].Seq != 5 {
 		t.Fatalf("child log = %+v", evs)
 	}
-	srcEvs, _ := st.EventList(ctx, tenant, src.ID, eventlog.ListQuery{After: -1, Limit: 5})
+	srcEvs, _ := st.EventList(ctx, tenant, src.ID, pgstore.ListQuery{After: -1, Limit: 5})
 	for i := range srcEvs {
 		if string(srcEvs[i].Data) != string(evs[i].Data) || srcEvs[i].Time != evs[i].Time {
 			t.Fatalf("seq %d differs from the source", i)
 		}
 	}
 	// The child is live: it takes appends after its seed.
-	if got, err := st.EventAppend(ctx, tenant, child.ID, turnStart(2)); err != nil || got[0].Seq != 6 {
+	if got, err := appendEvents(st, ctx, tenant, child.ID, turnStart(2)); err != nil || got[0].Seq != 6 {
 		t.Fatalf("append to child = %v, %v", got, err)
 	}
 	// A fork of a prefix that ends with session/end-seed gets no second marker.
@@ -253,7 +254,7 @@ func TestScenario39_Fork(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = st.Fork(ctx, tenant, src.ID, &b, nil)
-	fe(err, eventlog.ForkSessionNotLive)
+	fe(err, pgstore.ForkSessionNotLive)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -261,32 +262,32 @@ func ptr[T any](v T) *T { return &v }
 func TestSES12_SessionCreateWithSeed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	seed := referenceLogs(t)["text.jsonl"]
-	sess, err := st.SessionCreate(ctx, tenant, eventlog.SessionParams{Seed: seed})
+	sess, err := st.SessionCreate(ctx, tenant, pgstore.SessionParams{Seed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if *sess.Header.SeedLength != int64(len(seed)) || sess.LastSeq != int64(len(seed)) {
 		t.Fatalf("session = %+v", sess)
 	}
-	evs, _ := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1})
+	evs, _ := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1})
 	if evs[len(evs)-1].Type != "session/end-seed" {
 		t.Fatal("seed not followed by session/end-seed")
 	}
-	again, err := st.SessionCreate(ctx, tenant, eventlog.SessionParams{Seed: evs})
+	again, err := st.SessionCreate(ctx, tenant, pgstore.SessionParams{Seed: evs})
 	if err != nil || again.LastSeq != int64(len(evs)-1) {
 		t.Fatalf("a seed ending with session/end-seed got another: %+v, %v", again, err)
 	}
 	bad := slices.Clone(seed)
 	bad[3].Seq = 9
-	if _, err := st.SessionCreate(ctx, tenant, eventlog.SessionParams{Seed: bad}); err == nil {
+	if _, err := st.SessionCreate(ctx, tenant, pgstore.SessionParams{Seed: bad}); err == nil {
 		t.Fatal("a non-contiguous seed was accepted")
 	}
-	if _, err := st.SessionCreate(ctx, tenant, eventlog.SessionParams{ID: sess.ID}); !errors.Is(err, eventlog.ErrConflict) {
+	if _, err := st.SessionCreate(ctx, tenant, pgstore.SessionParams{ID: sess.ID}); !errors.Is(err, eventlog.ErrConflict) {
 		t.Fatalf("duplicate id: %v", err)
 	}
-	if _, err := st.SessionCreate(ctx, uuid.New(), eventlog.SessionParams{}); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := st.SessionCreate(ctx, uuid.New(), pgstore.SessionParams{}); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("unknown tenant: %v", err)
 	}
 }
@@ -294,7 +295,7 @@ func TestSES12_SessionCreateWithSeed(t *testing.T) {
 func TestReferenceLogsThroughStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{CheckInvariants: true})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{CheckInvariants: true})
 	for name, evs := range referenceLogs(t) {
 		sess := newSession(t, st, tenant)
 		for i := 0; i < len(evs); {
@@ -303,12 +304,12 @@ func TestReferenceLogsThroughStore(t *testing.T) {
 			for j := range batch {
 				batch[j] = asNew(evs[i+j])
 			}
-			if _, err := st.EventAppend(ctx, tenant, sess.ID, batch...); err != nil {
+			if _, err := appendEvents(st, ctx, tenant, sess.ID, batch...); err != nil {
 				t.Fatalf("%s at %d: %v", name, i, err)
 			}
 			i += n
 		}
-		stored, err := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1, Limit: 1000})
+		stored, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1, Limit: 1000})
 		if err != nil || len(stored) != len(evs) {
 			t.Fatalf("%s: %d events, %v", name, len(stored), err)
 		}
@@ -329,7 +330,7 @@ func TestReferenceLogsThroughStore(t *testing.T) {
 		if string(a) != string(b) {
 			t.Fatalf("%s: DeriveMessages differs:\n%s\n%s", name, a, b)
 		}
-		page, err := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: 3, Limit: 2, Types: []string{"user/message", "tool/result"}})
+		page, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: 3, Limit: 2, Types: []string{"user/message", "tool/result"}})
 		if err != nil || len(page) == 0 || page[0].Type != "user/message" || page[0].Seq != 4 {
 			t.Fatalf("%s: filtered page = %+v, %v", name, page, err)
 		}
@@ -339,12 +340,12 @@ func TestReferenceLogsThroughStore(t *testing.T) {
 func TestSES10_StoreCheckerRefusesBrokenRelations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{CheckInvariants: true})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{CheckInvariants: true})
 	sess := newSession(t, st, tenant)
-	if _, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(2))
+	_, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(2))
 	var ie *eventlog.InvariantError
 	if !errors.As(err, &ie) || count(t, st, tenant, sess.ID) != 1 {
 		t.Fatalf("nested turn: %v", err)
@@ -354,7 +355,7 @@ func TestSES10_StoreCheckerRefusesBrokenRelations(t *testing.T) {
 func TestConcurrentWritersGaplessSeq(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
 	const writers, total = 8, 1000
 	var wg sync.WaitGroup
@@ -373,7 +374,7 @@ func TestConcurrentWritersGaplessSeq(t *testing.T) {
 				for j := range batch {
 					batch[j] = raw("todo/write", fmt.Sprintf(`{"todos":[],"writer":%d,"i":%d}`, w, i))
 				}
-				got, err := st.EventAppend(ctx, tenant, sess.ID, batch...)
+				got, err := appendEvents(st, ctx, tenant, sess.ID, batch...)
 				if err != nil {
 					errs <- err
 					return
@@ -393,7 +394,7 @@ func TestConcurrentWritersGaplessSeq(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	evs, err := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1, Limit: 1000})
+	evs, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1, Limit: 1000})
 	if err != nil || len(evs) != total {
 		t.Fatalf("%d events, %v", len(evs), err)
 	}
@@ -410,22 +411,22 @@ func TestConcurrentWritersGaplessSeq(t *testing.T) {
 func TestCrossTenantReadsAreNotFound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool, tenant := newStore(t, eventlog.StoreConfig{})
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	other := newTenant(t, pool)
 	sess := newSession(t, st, tenant)
-	if _, err := st.EventAppend(ctx, tenant, sess.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	checks := map[string]error{}
 	_, checks["get"] = st.SessionGet(ctx, other, sess.ID)
-	_, checks["list events"] = st.EventList(ctx, other, sess.ID, eventlog.ListQuery{After: -1})
-	_, checks["append"] = st.EventAppend(ctx, other, sess.ID, turnEnd(1))
-	_, checks["append with replace"] = st.EventAppend(ctx, other, sess.ID, eventlog.NewEvent{Type: "user/message",
+	_, checks["list events"] = st.EventList(ctx, other, sess.ID, pgstore.ListQuery{After: -1})
+	_, checks["append"] = appendEvents(st, ctx, other, sess.ID, turnEnd(1))
+	_, checks["append with replace"] = appendEvents(st, ctx, other, sess.ID, eventlog.NewEvent{Type: "user/message",
 		Data: userMsg("x", "y"), SurfaceOp: eventlog.ReplaceOp(0, 0), SourceEventSeqs: []int64{0}})
 	_, checks["derive"] = st.DeriveMessages(ctx, other, sess.ID)
-	_, checks["repair"] = st.Repair(ctx, other, sess.ID)
+	_, checks["repair"] = repair(st, ctx, other, sess.ID)
 	checks["delete"] = st.SessionDelete(ctx, other, sess.ID)
-	_, checks["unknown session"] = st.EventList(ctx, tenant, uuid.New(), eventlog.ListQuery{After: -1})
+	_, checks["unknown session"] = st.EventList(ctx, tenant, uuid.New(), pgstore.ListQuery{After: -1})
 	for name, err := range checks {
 		if !errors.Is(err, eventlog.ErrNotFound) {
 			t.Errorf("%s: %v, want ErrNotFound", name, err)
@@ -443,10 +444,10 @@ func TestCrossTenantReadsAreNotFound(t *testing.T) {
 	if _, err := st.SessionGet(ctx, tenant, sess.ID); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("deleted session get: %v", err)
 	}
-	if _, err := st.EventAppend(ctx, tenant, sess.ID, turnEnd(1)); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnEnd(1)); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("append to a deleted session: %v", err)
 	}
-	if _, err := st.EventList(ctx, tenant, sess.ID, eventlog.ListQuery{After: -1}); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1}); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("list of a deleted session: %v", err)
 	}
 }
@@ -454,7 +455,7 @@ func TestCrossTenantReadsAreNotFound(t *testing.T) {
 func TestSessionListPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, eventlog.StoreConfig{})
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	want := map[uuid.UUID]bool{}
 	for range 7 {
 		want[newSession(t, st, tenant).ID] = true
@@ -489,22 +490,22 @@ func TestSessionListPages(t *testing.T) {
 func TestEventAppendTxIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, pool, tenant := newStore(t, eventlog.StoreConfig{})
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := st.EventAppendTx(ctx, tx, tenant, sess.ID, turnStart(1), stepStart(1, 1)); err != nil {
+		if _, err := appendTx(st, ctx, tx, tenant, sess.ID, turnStart(1), stepStart(1, 1)); err != nil {
 			return err
 		}
 		// A refused append leaves the transaction usable.
-		_, err := st.EventAppendTx(ctx, tx, tenant, sess.ID, user("m", "x"), raw("todo/write", `{"x":-0}`))
+		_, err := appendTx(st, ctx, tx, tenant, sess.ID, user("m", "x"), raw("todo/write", `{"x":-0}`))
 		wantRule(t, err, "SES-1")
-		_, err = st.EventAppendTx(ctx, tx, tenant, sess.ID, eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "x"),
+		_, err = appendTx(st, ctx, tx, tenant, sess.ID, eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "x"),
 			SurfaceOp: eventlog.ReplaceOp(9, 9), SourceEventSeqs: []int64{1}})
 		wantRule(t, err, "SES-3")
 		if n := count(t, st, tenant, sess.ID); n != 0 {
 			t.Errorf("uncommitted events visible outside the transaction: %d", n)
 		}
-		got, err := st.EventAppendTx(ctx, tx, tenant, sess.ID, user("m", "x"))
+		got, err := appendTx(st, ctx, tx, tenant, sess.ID, user("m", "x"))
 		if err == nil && got[0].Seq != 2 {
 			err = fmt.Errorf("seq %d, want 2", got[0].Seq)
 		}

@@ -1,0 +1,198 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+)
+
+// appendSQL is the one append statement: it moves the counter by n and the inbox lengths, inserts
+// the rows and notifies, at once. It does nothing (no row) when the session is not the tenant's
+// live session, when the log does not end at the expected seq, when the fence owner does not hold
+// the run lease, or when an inbox length would go negative.
+const appendSQL = `
+WITH c AS (
+	UPDATE session_counters sc SET last_seq = sc.last_seq + $3,
+		inbox_next_turn = sc.inbox_next_turn + $10, inbox_next_step = sc.inbox_next_step + $11
+	FROM sessions s
+	WHERE sc.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
+	  AND sc.last_seq = $4
+	  AND ($12::uuid IS NULL OR sc.run_owner = $12)
+	  AND sc.inbox_next_turn + $10 >= 0 AND sc.inbox_next_step + $11 >= 0
+	RETURNING sc.last_seq
+), ins AS (
+	INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
+	SELECT $1, $4 + u.ord, $2, u.type, $5, u.data::json, u.op::json, u.src::bigint[], u.ign
+	FROM c, unnest($6::text[], $7::text[], $8::text[], $9::text[], $13::bool[])
+		WITH ORDINALITY AS u(type, data, op, src, ign, ord)
+)
+SELECT last_seq, pg_notify('` + NotifyChannel + `', $1::text || ':' || last_seq) FROM c`
+
+// appendParams is one append: a batch validated and stamped for the head it was built on, the
+// inbox lengths it moves, and the lease that fences it (Owner nil: unfenced).
+type appendParams struct {
+	Tenant, Session uuid.UUID
+	Head            eventlog.Head // the head the batch was built and stamped for
+	Batch           []eventlog.Event
+	Inbox           eventlog.InboxLens // the inbox lengths after the batch
+	Owner           *uuid.UUID
+}
+
+// errNoRow is appendRows' "the statement matched nothing": the head moved, the lease is another's,
+// or the session is gone. The caller tells which.
+var errNoRow = errors.New("pgstore: the append matched no counter row")
+
+// appendRows runs the append statement for p.
+func appendRows(ctx context.Context, q querier, p appendParams) error {
+	c := toColumns(p.Batch)
+	var last int64
+	err := q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), p.Batch[0].Time,
+		c.types, c.datas, c.ops, c.srcs, p.Inbox.NextTurn-p.Head.Inbox.NextTurn,
+		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable).Scan(&last, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errNoRow
+	}
+	return translate(err, "append")
+}
+
+// insertSQL inserts rows with explicit seqs and times (seeds and forks); the caller holds the
+// counter row and moves it.
+const insertSQL = `
+INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
+SELECT $1, u.seq, $2, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
+FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[])
+	AS u(seq, time, type, data, op, src, ign)`
+
+// columns are the per-row arrays of a batch.
+type columns struct {
+	seqs, times  []int64
+	types, datas []string
+	ops, srcs    []*string
+	ignorable    []bool
+}
+
+func toColumns(evs []eventlog.Event) columns {
+	n := len(evs)
+	c := columns{seqs: make([]int64, n), times: make([]int64, n), types: make([]string, n),
+		datas: make([]string, n), ops: make([]*string, n), srcs: make([]*string, n), ignorable: make([]bool, n)}
+	for i, ev := range evs {
+		c.seqs[i], c.times[i], c.types[i], c.datas[i], c.ignorable[i] = ev.Seq, ev.Time, ev.Type, string(ev.Data), ev.Ignorable
+		if ev.SurfaceOp != nil {
+			b, _ := ev.SurfaceOp.MarshalJSON()
+			s := string(b)
+			c.ops[i] = &s
+		}
+		if ev.SourceEventSeqs != nil {
+			s := pgArray(ev.SourceEventSeqs)
+			c.srcs[i] = &s
+		}
+	}
+	return c
+}
+
+func pgArray(xs []int64) string {
+	b := []byte{'{'}
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return string(append(b, '}'))
+}
+
+// insertEvents inserts complete events (seqs and times set) of a session whose counter the caller
+// holds and has already moved.
+func insertEvents(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, evs []eventlog.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	c := toColumns(evs)
+	_, err := q.Exec(ctx, insertSQL, sessionID, tenantID, c.seqs, c.times, c.types, c.datas, c.ops, c.srcs, c.ignorable)
+	return err
+}
+
+// lastSeq reads the session's counter. ErrNotFound unless the session is the tenant's and live.
+func lastSeq(ctx context.Context, q querier, tenantID, sessionID uuid.UUID) (int64, error) {
+	var last int64
+	err := q.QueryRow(ctx, `SELECT c.last_seq FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL`, sessionID, tenantID).Scan(&last)
+	return last, translate(err, "read counter")
+}
+
+// prepare validates what build returned for head h against the log-independent rules, stamps it
+// and checks the rules that need the log: sources are earlier (SES-3), the surface for a
+// replacement (SES-3, SES-4, read from q), the optional SES-10 checker, and the inbox fit
+// (LOOP-1). It returns the stamped batch and the inbox lengths after it.
+func (s *Store) prepare(ctx context.Context, q querier, sessionID uuid.UUID, h eventlog.Head, evs []eventlog.NewEvent) ([]eventlog.Event, eventlog.InboxLens, error) {
+	batch, err := eventlog.Prepare(evs)
+	if err != nil {
+		return nil, h.Inbox, err
+	}
+	eventlog.Stamp(batch, h.Next, s.now().UnixMilli())
+	lens, err := h.Inbox.After(batch)
+	if err != nil {
+		return nil, h.Inbox, err
+	}
+	if s.check {
+		prior, err := loadEvents(ctx, q, sessionID, -1, nil, 0)
+		if err != nil {
+			return nil, h.Inbox, err
+		}
+		if err := eventlog.CheckInvariants(append(prior, batch...)); err != nil {
+			return nil, h.Inbox, err
+		}
+	}
+	var sf *eventlog.SurfaceState
+	if eventlog.HasReplace(batch) {
+		if sf, err = loadSurface(ctx, q, sessionID); err != nil {
+			return nil, h.Inbox, err
+		}
+	}
+	lookup := func(seq int64) (eventlog.Event, error) {
+		if seq >= h.Next {
+			return batch[seq-h.Next], nil
+		}
+		return loadEvent(ctx, q, sessionID, seq)
+	}
+	if err := eventlog.CheckBatch(batch, sf, lookup); err != nil {
+		return nil, h.Inbox, err
+	}
+	return batch, lens, nil
+}
+
+// AppendTx appends to the session inside the caller's transaction tx, unfenced: it locks the
+// session's counter row, calls build with the head and appends what build returns (posting a
+// message appends to the inbox and enqueues its job in one transaction). The events become
+// visible, and followers are woken, when tx commits. A build or validation error leaves tx usable
+// and unchanged; a database error leaves it for the caller to roll back.
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+	h, err := s.head(ctx, tx, tenantID, sessionID, true)
+	if err != nil {
+		return nil, err
+	}
+	return s.appendAt(ctx, tx, tenantID, sessionID, h, nil, build)
+}
+
+// appendAt builds, checks and appends a batch at head h (which q holds locked, or which the
+// statement's conditions prove current). errNoRow when the statement matched nothing.
+func (s *Store) appendAt(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, h eventlog.Head, owner *uuid.UUID, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+	evs, err := build(h)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	batch, lens, err := s.prepare(ctx, q, sessionID, h, evs)
+	if err != nil {
+		return nil, err
+	}
+	err = appendRows(ctx, q, appendParams{Tenant: tenantID, Session: sessionID, Head: h, Batch: batch, Inbox: lens, Owner: owner})
+	if err != nil {
+		return nil, err
+	}
+	return batch, nil
+}

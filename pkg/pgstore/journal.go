@@ -1,0 +1,266 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+)
+
+// Journal is one session's eventlog.Journal over the store. A journal opened with an owner is a
+// turn runner's: every append is fenced by that owner's run lease (eventlog.ErrLeaseLost once it
+// is lost). One opened without (uuid.Nil) is an unfenced writer, as an HTTP handler.
+//
+// Appends are optimistic once the journal knows the head of the log (from everything it appended
+// and read): it builds the batch for that head and appends it in one statement conditioned on the
+// log still ending there (and on the lease). When another writer got in first the append fails
+// with eventlog.ErrStale and appends nothing; the caller reads what it missed (Since) and builds
+// again. Before the head is known, an append locks the session's counter row, reads the head,
+// builds and appends in one transaction.
+//
+// Append and Since are used by one goroutine at a time; Latest, Wait and Seen are safe for
+// concurrent use.
+type Journal struct {
+	store           *Store
+	hub             *Hub
+	tenant, session uuid.UUID
+	owner           *uuid.UUID
+
+	known bool
+	head  eventlog.Head // valid when known
+	next  atomic.Int64  // head.Next, readable from other goroutines
+	unsub func()
+}
+
+// Journal returns the journal of the session for owner (uuid.Nil: unfenced). hub, when not nil,
+// serves Wait and Latest from its notifications; without one they read the database.
+func (s *Store) Journal(hub *Hub, tenantID, sessionID, owner uuid.UUID) *Journal {
+	j := &Journal{store: s, hub: hub, tenant: tenantID, session: sessionID}
+	j.SetOwner(owner)
+	return j
+}
+
+// SetOwner changes the lease owner that fences the journal's appends (a kept runner serves each
+// job under a fresh lease identity). Not safe to call while an append runs.
+func (j *Journal) SetOwner(owner uuid.UUID) {
+	j.owner = nil
+	if owner != uuid.Nil {
+		j.owner = &owner
+	}
+}
+
+// Open subscribes the journal to its session's notifications, so that Latest follows other
+// writers' commits (when it has a hub). Close undoes it.
+func (j *Journal) Open() {
+	if j.hub != nil && j.unsub == nil {
+		_, j.unsub = j.hub.Subscribe(j.session)
+	}
+}
+
+// Close releases the subscription of Open.
+func (j *Journal) Close() {
+	if j.unsub != nil {
+		j.unsub()
+		j.unsub = nil
+	}
+}
+
+// Seen returns the highest seq the journal has appended, is appending or has read (-1 before
+// any). A replica's cancel watcher uses it to tell foreign events from the runner's own.
+func (j *Journal) Seen() int64 { return j.next.Load() - 1 }
+
+// Append implements eventlog.Journal.
+func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+	var out []eventlog.Event
+	var err error
+	if j.known {
+		out, err = j.appendOptimistic(ctx, build)
+	} else {
+		out, err = j.appendLocked(ctx, build)
+	}
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	j.track(out)
+	j.store.committed(j.tenant, j.session, out)
+	return out, nil
+}
+
+func (j *Journal) appendOptimistic(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+	h := j.head
+	evs, err := build(h)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	batch, lens, err := j.store.prepare(ctx, j.store.pool, j.session, h, evs)
+	if err != nil {
+		return nil, err
+	}
+	// The seqs this append takes are known before it runs: publish them first, so that the
+	// notification of the commit, which may arrive before the append returns, reads as this
+	// journal's own and not as news (Seen).
+	j.next.Store(h.Next + int64(len(batch)))
+	err = appendRows(ctx, j.store.pool, appendParams{Tenant: j.tenant, Session: j.session, Head: h,
+		Batch: batch, Inbox: lens, Owner: j.owner})
+	if err == nil {
+		return batch, nil
+	}
+	j.next.Store(h.Next)
+	if !errors.Is(err, errNoRow) {
+		return nil, err
+	}
+	cur, err := j.store.head(ctx, j.store.pool, j.tenant, j.session, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.fence(cur); err != nil {
+		return nil, err
+	}
+	if cur.Next != h.Next {
+		return nil, fmt.Errorf("%w (the log ends at %d, not %d)", eventlog.ErrStale, cur.Last(), h.Last())
+	}
+	return nil, &eventlog.ValidationError{Seq: h.Next, Rule: "LOOP-1", Reason: "the batch's inbox splices do not fit the inbox"}
+}
+
+func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+	var (
+		out  []eventlog.Event
+		head eventlog.Head
+	)
+	err := j.store.inTx(ctx, "append", func(tx pgx.Tx) error {
+		h, err := j.store.head(ctx, tx, j.tenant, j.session, true)
+		if err != nil {
+			return err
+		}
+		if err := j.fence(h); err != nil {
+			return err
+		}
+		head = h
+		out, err = j.store.appendAt(ctx, tx, j.tenant, j.session, h, j.owner, build)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > 0 && j.owner != nil {
+		// A runner's journal knows the head from here on; an unfenced writer stays pessimistic
+		// (it cannot know what the runner appends).
+		j.head, j.known = head, true
+	}
+	return out, nil
+}
+
+func (j *Journal) fence(h eventlog.Head) error {
+	if j.owner != nil && h.Lease.Owner != j.owner.String() {
+		return eventlog.ErrLeaseLost
+	}
+	return nil
+}
+
+// track advances the known head over committed events that follow it.
+func (j *Journal) track(evs []eventlog.Event) {
+	if !j.known {
+		return
+	}
+	for _, ev := range evs {
+		if ev.Seq != j.head.Next {
+			continue
+		}
+		j.head.Next++
+		if ev.Type == eventlog.TypeInboxSpliced {
+			if s, err := eventlog.Decode[eventlog.InboxSpliced](ev); err == nil {
+				j.head.Inbox, _ = j.head.Inbox.Apply(s)
+			}
+		} else if ev.Type == eventlog.TypeSessionEndSeed {
+			j.head.Inbox = eventlog.InboxLens{}
+		}
+	}
+	j.next.Store(j.head.Next)
+}
+
+// readPage is how many events Since reads per query.
+const readPage = 1000
+
+// Since implements eventlog.Journal. A fenced journal that reads from the start knows the head
+// from then on.
+func (j *Journal) Since(ctx context.Context, after int64) ([]eventlog.Event, error) {
+	if after < 0 && !j.known && j.owner != nil {
+		j.head, j.known = eventlog.Head{}, true
+	}
+	var out []eventlog.Event
+	for {
+		page, err := j.store.EventList(ctx, j.tenant, j.session, ListQuery{After: after, Limit: readPage})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < readPage {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	j.track(out)
+	return out, nil
+}
+
+// Latest implements eventlog.Journal: the highest seq notified, or the journal's own head.
+func (j *Journal) Latest() int64 {
+	own := j.Seen()
+	if j.hub != nil {
+		if seq, ok := j.hub.Latest(j.session); ok && seq > own {
+			return seq
+		}
+	}
+	return own
+}
+
+// waitPoll is how often Wait reads the counter when the journal has no hub.
+const waitPoll = 100 * time.Millisecond
+
+// Wait implements eventlog.Journal.
+func (j *Journal) Wait(ctx context.Context, after int64) error {
+	if j.hub == nil {
+		for {
+			last, err := lastSeq(ctx, j.store.pool, j.tenant, j.session)
+			if err != nil || last > after {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(waitPoll):
+			}
+		}
+	}
+	wake, unsub := j.hub.Subscribe(j.session)
+	defer unsub()
+	for {
+		if seq, ok := j.hub.Latest(j.session); ok {
+			if seq > after {
+				return nil
+			}
+		} else {
+			// The hub does not vouch for this session yet (subscribed just now, or it forgot
+			// after a reconnect or heartbeat, when notifications may have been lost): read the
+			// counter.
+			last, err := lastSeq(ctx, j.store.pool, j.tenant, j.session)
+			if err != nil || last > after {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		}
+	}
+}
+
+// Session returns the id of the journal's session.
+func (j *Journal) Session() uuid.UUID { return j.session }
