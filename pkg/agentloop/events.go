@@ -103,6 +103,22 @@ type Header struct {
 	Tools          []llm.ToolSchema `json:"tools,omitempty"`
 }
 
+// retryData is an `llm/retry`: the model request of (turn, step) failed with code (message,
+// status) and is sent again after delayMs. attempt numbers the failed request, from 1, which is
+// also the number of the retry; maxRetries is the step's retry budget (the preset's
+// model.retries).
+type retryData struct {
+	Turn       int    `json:"turn"`
+	Step       int    `json:"step"`
+	Provider   string `json:"provider"`
+	Attempt    int    `json:"attempt"`
+	MaxRetries int    `json:"maxRetries"`
+	DelayMs    int64  `json:"delayMs"`
+	Code       string `json:"code"`
+	Message    string `json:"message,omitempty"`
+	Status     int    `json:"status,omitempty"`
+}
+
 type headerData struct {
 	Header json.RawMessage `json:"header"`
 	Reason string          `json:"reason"`

@@ -31,6 +31,9 @@ const (
 	TypeApprovalAsked        = "approval/asked"
 	TypeApprovalDecided      = "approval/decided"
 	TypeApprovalPolicy       = "approval/policy"
+	// TypeLLMRetry is the plugin-owned record of a model request retried within its step (the
+	// agent loop writes it before waiting to send the request again).
+	TypeLLMRetry = "llm/retry"
 )
 
 // knownTypes is the vocabulary this build understands (SES-8, SES-9): the core kinds plus the
@@ -42,7 +45,7 @@ var knownTypes = map[string]bool{
 	TypeAssistantMessage: true, "command/done": true, "command/run": true, "compact/end": true,
 	"compact/prune": true, "compact/start": true, "compact/summary": true,
 	"feedback/record": true, "goal/change": true, "hook/invoked": true, "hook/result": true,
-	"llm/retry": true, "llm/retry-started": true, "permission/preset": true, "plan/mode": true,
+	TypeLLMRetry: true, "llm/retry-started": true, "permission/preset": true, "plan/mode": true,
 	TypeRequestContext: true, TypeRequestHeader: true, "sandbox/mode": true,
 	"schedule/change": true, TypeSessionEndSeed: true, "session/title": true,
 	"session/title-llm-request": true, TypeStepEnd: true, TypeStepStart: true,

@@ -330,6 +330,7 @@ var dataChecks = map[string]func([]byte) error{
 		}
 		return err
 	},
+	TypeLLMRetry:        checkRetry,
 	TypeApprovalAsked:   func(b []byte) error { return requireStrings(b, "id", "toolName") },
 	TypeApprovalDecided: func(b []byte) error { return requireStrings(b, "id", "outcome") },
 }
@@ -347,6 +348,29 @@ func requireStrings(b []byte, fields ...string) error {
 		}
 	}
 	return nil
+}
+
+// checkRetry checks an `llm/retry`: inside a step, a non-negative delayMs, and the code of the
+// failure that is retried, as dshd writes it (code) or as the reference does (failure.code).
+func checkRetry(b []byte) error {
+	d, err := decode[struct {
+		stepData
+		DelayMs *float64 `json:"delayMs"`
+		Code    string   `json:"code"`
+		Failure *struct {
+			Code string `json:"code"`
+		} `json:"failure"`
+	}](b)
+	switch {
+	case err != nil:
+	case d.check() != nil:
+		err = d.check()
+	case d.DelayMs == nil || *d.DelayMs < 0:
+		err = fmt.Errorf("delayMs must be a number >= 0")
+	case d.Code == "" && (d.Failure == nil || d.Failure.Code == ""):
+		err = fmt.Errorf("code must be a non-empty string")
+	}
+	return err
 }
 
 func checkStep(b []byte) error {
