@@ -17,10 +17,11 @@ type chunkStager struct {
 	last       *llm.Chunk // the last staged chunk, mergeable while lastFlush == r.w.flushes
 	lastFlush  int
 
-	blocks map[int]llm.Block // completed blocks by index (block-end)
-	text   map[int]*partialBlock
-	usage  *llm.Usage
-	finish string
+	blocks  map[int]llm.Block // completed blocks by index (block-end)
+	text    map[int]*partialBlock
+	usage   *llm.Usage
+	finish  string
+	failure *llm.Failure // of an error or abort finish chunk
 
 	outBytes  int // text, reasoning and argument bytes streamed
 	toolCalls int // tool-call blocks started
@@ -115,7 +116,7 @@ func (cs *chunkStager) assemble(c llm.Chunk) {
 		cs.usage = c.Usage
 	case llm.ChunkFinish:
 		if c.Reason != nil {
-			cs.finish = c.Reason.Kind
+			cs.finish, cs.failure = c.Reason.Kind, c.Reason.Failure
 		}
 	}
 }

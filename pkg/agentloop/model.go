@@ -13,29 +13,57 @@ import (
 	"github.com/dshd/dshd/pkg/promptasm"
 )
 
-// callModel runs the step's model call, retrying retryable failures, and writes the chunks and
-// the assembled `assistant/message`. It returns the message and the finish kind. On cancellation
-// mid-stream it writes the partial text as an interrupted message and returns the context error.
+// callModel runs the step's model call and writes the chunks and the assembled
+// `assistant/message`. It returns the message and the finish kind. A failed attempt ends with an
+// `assistant/chunk` finish of kind error carrying the failure (LOOP-4); a retryable one is then
+// sent again within the step, up to Config.ModelRetries times, each retry logged as `llm/retry`
+// and written before the wait. On cancellation mid-stream it writes the partial text as an
+// interrupted message and returns the context error.
 func (r *Runner) callModel(ctx context.Context, turn, step int, asm promptasm.Result) (llm.Message, string, error) {
-	backoff := r.cfg.RetryBackoff
-	for attempt := 0; ; attempt++ {
-		msg, finish, err := r.streamOnce(ctx, turn, step, asm)
+	for attempt := 1; ; attempt++ {
+		cs := &chunkStager{r: r, turn: turn, step: step}
+		msg, finish, err := r.streamOnce(ctx, cs, asm)
 		if err == nil || ctx.Err() != nil || errors.Is(err, errLog) {
 			return msg, finish, err
 		}
-		var le *llm.Error
-		if !errors.As(err, &le) || !le.Retryable && !llm.RetryableCode(le.Code) || attempt >= r.cfg.ModelRetries {
+		f := failureOf(err)
+		if cs.finish != llm.FinishError && cs.finish != llm.FinishAbort {
+			cs.push(llm.ErrorChunk(f)) // unless the provider's own finish chunk said so
+		}
+		delay, ok := r.retryDelay(err, attempt)
+		if !ok {
 			return msg, finish, err
 		}
-		r.cfg.Logger.Warn("model call failed, retrying", "session", r.cfg.SessionID,
-			"turn", turn, "step", step, "attempt", attempt+1, "code", le.Code, "err", le.Message)
-		select {
-		case <-ctx.Done():
-			return msg, finish, ctx.Err()
-		case <-time.After(backoff):
+		r.w.stage(staged{typ: eventlog.TypeLLMRetry, data: eventlog.LLMRetry{Turn: turn, Step: step,
+			Provider: r.model.Provider, Attempt: attempt, MaxRetries: *r.cfg.ModelRetries,
+			DelayMs: float64(delay.Milliseconds()), Code: f.Code, Message: f.Message, Status: f.Status}})
+		if err := r.logErr(r.w.flush(ctx)); err != nil {
+			return llm.Message{}, "", err
 		}
-		backoff *= 2
+		r.cfg.Logger.Warn("model call failed, retrying", "session", r.cfg.SessionID,
+			"turn", turn, "step", step, "attempt", attempt, "code", f.Code, "delay", delay, "err", f.Message)
+		if err := llm.Sleep(ctx, delay); err != nil {
+			return llm.Message{}, "", err
+		}
 	}
+}
+
+// retryDelay reports whether the failure of attempt (from 1) is retried and after how long:
+// the provider's Retry-After when it sent one (not waited for beyond MaxRetryDelay), else
+// RetryBackoff doubled per earlier retry, at most MaxRetryDelay.
+func (r *Runner) retryDelay(err error, attempt int) (time.Duration, bool) {
+	var le *llm.Error
+	if !errors.As(err, &le) || !le.Retryable || attempt > *r.cfg.ModelRetries {
+		return 0, false
+	}
+	if le.RetryAfter > 0 {
+		return le.RetryAfter, le.RetryAfter <= r.cfg.MaxRetryDelay
+	}
+	d := r.cfg.RetryBackoff << (attempt - 1)
+	if d <= 0 || d > r.cfg.MaxRetryDelay {
+		d = r.cfg.MaxRetryDelay
+	}
+	return d, true
 }
 
 // recvItem is one result of Stream.Recv, passed from the reading goroutine.
@@ -44,7 +72,9 @@ type recvItem struct {
 	err error
 }
 
-func (r *Runner) streamOnce(ctx context.Context, turn, step int, asm promptasm.Result) (llm.Message, string, error) {
+// streamOnce makes one attempt of the model call, staging its chunks through cs.
+func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.Result) (llm.Message, string, error) {
+	turn, step := cs.turn, cs.step
 	req, err := r.request(asm)
 	if err != nil {
 		return llm.Message{}, "", err
@@ -100,7 +130,6 @@ func (r *Runner) streamOnce(ctx context.Context, turn, step int, asm promptasm.R
 		}
 	}()
 
-	cs := &chunkStager{r: r, turn: turn, step: step}
 	tick := time.NewTicker(r.cfg.ChunkWindow)
 	defer tick.Stop()
 	for {
@@ -164,7 +193,7 @@ func (r *Runner) request(asm promptasm.Result) (llm.Request, error) {
 	if err != nil {
 		return llm.Request{}, err
 	}
-	h := eventlog.ModelHeader{Config: r.cfg.Model, System: asm.System, Tools: asm.Tools}
+	h := eventlog.ModelHeader{Config: r.model, AdapterDefaults: r.defaults, System: asm.System, Tools: asm.Tools}
 	h.Config.BaseURL = ""
 	h = h.Canonical()
 	switch inForce := r.headerInForce(); {
@@ -177,11 +206,12 @@ func (r *Runner) request(asm promptasm.Result) (llm.Request, error) {
 	case inForce == nil || !inForce.Equal(h):
 		r.stageHeader(h, "change")
 	}
-	rc := eventlog.RequestContext{Provider: r.cfg.Model.Provider, Model: r.cfg.Model.Model}
+	rc := eventlog.RequestContext{Provider: r.model.Provider, Model: r.model.Model,
+		ContextWindow: r.cfg.ModelDefaults.ContextWindow}
 	if c := r.contextInForce(); c == nil || *c != rc {
 		r.stagedCtx = &stagedContext{c: rc, h: r.w.stage(staged{typ: eventlog.TypeRequestContext, data: rc})}
 	}
-	return llm.Request{Config: r.cfg.Model, System: asm.System, Messages: msgs, Tools: asm.Tools,
+	return llm.Request{Config: r.model, System: asm.System, Messages: msgs, Tools: asm.Tools,
 		SessionID: r.cfg.SessionID}, nil
 }
 
@@ -256,6 +286,11 @@ func (r *Runner) assistant(cs *chunkStager, turn, step int) (llm.Message, string
 		finish = llm.FinishStop
 	}
 	if finish == llm.FinishError || finish == llm.FinishAbort {
+		if f := cs.failure; f != nil && f.Code != "" {
+			e := llm.NewError(f.Code, "%s", f.Message)
+			e.Status = f.Status
+			return llm.Message{}, "", e
+		}
 		return llm.Message{}, "", llm.NewError(llm.CodeServer, "the model stream finished with %s", finish)
 	}
 	content := cs.content()

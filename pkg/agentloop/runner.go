@@ -22,11 +22,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxSteps     = 100
-	DefaultChunkWindow  = 50 * time.Millisecond
-	DefaultChunkBytes   = 4096
-	DefaultModelRetries = 2
-	DefaultRetryBackoff = 250 * time.Millisecond
+	DefaultMaxSteps      = 100
+	DefaultChunkWindow   = 50 * time.Millisecond
+	DefaultChunkBytes    = 4096
+	DefaultModelRetries  = 2
+	DefaultRetryBackoff  = 250 * time.Millisecond
+	DefaultMaxRetryDelay = 60 * time.Second
 	// DefaultMaxOutputBytes and DefaultMaxToolCalls bound one model response.
 	DefaultMaxOutputBytes = 4 << 20
 	DefaultMaxToolCalls   = 128
@@ -38,8 +39,13 @@ type Config struct {
 	SessionID string
 	// Scope is the tool registry scope of the agent (its preset's tools, restrictions, mode).
 	Scope string
-	// Model is the model configuration; it is what `request/header` records (no secrets).
+	// Model is the model configuration; it is what `request/header` records (no secrets), with
+	// the unset fields ModelDefaults fills.
 	Model llm.Config
+	// ModelDefaults are the provider's defaults: MaxTokens and ReasoningEffort fill what Model
+	// leaves unset (sent with the request, recorded in `request/header` and marked in its
+	// adapterDefaults), ContextWindow goes into `request/context`. Zero: none.
+	ModelDefaults llm.Defaults
 	// Provider streams model calls.
 	Provider llm.Provider
 	// Prompt assembles the system prompt and wire tools; PromptInput carries the chain, mode,
@@ -57,11 +63,15 @@ type Config struct {
 	// deltas of a block merged. Defaults DefaultChunkWindow and DefaultChunkBytes.
 	ChunkWindow time.Duration
 	ChunkBytes  int
-	// ModelRetries is how often a retryable model failure (RATE_LIMIT, SERVER, TRANSPORT,
-	// TIMEOUT) is retried within a step, after RetryBackoff doubling each time. Default
-	// DefaultModelRetries; negative disables.
-	ModelRetries int
-	RetryBackoff time.Duration
+	// ModelRetries is how often a retryable model failure (llm.Error.Retryable: RATE_LIMIT,
+	// SERVER 5xx, TRANSPORT, TIMEOUT) is retried within its step; each retry is logged as
+	// `llm/retry` before the wait. The wait is the provider's Retry-After when it sent one,
+	// else RetryBackoff doubling with each retry, at most MaxRetryDelay; a Retry-After longer
+	// than MaxRetryDelay is not waited for (the step fails). nil: DefaultModelRetries; 0 (or
+	// negative): no retries. Defaults DefaultRetryBackoff and DefaultMaxRetryDelay.
+	ModelRetries  *int
+	RetryBackoff  time.Duration
+	MaxRetryDelay time.Duration
 	// MaxOutputBytes and MaxToolCalls bound one model response (text, reasoning and arguments;
 	// tool calls): a response past them fails the step with SERVER, so a broken or hostile model
 	// endpoint cannot fill memory or the log. Defaults DefaultMaxOutputBytes and
@@ -89,11 +99,16 @@ func (c Config) withDefaults() Config {
 	if c.ChunkBytes <= 0 {
 		c.ChunkBytes = DefaultChunkBytes
 	}
-	if c.ModelRetries == 0 {
-		c.ModelRetries = DefaultModelRetries
+	retries := DefaultModelRetries
+	if c.ModelRetries != nil {
+		retries = max(*c.ModelRetries, 0)
 	}
+	c.ModelRetries = &retries // a copy: the caller's pointer is not shared
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.MaxRetryDelay <= 0 {
+		c.MaxRetryDelay = DefaultMaxRetryDelay
 	}
 	if c.MaxOutputBytes <= 0 {
 		c.MaxOutputBytes = DefaultMaxOutputBytes
@@ -125,6 +140,10 @@ type Runner struct {
 	j   eventlog.Journal
 	m   *mirror
 	w   *writer
+	// model is cfg.Model with the provider's defaults filled in, and marks the fields they
+	// filled: what requests are sent with and `request/header` records.
+	model    llm.Config
+	defaults map[string]bool
 	// headerLogged is true once this runner logged a request/header (LOOP-3: the first request
 	// of a loop instance always logs one).
 	headerLogged bool
@@ -142,7 +161,8 @@ type Runner struct {
 func NewRunner(cfg Config, j eventlog.Journal) *Runner {
 	cfg = cfg.withDefaults()
 	m := newMirror()
-	return &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock)}
+	model, defaults := cfg.ModelDefaults.Apply(cfg.Model)
+	return &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock), model: model, defaults: defaults}
 }
 
 // Load folds every committed event the runner has not seen.

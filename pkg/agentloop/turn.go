@@ -146,14 +146,20 @@ func errorReason(code string, err error) Reason {
 	return Reason{Kind: eventlog.EndError, Error: &eventlog.TurnError{Message: err.Error(), Code: code}}
 }
 
-// failure turns a step failure into a turn ending: an LLM error keeps its code and status,
-// anything else is UNKNOWN.
+// failure turns a step failure into a turn ending with the facts of failureOf.
 func failure(err error) Reason {
+	f := failureOf(err)
+	return Reason{Kind: eventlog.EndError, Error: &eventlog.TurnError{Message: f.Message, Code: f.Code, Status: f.Status}}
+}
+
+// failureOf returns the facts of a step failure: an LLM error keeps its message, code and
+// status, anything else is UNKNOWN with the error's text.
+func failureOf(err error) llm.Failure {
 	var le *llm.Error
 	if errors.As(err, &le) {
-		return Reason{Kind: eventlog.EndError, Error: &eventlog.TurnError{Message: le.Message, Code: le.Code, Status: le.Status}}
+		return le.Failure()
 	}
-	return errorReason(CodeUnknown, err)
+	return llm.Failure{Message: err.Error(), Code: CodeUnknown}
 }
 
 type errMaxSteps int

@@ -34,13 +34,13 @@ type Config struct {
 	// Tools are the built-in tools, registered globally.
 	Tools []*registry.Tool
 	// DeepSeekAPIKey is the operator's key for DeepSeek. It is sent only to the default DeepSeek
-	// endpoint: an openai preset without a baseUrl, or with an https baseUrl on host
+	// endpoint: a deepseek or openai preset without a baseUrl, or with an https baseUrl on host
 	// api.deepseek.com and the default port (openai.IsDeepSeekEndpoint). A preset pointing
 	// anywhere else (another provider, a proxy, a local server) gets no key: its requests carry
 	// no Authorization header. Per-tenant keys for other endpoints are not supported yet. Empty:
 	// DeepSeek presets fail their turns with INVALID_CREDENTIAL (from the provider).
 	DeepSeekAPIKey string
-	// ModelHosts are the hosts an openai preset's baseUrl may point at (checked again here, not
+	// ModelHosts are the hosts a deepseek or openai preset's baseUrl may point at (checked again here, not
 	// only when the preset is written, by the same openai.AllowedBaseURL). Default:
 	// api.deepseek.com.
 	ModelHosts []string
@@ -49,15 +49,16 @@ type Config struct {
 	// ScriptedDisabled turns the scripted provider off: a scripted preset's Agent fails with
 	// NO_ADAPTER. Default false: scripted stays the offline default model.
 	ScriptedDisabled bool
-	// OpenAIFunc builds the client of an openai preset; default openai.New. Tests point it at
-	// cmd/mockllm through ModelHosts instead of replacing it.
+	// OpenAIFunc builds the client of a deepseek or openai preset; default openai.New. It is
+	// given MaxAttempts 1: the agent loop retries (the preset's model.retries) and logs each
+	// retry. Tests point it at cmd/mockllm through ModelHosts instead of replacing it.
 	OpenAIFunc func(openai.Config) llm.Provider
 	// DefaultToolTimeoutMs bounds the body of every tool that sets no TimeoutMs of its own
 	// (SPEC extension E2): past it the call ends with a timeout result. Default
 	// DefaultToolTimeoutMs (10 minutes); negative leaves such tools unbounded.
 	DefaultToolTimeoutMs int
-	// Loop is the base agent loop configuration (chunk window, retries, clock, logger); the
-	// per-session fields are filled by Agent.
+	// Loop is the base agent loop configuration (chunk window, retry backoff, clock, logger);
+	// the per-session fields are filled by Agent (model, provider defaults, model.retries).
 	Loop agentloop.Config
 	// MaxIdleScopes bounds the preset-version scopes kept set up while no session uses them;
 	// beyond it the least recently released is disposed. A scope in use is never disposed.
@@ -194,7 +195,7 @@ type Session struct {
 // is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
-	prov, err := a.provider(p.Model)
+	prov, defaults, err := a.provider(p.Model)
 	if err != nil {
 		return agentloop.Config{}, func() {}, err
 	}
@@ -202,7 +203,16 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	cfg := a.cfg.Loop
 	cfg.SessionID = s.ID.String()
 	cfg.Scope = sc.key
-	cfg.Model = llm.Config{Provider: p.Model.Provider, Model: p.Model.Model, BaseURL: p.Model.BaseURL}
+	cfg.Model = llm.Config{Provider: p.Model.Provider, Model: p.Model.Model, BaseURL: p.Model.BaseURL,
+		ReasoningEffort: p.Model.ReasoningEffort}
+	if p.Model.MaxTokens != nil {
+		cfg.Model.MaxTokens = *p.Model.MaxTokens
+	}
+	cfg.ModelDefaults = defaults
+	if p.Model.Retries != nil {
+		n := *p.Model.Retries
+		cfg.ModelRetries = &n
+	}
 	cfg.Provider = prov
 	cfg.Prompt = a.prompt
 	cfg.PromptInput = promptasm.Input{Chain: promptasm.Chain{sc.key}, ToolOrder: toolOrder(p.Tools.ToolOrder),
@@ -373,18 +383,29 @@ func failing(setupErr error) *promptasm.Registry {
 	return pr
 }
 
-// provider returns the model client of a preset's model settings.
-func (a *Agents) provider(m preset.Model) (llm.Provider, error) {
+// provider returns the model client of a preset's model settings and the defaults the
+// provider declares: deepseek DeepSeek's (openai.DeepSeekDefaults), openai and scripted none.
+// deepseek and openai share the OpenAI wire and its clients, and the rules of the operator's key.
+func (a *Agents) provider(m preset.Model) (llm.Provider, llm.Defaults, error) {
+	var defaults llm.Defaults
 	switch m.Provider {
 	case preset.ProviderScripted:
 		if a.cfg.ScriptedDisabled {
-			return nil, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server")
+			return nil, defaults, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server")
 		}
-		return a.cfg.Scripted, nil
+		return a.cfg.Scripted, defaults, nil
+	case preset.ProviderDeepSeek:
+		defaults = openai.DeepSeekDefaults()
 	case preset.ProviderOpenAI:
 	default:
-		return nil, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
+		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
 	}
+	p, err := a.openAIClient(m)
+	return p, defaults, err
+}
+
+// openAIClient returns the OpenAI-wire client of a deepseek or openai preset.
+func (a *Agents) openAIClient(m preset.Model) (llm.Provider, error) {
 	baseURL, apiKey := "", a.cfg.DeepSeekAPIKey // no baseUrl: the default DeepSeek endpoint
 	if m.BaseURL != "" {
 		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
@@ -409,7 +430,8 @@ func (a *Agents) client(baseURL, apiKey string) llm.Provider {
 		a.lru.MoveToFront(e)
 		return e.Value.(*client).p
 	}
-	c := &client{baseURL: baseURL, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, Logger: a.cfg.Logger})}
+	c := &client{baseURL: baseURL, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, MaxAttempts: 1,
+		Logger: a.cfg.Logger})}
 	a.clients[baseURL] = a.lru.PushFront(c)
 	for a.lru.Len() > maxClients {
 		delete(a.clients, a.lru.Remove(a.lru.Back()).(*client).baseURL)

@@ -220,19 +220,16 @@ func TestOperatorKeyOnlyForDeepSeek(t *testing.T) {
 	t.Cleanup(ms.Close)
 	u, _ := url.Parse(srv.URL)
 
-	var keys sync.Map // base URL -> key the client was built with
 	a, err := agents.New(agents.Config{DeepSeekAPIKey: "sk-operator", ModelHosts: []string{"api.deepseek.com", u.Host},
-		Loop: agentloop.Config{RetryBackoff: time.Millisecond},
-		OpenAIFunc: func(c openai.Config) llm.Provider {
-			keys.Store(c.BaseURL, c.APIKey)
-			return openai.New(c)
-		}})
+		Loop: agentloop.Config{RetryBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := presetOf(t, `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"`+srv.URL+`/v1"}}`)
-	if ends := find(run(t, a, p, "text"), eventlog.TypeTurnEnd); len(ends) != 1 || !strings.Contains(ends[0], "completed") {
-		t.Fatalf("turn/end %v", ends)
+	for _, provider := range []string{"openai", "deepseek"} {
+		p := presetOf(t, `{"name":"p","model":{"provider":"`+provider+`","model":"m","baseUrl":"`+srv.URL+`/v1"}}`)
+		if ends := find(run(t, a, p, "text"), eventlog.TypeTurnEnd); len(ends) != 1 || !strings.Contains(ends[0], "completed") {
+			t.Fatalf("%s: turn/end %v", provider, ends)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -240,17 +237,43 @@ func TestOperatorKeyOnlyForDeepSeek(t *testing.T) {
 		t.Fatalf("Authorization headers %q; want requests without one", auth)
 	}
 
+	// The same rules for both providers of the OpenAI wire (deepseek, the default, and openai),
+	// each with clients of its own.
+	for _, provider := range []string{"openai", "deepseek", ""} {
+		keys := &sync.Map{}
+		a, err := agents.New(agents.Config{DeepSeekAPIKey: "sk-operator", ModelHosts: []string{"api.deepseek.com", u.Host},
+			OpenAIFunc: func(c openai.Config) llm.Provider {
+				keys.Store(c.BaseURL, c.APIKey)
+				return openai.New(c)
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOperatorKey(t, a, keys, provider, srv.URL)
+	}
+}
+
+// checkOperatorKey checks which endpoints of presets of provider get the operator's key.
+func checkOperatorKey(t *testing.T, a *agents.Agents, keys *sync.Map, provider, mockURL string) {
+	t.Helper()
 	for base, want := range map[string]string{
 		"":                                 "sk-operator",
 		"https://api.deepseek.com":         "sk-operator",
 		"https://API.DeepSeek.com.:443/v1": "sk-operator",
 		"http://api.deepseek.com":          "",
-		srv.URL + "/v1":                    "",
+		mockURL + "/v1":                    "",
 	} {
-		body := `{"name":"p","model":{"provider":"openai","model":"m"}}`
-		if base != "" {
-			body = `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"` + base + `"}}`
+		var m map[string]string
+		if provider == "" {
+			m = map[string]string{"model": "m"}
+		} else {
+			m = map[string]string{"provider": provider, "model": "m"}
 		}
+		if base != "" {
+			m["baseUrl"] = base
+		}
+		mb, _ := json.Marshal(m)
+		body := `{"name":"p","model":` + string(mb) + `}`
 		if _, release, err := agentOf(a, presetOf(t, body)); err != nil {
 			t.Fatal(err)
 		} else {
@@ -266,7 +289,7 @@ func TestOperatorKeyOnlyForDeepSeek(t *testing.T) {
 		}
 		got, _ := keys.Load(normalized)
 		if got != want {
-			t.Errorf("baseUrl %q: client key %q, want %q", base, got, want)
+			t.Errorf("provider %q, baseUrl %q: client key %q, want %q", provider, base, got, want)
 		}
 	}
 }

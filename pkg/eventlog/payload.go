@@ -258,16 +258,22 @@ type CodeDispatch struct {
 	Mutations []FileMutation `json:"mutations,omitempty"`
 }
 
-// LLMRetry records that a failed model call is retried within its step: the attempt (from 1),
-// the failure's code and message, and the delay before the retry.
+// LLMRetry records that the model request of (turn, step) failed and is sent again after
+// DelayMs: Attempt numbers the failed request from 1 (it is also the number of the retry),
+// MaxRetries is the step's retry budget (the preset's model.retries), and Code, Message and
+// Status are the failure's. The reference writes the failure as {failure: {code, ...}}; both
+// shapes are read.
 type LLMRetry struct {
-	Turn    int    `json:"turn"`
-	Step    int    `json:"step"`
-	Attempt int    `json:"attempt"`
-	Code    string `json:"code"`
-	Message string `json:"message,omitempty"`
-	Status  int    `json:"status,omitempty"`
-	DelayMs int64  `json:"delayMs"`
+	Turn       int          `json:"turn"`
+	Step       int          `json:"step"`
+	Provider   string       `json:"provider,omitempty"`
+	Attempt    int          `json:"attempt"`
+	MaxRetries int          `json:"maxRetries,omitempty"`
+	DelayMs    float64      `json:"delayMs"`
+	Code       string       `json:"code,omitempty"`
+	Message    string       `json:"message,omitempty"`
+	Status     int          `json:"status,omitempty"`
+	Failure    *llm.Failure `json:"failure,omitempty"`
 }
 
 // AgentCancel is dshd's durable cancel request (LOOP-7), written ignorable so that readers that

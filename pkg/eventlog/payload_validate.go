@@ -237,8 +237,11 @@ func (p LLMRetry) Validate() error {
 	if err := checkStep(p.Turn, p.Step); err != nil {
 		return err
 	}
-	if p.Attempt < 1 || p.Code == "" || p.DelayMs < 0 {
-		return errors.New("attempt >= 1, code and a non-negative delayMs are required")
+	if p.DelayMs < 0 {
+		return errors.New("delayMs must be a number >= 0")
+	}
+	if p.Code == "" && (p.Failure == nil || p.Failure.Code == "") {
+		return errors.New("code must be a non-empty string")
 	}
 	return nil
 }

@@ -281,6 +281,9 @@ func TestSES8_CoreDataShapes(t *testing.T) {
 		"approval/asked without tool":   raw("approval/asked", `{"id":"a"}`),
 		"approval/decided numeric id":   raw("approval/decided", `{"id":1,"outcome":"rejected"}`),
 		"session/end-seed array":        raw("session/end-seed", `[]`),
+		"llm/retry without step":        raw("llm/retry", `{"turn":1,"attempt":1,"code":"SERVER","delayMs":250}`),
+		"llm/retry negative delay":      raw("llm/retry", `{"turn":1,"step":1,"attempt":1,"code":"SERVER","delayMs":-1}`),
+		"llm/retry without code":        raw("llm/retry", `{"turn":1,"step":1,"attempt":1,"delayMs":250}`),
 	}
 	for name, ev := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -292,7 +295,10 @@ func TestSES8_CoreDataShapes(t *testing.T) {
 	l := eventlog.NewLog(nil)
 	mustAppend(t, l, raw("session/end-seed", `{}`), raw("compact/start", `{"x":1}`), raw("team/spawned", `{}`),
 		raw("agent/inbox/spliced", `{"target":"next-step","start":0,"removedCount":1,"inserted":[]}`),
-		raw("approval/asked", `{"id":"a","toolName":"echo"}`), raw("approval/decided", `{"id":"a","outcome":"allowed-once"}`))
+		raw("approval/asked", `{"id":"a","toolName":"echo"}`), raw("approval/decided", `{"id":"a","outcome":"allowed-once"}`),
+		// llm/retry as dshd writes it and as the reference does.
+		raw("llm/retry", `{"turn":1,"step":1,"provider":"deepseek","attempt":1,"maxRetries":2,"delayMs":250,"code":"SERVER","message":"HTTP 500","status":500}`),
+		raw("llm/retry", `{"retryId":"r1","turn":1,"step":1,"provider":"deepseek-official","mode":"normal","policyKey":"k","retry":1,"maxRetries":5,"delayMs":1000,"failure":{"message":"m","code":"RATE_LIMIT","status":429}}`))
 }
 
 func TestSES9_UnknownTypesAndVersion(t *testing.T) {

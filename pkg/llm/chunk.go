@@ -40,6 +40,11 @@ func FinishChunk(kind string) Chunk {
 	return Chunk{Type: ChunkFinish, Reason: &FinishReason{Kind: kind}}
 }
 
+// ErrorChunk ends a failed model call with finish kind error and the failure's facts.
+func ErrorChunk(f Failure) Chunk {
+	return Chunk{Type: ChunkFinish, Reason: &FinishReason{Kind: FinishError, Failure: &f}}
+}
+
 // Result is a stream read to its end by ReadAll.
 type Result struct {
 	Chunks []Chunk // every chunk received, in order

@@ -22,6 +22,10 @@ func TestChunkShapes(t *testing.T) {
 		{llm.BlockEndChunk(0, llm.TextBlock("Done")), `{"type":"block-end","index":0,"block":{"type":"text","text":"Done"}}`},
 		{llm.UsageChunk(llm.Usage{InputTokens: 21, OutputTokens: 8}), `{"type":"usage","usage":{"inputTokens":21,"outputTokens":8}}`},
 		{llm.FinishChunk(llm.FinishToolCalls), `{"type":"finish","reason":{"kind":"tool-calls"}}`},
+		{llm.ErrorChunk(llm.Failure{Message: "HTTP 500", Code: llm.CodeServer, Status: 500}),
+			`{"type":"finish","reason":{"kind":"error","failure":{"message":"HTTP 500","code":"SERVER","status":500}}}`},
+		{llm.ErrorChunk(llm.Failure{Message: "reset", Code: llm.CodeTransport}),
+			`{"type":"finish","reason":{"kind":"error","failure":{"message":"reset","code":"TRANSPORT"}}}`},
 	}
 	for _, tt := range tests {
 		got, err := json.Marshal(tt.chunk)
@@ -74,5 +78,35 @@ func TestRetryableCode(t *testing.T) {
 		if llm.RetryableCode(code) != want || llm.NewError(code, "x").Retryable != want {
 			t.Errorf("%s: want retryable %v", code, want)
 		}
+	}
+}
+
+// TestDefaultsApply: a provider's defaults fill only what the configuration leaves unset, and
+// the markers name exactly the fields they filled.
+func TestDefaultsApply(t *testing.T) {
+	t.Parallel()
+	d := llm.Defaults{MaxTokens: 256000, ReasoningEffort: "off", ContextWindow: 1000000}
+	tests := []struct {
+		in        llm.Config
+		want      string
+		wantMarks string
+	}{
+		{llm.Config{Provider: "p", Model: "m"}, `{"provider":"p","model":"m","maxTokens":256000,"reasoningEffort":"off"}`,
+			`{"maxTokens":true,"reasoningEffort":true}`},
+		{llm.Config{Provider: "p", Model: "m", MaxTokens: 10}, `{"provider":"p","model":"m","maxTokens":10,"reasoningEffort":"off"}`,
+			`{"reasoningEffort":true}`},
+		{llm.Config{Provider: "p", Model: "m", MaxTokens: 10, ReasoningEffort: "high"},
+			`{"provider":"p","model":"m","maxTokens":10,"reasoningEffort":"high"}`, `null`},
+	}
+	for _, tt := range tests {
+		got, marks := d.Apply(tt.in)
+		gb, _ := json.Marshal(got)
+		mb, _ := json.Marshal(marks)
+		if string(gb) != tt.want || string(mb) != tt.wantMarks {
+			t.Errorf("Apply(%+v) = %s %s, want %s %s", tt.in, gb, mb, tt.want, tt.wantMarks)
+		}
+	}
+	if got, marks := (llm.Defaults{}).Apply(llm.Config{Provider: "p", Model: "m"}); got.MaxTokens != 0 || got.ReasoningEffort != "" || marks != nil {
+		t.Errorf("no defaults: %+v %v", got, marks)
 	}
 }

@@ -16,8 +16,9 @@ type ToolSchema struct {
 	Parameters  json.RawMessage `json:"parameters"`
 }
 
-// Config is the model configuration of a request. Provider names the adapter ("openai",
-// "scripted"); Model the model id; BaseURL the endpoint for OpenAI-compatible providers.
+// Config is the model configuration of a request. Provider names the adapter ("deepseek",
+// "openai", "scripted"); Model the model id; BaseURL the endpoint for OpenAI-compatible
+// providers. MaxTokens 0 and an empty ReasoningEffort leave the field out of the request.
 type Config struct {
 	Provider        string   `json:"provider"`
 	Model           string   `json:"model"`
@@ -25,6 +26,38 @@ type Config struct {
 	MaxTokens       int      `json:"maxTokens,omitempty"`
 	Temperature     *float64 `json:"temperature,omitempty"`
 	ReasoningEffort string   `json:"reasoningEffort,omitempty"`
+}
+
+// Defaults are what a provider uses for the settings a preset leaves unset, declared by the
+// provider so that the request header can record the effective values (SES-13
+// adapterDefaults) and request/context the context window. A zero field means the provider
+// declares no default: the setting is left out of the request and of the header.
+type Defaults struct {
+	MaxTokens       int    // output token cap sent as max_tokens
+	ReasoningEffort string // reasoning effort; "off" disables reasoning
+	ContextWindow   int    // the model's context window in tokens (request/context)
+}
+
+// Apply returns c with the unset MaxTokens and ReasoningEffort taken from d, and the markers of
+// the fields it took (the header's adapterDefaults: "maxTokens", "reasoningEffort"); nil when
+// it took none.
+func (d Defaults) Apply(c Config) (Config, map[string]bool) {
+	var marks map[string]bool
+	mark := func(field string) {
+		if marks == nil {
+			marks = map[string]bool{}
+		}
+		marks[field] = true
+	}
+	if c.MaxTokens == 0 && d.MaxTokens > 0 {
+		c.MaxTokens = d.MaxTokens
+		mark("maxTokens")
+	}
+	if c.ReasoningEffort == "" && d.ReasoningEffort != "" {
+		c.ReasoningEffort = d.ReasoningEffort
+		mark("reasoningEffort")
+	}
+	return c, marks
 }
 
 // Request is one frozen model call: configuration, system prompt, history and the ordered wire
@@ -88,9 +121,18 @@ type Chunk struct {
 	Reason         *FinishReason `json:"reason,omitempty"`
 }
 
-// FinishReason ends a stream.
+// FinishReason ends a stream. Failure is set for the kinds error and abort.
 type FinishReason struct {
-	Kind string `json:"kind"`
+	Kind    string   `json:"kind"`
+	Failure *Failure `json:"failure,omitempty"`
+}
+
+// Failure is the serializable form of a failed model call, as the failure of a finish chunk
+// records it: the message, the LLM error code and the HTTP status when one was received.
+type Failure struct {
+	Message string `json:"message"`
+	Code    string `json:"code"`
+	Status  int    `json:"status,omitempty"`
 }
 
 // Stream is a pull-based stream of chunks. Recv returns io.EOF after the last chunk (which is a
@@ -121,13 +163,15 @@ const (
 )
 
 // Error is a provider or model failure. Code is one of the LLM error codes; Status is the HTTP
-// status when one was received; Retryable says whether a retry could succeed.
+// status when one was received; Retryable says whether a retry could succeed; RetryAfter is the
+// delay the provider asked for before a retry (its Retry-After header), 0 when it named none.
 type Error struct {
-	Code      string
-	Message   string
-	Status    int
-	Retryable bool
-	Err       error
+	Code       string
+	Message    string
+	Status     int
+	Retryable  bool
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *Error) Error() string {
@@ -138,6 +182,11 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Failure returns the serializable facts of e.
+func (e *Error) Failure() Failure {
+	return Failure{Message: e.Message, Code: e.Code, Status: e.Status}
+}
 
 // ErrorCode returns the LLM error code of err, or "" when err is not an *Error.
 func ErrorCode(err error) string {

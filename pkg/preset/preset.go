@@ -14,6 +14,7 @@ import (
 
 // Providers, tool presentation modes and approval policies.
 const (
+	ProviderDeepSeek = "deepseek" // DeepSeek: the OpenAI wire with DeepSeek's defaults; the default provider
 	ProviderOpenAI   = "openai"   // any OpenAI-compatible chat-completions endpoint (DeepSeek by default)
 	ProviderScripted = "scripted" // the deterministic scripted model (pkg/llm/scripted)
 
@@ -30,6 +31,9 @@ const (
 
 // Defaults filled by Normalize for fields a client leaves out.
 const (
+	DefaultProvider             = ProviderDeepSeek
+	DefaultModelRetries         = 2 // retries of a failed model call within its step
+	MaxModelRetries             = 10
 	DefaultMode                 = ModeNative
 	DefaultMaxParallelToolCalls = 10 // SCHED: the pool cap of parallel tool bodies
 	DefaultMaxParallelSubCalls  = 10 // PRS-1: the pool cap of run_code sub-calls
@@ -49,12 +53,18 @@ type Body struct {
 	Limits   Limits   `json:"limits"`
 }
 
-// Model selects the model provider. BaseURL is for the openai provider only; empty means the
-// provider's default endpoint.
+// Model selects the model provider and how it is called. BaseURL is for the deepseek and openai
+// providers only; empty means the provider's default endpoint. MaxTokens and ReasoningEffort,
+// when set, replace the provider's defaults (request/header marks the ones that were not set
+// as adapterDefaults). Retries is how often a failed call that may succeed again (rate limit,
+// server error, transport failure, timeout) is retried within its step, 0 to 10.
 type Model struct {
-	Provider string `json:"provider"`
-	Model    string `json:"model"`
-	BaseURL  string `json:"baseUrl,omitempty"`
+	Provider        string `json:"provider"`
+	Model           string `json:"model"`
+	BaseURL         string `json:"baseUrl,omitempty"`
+	MaxTokens       *int   `json:"maxTokens,omitempty"`
+	ReasoningEffort string `json:"reasoningEffort,omitempty"`
+	Retries         *int   `json:"retries"`
 }
 
 // Tools selects which tools the agent sees and how. An empty Allow allows every tool; Deny always
@@ -106,6 +116,10 @@ type Preset struct {
 
 // Normalize fills the defaults of every field left out. It does not validate.
 func (b *Body) Normalize() {
+	if b.Model.Provider == "" {
+		b.Model.Provider = DefaultProvider
+	}
+	b.Model.Retries = orDefault(b.Model.Retries, DefaultModelRetries)
 	t := &b.Tools
 	if t.Mode == "" {
 		t.Mode = DefaultMode

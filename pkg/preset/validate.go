@@ -75,16 +75,27 @@ func (v *validator) name(name string) {
 	}
 }
 
+// reasoningEfforts are the values model.reasoningEffort accepts ("off" disables reasoning).
+var reasoningEfforts = []string{"off", "minimal", "low", "medium", "high", "max"}
+
 func (v *validator) model(m Model, hosts []string) {
 	switch m.Provider {
-	case ProviderOpenAI, ProviderScripted:
-	case "":
-		v.add("model.provider", `is required ("openai" or "scripted")`)
+	case ProviderDeepSeek, ProviderOpenAI, ProviderScripted:
 	default:
-		v.add("model.provider", `unknown provider %q (want "openai" or "scripted")`, m.Provider)
+		v.add("model.provider", `unknown provider %q (want "deepseek", "openai" or "scripted")`, m.Provider)
 	}
 	if strings.TrimSpace(m.Model) == "" {
 		v.add("model.model", "is required")
+	}
+	if m.MaxTokens != nil {
+		v.atLeastOne("model.maxTokens", *m.MaxTokens)
+	}
+	if m.ReasoningEffort != "" && !slices.Contains(reasoningEfforts, m.ReasoningEffort) {
+		v.add("model.reasoningEffort", "unknown reasoning effort %q (want one of %s)", m.ReasoningEffort,
+			strings.Join(reasoningEfforts, ", "))
+	}
+	if n := *m.Retries; n < 0 || n > MaxModelRetries {
+		v.add("model.retries", "must be an integer from 0 to %d (got %d)", MaxModelRetries, n)
 	}
 	if m.BaseURL == "" {
 		return

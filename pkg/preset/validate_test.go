@@ -35,8 +35,11 @@ func TestValidateFillsDefaults(t *testing.T) {
 	if *b.Limits.MaxSteps != preset.DefaultMaxSteps {
 		t.Errorf("maxSteps = %d", *b.Limits.MaxSteps)
 	}
+	if *b.Model.Retries != preset.DefaultModelRetries || preset.DefaultModelRetries != 2 {
+		t.Errorf("model.retries = %d", *b.Model.Retries)
+	}
 	out, _ := json.Marshal(b)
-	for _, want := range []string{`"allow":[]`, `"deny":[]`, `"toolOrder":[]`, `"sections":[]`, `"variables":{}`, `"ask":[]`} {
+	for _, want := range []string{`"retries":2`, `"allow":[]`, `"deny":[]`, `"toolOrder":[]`, `"sections":[]`, `"variables":{}`, `"ask":[]`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("normalized JSON %s lacks %s", out, want)
 		}
@@ -61,8 +64,16 @@ func TestValidateTable(t *testing.T) {
 			"approval":{"policy":"never","ask":["bash"],"timeoutMs":1000},"limits":{"maxSteps":3}}`, "", ""},
 		{"no name", `{"model":{"provider":"scripted","model":"m"}}`, "name", "is required"},
 		{"blank name", `{"name":"  ","model":{"provider":"scripted","model":"m"}}`, "name", "is required"},
-		{"no provider", `{"name":"n","model":{"model":"m"}}`, "model.provider", "is required"},
+		{"no provider is deepseek", `{"name":"n","model":{"model":"m"}}`, "", ""},
+		{"deepseek with baseUrl", `{"name":"n","model":{"provider":"deepseek","model":"deepseek-chat","baseUrl":"https://api.deepseek.com"}}`, "", ""},
 		{"unknown provider", `{"name":"n","model":{"provider":"anthropic","model":"m"}}`, "model.provider", `unknown provider "anthropic"`},
+		{"retries zero", `{"name":"n","model":{"model":"m","retries":0}}`, "", ""},
+		{"retries ten", `{"name":"n","model":{"model":"m","retries":10}}`, "", ""},
+		{"retries eleven", `{"name":"n","model":{"model":"m","retries":11}}`, "model.retries", "from 0 to 10 (got 11)"},
+		{"retries negative", `{"name":"n","model":{"model":"m","retries":-1}}`, "model.retries", "from 0 to 10 (got -1)"},
+		{"maxTokens and effort", `{"name":"n","model":{"model":"m","maxTokens":8192,"reasoningEffort":"high"}}`, "", ""},
+		{"maxTokens zero", `{"name":"n","model":{"model":"m","maxTokens":0}}`, "model.maxTokens", "integer >= 1"},
+		{"unknown effort", `{"name":"n","model":{"model":"m","reasoningEffort":"extreme"}}`, "model.reasoningEffort", `unknown reasoning effort "extreme"`},
 		{"no model", `{"name":"n","model":{"provider":"openai"}}`, "model.model", "is required"},
 		{"scripted baseUrl", `{"name":"n","model":{"provider":"scripted","model":"m","baseUrl":"https://api.deepseek.com"}}`, "model.baseUrl", "must be empty"},
 		{"relative baseUrl", `{"name":"n","model":{"provider":"openai","model":"m","baseUrl":"/v1"}}`, "model.baseUrl", "absolute http"},
@@ -195,5 +206,22 @@ func TestValidationErrorListsEveryProblem(t *testing.T) {
 	}
 	if !strings.HasPrefix(err.Error(), "invalid preset: name: is required; model.provider:") {
 		t.Errorf("message = %q", err.Error())
+	}
+}
+
+// TestValidateDefaultProvider: a preset that names no provider gets deepseek; one that names
+// openai or scripted keeps it.
+func TestValidateDefaultProvider(t *testing.T) {
+	t.Parallel()
+	for js, want := range map[string]string{
+		`{"name":"n","model":{"model":"deepseek-chat"}}`:                       preset.ProviderDeepSeek,
+		`{"name":"n","model":{"provider":"openai","model":"deepseek-chat"}}`:   preset.ProviderOpenAI,
+		`{"name":"n","model":{"provider":"scripted","model":"default"}}`:       preset.ProviderScripted,
+		`{"name":"n","model":{"provider":"deepseek","model":"deepseek-chat"}}`: preset.ProviderDeepSeek,
+	} {
+		b := body(t, js)
+		if err := (preset.Rules{}).Validate(&b); err != nil || b.Model.Provider != want {
+			t.Errorf("%s: provider %q (%v), want %q", js, b.Model.Provider, err, want)
+		}
 	}
 }

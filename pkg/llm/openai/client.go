@@ -2,7 +2,9 @@
 // DeepSeek, OpenAI, vLLM, Ollama and llama.cpp all speak. It implements llm.Provider: it
 // converts an llm.Request to the wire, streams the answer (or reads a non-streamed one) and
 // turns it into the chunk vocabulary of pkg/llm, retrying 429, 5xx and transport failures that
-// happen before the response starts, and mapping every failure to an *llm.Error.
+// happen before the response starts (Config.MaxAttempts; the agent loop builds its clients with
+// 1 and retries itself, honouring llm.Error.RetryAfter), and mapping every failure to an
+// *llm.Error.
 package openai
 
 import (
@@ -55,7 +57,8 @@ type Config struct {
 	// same chunk sequence a stream would give. Default false.
 	NonStreaming bool
 	// MaxAttempts bounds the attempts of one call, the first included. Default
-	// DefaultMaxAttempts (4); 1 disables retries.
+	// DefaultMaxAttempts (4); 1 disables retries (the returned *llm.Error still carries the
+	// provider's Retry-After as RetryAfter, for a caller that retries).
 	MaxAttempts int
 	// BaseBackoff is the wait before the first retry; it doubles per retry up to MaxBackoff,
 	// and each wait is drawn uniformly from [d/2, d]. Defaults DefaultBaseBackoff (500ms) and
@@ -274,6 +277,7 @@ func (c *Client) open(ctx, actx context.Context, cancel context.CancelCauseFunc,
 		data, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
 		e := &attemptError{err: statusError(resp.StatusCode, data)}
 		e.retryAfter, e.hasRetryAfter = retryAfter(resp.Header.Get("Retry-After"), c.cfg.NowFunc())
+		e.err.RetryAfter = e.retryAfter // for a caller that retries itself (MaxAttempts 1)
 		return nil, e
 	}
 	if c.cfg.NonStreaming || strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {

@@ -165,6 +165,23 @@ func TestStreamRateLimitRetryAfterThenSuccess(t *testing.T) {
 	}
 }
 
+// TestStreamSingleAttemptCarriesRetryAfter: with MaxAttempts 1 (how the agent loop builds its
+// clients) a 429 is one request, and the error carries the provider's Retry-After for the
+// caller that retries.
+func TestStreamSingleAttemptCarriesRetryAfter(t *testing.T) {
+	t.Parallel()
+	ms, base := startMock(t, mockllm.Config{})
+	rec := &recordSleep{}
+	_, err := call(t, newClient(base, rec, func(c *openai.Config) { c.MaxAttempts = 1 }), userRequest("text fail:RATE_LIMIT retryafter:7"))
+	var e *llm.Error
+	if !errors.As(err, &e) || e.Code != llm.CodeRateLimit || e.Status != 429 || !e.Retryable || e.RetryAfter != 7*time.Second {
+		t.Fatalf("err %#v, want a retryable RATE_LIMIT 429 with RetryAfter 7s", err)
+	}
+	if n := len(ms.Requests()); n != 1 || len(rec.recorded()) != 0 {
+		t.Fatalf("%d requests, waits %v; want one request and no wait", n, rec.recorded())
+	}
+}
+
 func TestStreamRetryAfterTooLongIsNotWaited(t *testing.T) {
 	t.Parallel()
 	ms, base := startMock(t, mockllm.Config{})
