@@ -23,6 +23,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -49,6 +50,8 @@ type env struct {
 	keyB    string
 	// mockHost, when set, is a model host presets may point at (a cmd/mockllm server).
 	mockHost string
+	// tools are registered beside the built-in tools on every replica.
+	tools []*registry.Tool
 	*replica
 }
 
@@ -69,8 +72,14 @@ func newEnv(t testing.TB, cfg ...func(*api.Config)) *env {
 // newEnvHosts is newEnv with presets allowed to point at mockHost (a cmd/mockllm server).
 func newEnvHosts(t testing.TB, mockHost string, cfg ...func(*api.Config)) *env {
 	t.Helper()
+	return newEnvTools(t, mockHost, nil, cfg...)
+}
+
+// newEnvTools is newEnvHosts with tools registered beside the built-in ones.
+func newEnvTools(t testing.TB, mockHost string, tools []*registry.Tool, cfg ...func(*api.Config)) *env {
+	t.Helper()
 	pool := pgtest.Pool(t)
-	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost}
+	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost, tools: tools}
 	tenants := tenant.NewStore(pool)
 	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
 	if err != nil {
@@ -98,6 +107,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tools = append(tools, e.tools...)
 	quiet := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ag, err := agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet,
 		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}})

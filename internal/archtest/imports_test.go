@@ -33,7 +33,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{0, []string{"pkg/fault"}},                                       // error values and codes: the leaf
-	{10, []string{"pkg/llm", "pkg/kernel", "pkg/toolctx"}},           // the model types, the fiber kernel
+	{10, []string{"pkg/llm", "pkg/kernel"}},                          // the model types, the fiber kernel
 	{10, []string{".", "web", "migrations", "internal/pgcluster"}},   // assets, SQL, local PostgreSQL
 	{15, []string{"pkg/eventlog"}},                                   // the log's vocabulary and seam
 	{20, []string{"pkg/registry", "pkg/promptasm"}},                  // the tool registry, prompts

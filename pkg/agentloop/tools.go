@@ -2,7 +2,6 @@ package agentloop
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/scheduler"
-	"github.com/dshd/dshd/pkg/toolctx"
 )
 
 // runTools runs the step's tool calls through the scheduler (B8) and reports whether a committed
@@ -20,10 +18,8 @@ func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Bloc
 	for i, b := range blocks {
 		calls[i] = scheduler.Call{ID: b.ID, Name: b.Name, Arguments: b.Arguments}
 	}
-	em := &stepEmitter{r: r, turn: turn, step: step, sink: &callSink{byCall: map[string][]sinkEvent{}}}
-	ctx = toolctx.WithSink(ctx, em.sink)
-	st := scheduler.Step{Turn: turn, Step: step,
-		Agent: r.cfg.SessionID, Scope: r.cfg.Scope}
+	em := &stepEmitter{r: r, turn: turn, step: step}
+	st := scheduler.Step{Turn: turn, Step: step, Agent: r.cfg.SessionID, Scope: r.cfg.Scope, Log: em}
 	out, err := r.cfg.Scheduler.RunStep(ctx, st, calls, em)
 	if err != nil {
 		if em.logErr != nil {
@@ -34,55 +30,64 @@ func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Bloc
 	return out.ConcludesTurn, nil
 }
 
-// stepEmitter implements scheduler.Emitter over the runner's writer. The "seq" it returns from
-// ToolCall is a token naming the staged event; the event's real seq is assigned when its batch
-// is committed, and the `tool/result` citing it is resolved then.
+// stepEmitter implements scheduler.Emitter over the runner's writer, and registry.Recorder for
+// the bodies of the step's calls. The "seq" it returns from ToolCall is a token naming the staged
+// event; the event's real seq is assigned when its batch is committed, and the `tool/result`
+// citing it is resolved then.
+//
+// While the step runs, the runner's writer and mirror are used from the scheduler (on the
+// runner's goroutine) and from tool bodies committing events (on theirs): mu serializes every
+// such use. Nothing else touches them until RunStep has returned, when every body has settled.
 type stepEmitter struct {
+	mu         sync.Mutex
 	r          *Runner
 	turn, step int
 	calls      []*handle
 	logErr     error
-	sink       *callSink
 	staged     map[string]bool // ids of contexts staged in this step
 }
 
-// callSink collects the session events tool bodies emit (toolctx.Emit); they are written right
-// before the emitting call's `tool/result`.
-type callSink struct {
-	mu     sync.Mutex
-	byCall map[string][]sinkEvent
-}
-
-type sinkEvent struct {
-	typ  string
-	data json.RawMessage
-}
-
-// Emit implements toolctx.Sink.
-func (s *callSink) Emit(callID, typ string, data any) error {
-	if !eventlog.KnownType(typ) || eventlog.IsSurfaceType(typ) {
-		return fmt.Errorf("agentloop: a tool may not emit %q events", typ)
+// Commit implements registry.Recorder: the events are staged after everything staged so far and
+// the writer's pending batch is committed at once.
+func (e *stepEmitter) Commit(ctx context.Context, evs ...eventlog.NewEvent) ([]eventlog.Event, error) {
+	for _, ne := range evs {
+		if ne.Type == "" {
+			if p, ok := ne.Data.(eventlog.Payload); ok {
+				ne.Type = p.Type()
+			}
+		}
+		if eventlog.IsSurfaceType(ne.Type) || ne.SurfaceOp != nil || ne.SourceEventSeqs != nil {
+			return nil, fmt.Errorf("agentloop: a tool may not write %q events or cite events", ne.Type)
+		}
+		if !eventlog.KnownType(ne.Type) && !ne.Ignorable {
+			return nil, fmt.Errorf("agentloop: a tool may write an unknown event type (%q) only as ignorable", ne.Type)
+		}
 	}
-	b, err := json.Marshal(data)
-	if err != nil {
-		return err
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	hs := make([]*handle, len(evs))
+	for i, ne := range evs {
+		hs[i] = e.r.w.stage(staged{typ: ne.Type, data: ne.Data, ignorable: ne.Ignorable})
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.byCall[callID] = append(s.byCall[callID], sinkEvent{typ, b})
-	return nil
-}
-
-func (s *callSink) take(callID string) []sinkEvent {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	evs := s.byCall[callID]
-	delete(s.byCall, callID)
-	return evs
+	if err := e.r.w.flush(ctx); err != nil {
+		e.logErr = err
+		return nil, err
+	}
+	out := make([]eventlog.Event, len(hs))
+	for i, h := range hs {
+		ev, ok := e.r.m.log.At(h.seq)
+		if !ok {
+			return nil, fmt.Errorf("agentloop: committed event %d is not in the runner's view", h.seq)
+		}
+		out[i] = ev
+	}
+	return out, nil
 }
 
 // ToolCall implements scheduler.Emitter.
 func (e *stepEmitter) ToolCall(_ context.Context, c scheduler.Call) (int64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	h := e.r.w.stage(staged{typ: eventlog.TypeToolCall, size: 64 + len(c.Arguments),
 		data: eventlog.ToolCall{Turn: e.turn, Step: e.step, CallID: c.ID, Name: c.Name, Arguments: c.Arguments}})
 	e.calls = append(e.calls, h)
@@ -91,11 +96,10 @@ func (e *stepEmitter) ToolCall(_ context.Context, c scheduler.Call) (int64, erro
 
 // ToolResult implements scheduler.Emitter.
 func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int64, res *registry.Result) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if token < 0 || token >= int64(len(e.calls)) {
 		return fmt.Errorf("agentloop: tool/result for %s cites unknown call token %d", c.ID, token)
-	}
-	for _, ev := range e.sink.take(c.ID) {
-		e.r.w.stage(staged{typ: ev.typ, data: ev.data, size: len(ev.data)})
 	}
 	msg := llm.NewToolResultMessage(e.r.newID(), c.ID, res.Content, res.IsError)
 	d := eventlog.ToolResult{Turn: e.turn, Step: e.step, Message: msg, Error: res.ErrorInfo(),
@@ -109,6 +113,8 @@ func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int6
 // context whose id is already in the inbox (or staged for it) gets a fresh id: message ids must be
 // unique across the inbox (LOOP-1), and tools choose theirs.
 func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.Message) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	out := make([]llm.Message, len(msgs))
 	for i, m := range msgs {
 		if e.r.m.inbox.Has(m.ID) || e.staged[m.ID] {
@@ -134,7 +140,9 @@ func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.M
 func (e *stepEmitter) StepEnd(ctx context.Context, out scheduler.Outcome) error {
 	for _, cr := range out.Results {
 		if cr.Call.Mode == registry.Exclusive && !cr.Synthetic || len(cr.Result.AdditionalContexts) > 0 {
-			return e.Flush(ctx)
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return e.flushLocked(ctx)
 		}
 	}
 	return nil
@@ -142,6 +150,12 @@ func (e *stepEmitter) StepEnd(ctx context.Context, out scheduler.Outcome) error 
 
 // Flush implements scheduler.Emitter.
 func (e *stepEmitter) Flush(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.flushLocked(ctx)
+}
+
+func (e *stepEmitter) flushLocked(ctx context.Context) error {
 	if err := e.r.w.flush(ctx); err != nil {
 		e.logErr = err
 		return err

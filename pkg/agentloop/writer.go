@@ -28,7 +28,9 @@ type staged struct {
 	h       *handle
 	fresh   bool  // the batch must be built on an up-to-date view of the log (claims)
 	time    int64 // the event's time (epoch ms), 0 for the append's
-	size    int
+	// ignorable marks an event of a type the vocabulary may not know (SES-9).
+	ignorable bool
+	size      int
 	// expand, when set, replaces the entry by the events it returns at build time (any number,
 	// none included). They cannot be cited.
 	expand func(lens *eventlog.Head) ([]eventlog.NewEvent, error)
@@ -184,7 +186,7 @@ func (w *writer) build(h eventlog.Head) ([]eventlog.NewEvent, error) {
 				return nil, err
 			}
 		}
-		ne := eventlog.NewEvent{Type: s.typ, Data: data, Time: s.time}
+		ne := eventlog.NewEvent{Type: s.typ, Data: data, Time: s.time, Ignorable: s.ignorable}
 		if s.surface {
 			ne.SurfaceOp = eventlog.Append
 		}

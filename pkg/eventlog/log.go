@@ -197,3 +197,11 @@ func (l *Log) OpenTurn() (turn int64, open bool) { return OpenTurn(l.events) }
 // Closers returns the SES-14 crash-repair events for the log (nothing for a balanced log); they
 // are not appended.
 func (l *Log) Closers() []Event { return Closers(l.events) }
+
+// At returns the event with seq, if the log holds it.
+func (l *Log) At(seq int64) (Event, bool) {
+	if seq < 0 || seq >= int64(len(l.events)) {
+		return Event{}, false
+	}
+	return l.events[seq], true
+}

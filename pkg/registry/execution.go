@@ -24,6 +24,9 @@ type Input struct {
 	RootCallID string // "" defaults to CallID
 	// Parent is the token of the outer execution for nested (run_code) calls; nil at top level.
 	Parent *Token
+	// Log is the session log the call may write to while it runs (Execution.Commit); nil for a
+	// call outside a session.
+	Log Recorder
 }
 
 // Token is an execution's opaque identity (PIPE-1); it is never serialised.
@@ -53,6 +56,7 @@ type Execution struct {
 	concludes bool
 	reg       *Registry
 	prep      *Prepared
+	log       Recorder
 }
 
 // Token returns the execution's token, for nested calls' Input.Parent.

@@ -19,7 +19,7 @@ func (r *Registry) Prepare(ctx context.Context, in Input) *Prepared {
 	p.Exec = e
 	scope, _ := r.scopes.Lookup(in.Scope)
 	*e = Execution{CallID: in.CallID, Name: in.Name, RootCallID: in.RootCallID, Agent: in.Agent,
-		Scope: scope, Location: in.Location, Parent: in.Parent, reg: r}
+		Scope: scope, Location: in.Location, Parent: in.Parent, reg: r, log: in.Log}
 	e.token.exec, e.prep = e, p
 	if e.RootCallID == "" {
 		e.RootCallID = e.CallID

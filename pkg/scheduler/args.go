@@ -46,6 +46,9 @@ type Step struct {
 	Agent string
 	// Scope is the registry scope the calls resolve in (SCP rules).
 	Scope string
+	// Log is the session log the calls' bodies may write to while they run (registry.Recorder);
+	// nil for calls outside a session.
+	Log registry.Recorder
 }
 
 // input builds the pipeline input of one top-level call (SCHED-1). RootCallID is the call itself;
@@ -59,5 +62,6 @@ func (st Step) input(c Call) registry.Input {
 		Agent:      st.Agent,
 		Location:   registry.Location{Turn: st.Turn, Step: st.Step},
 		RootCallID: c.ID,
+		Log:        st.Log,
 	}
 }

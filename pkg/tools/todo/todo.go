@@ -1,5 +1,5 @@
 // Package todo is the `todo_write` tool: it replaces the session's whole todo list and logs it
-// as a `todo/write {todos}` event.
+// as a `todo/write {todos}` event, committed while the call runs.
 package todo
 
 import (
@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
-	"github.com/dshd/dshd/pkg/toolctx"
 )
 
 // Item is one todo.
@@ -25,7 +25,7 @@ type Args struct {
 }
 
 // EventType is the session event the tool logs.
-const EventType = "todo/write"
+const EventType = eventlog.TypeTodoWrite
 
 // Tool returns a fresh definition of `todo_write`.
 func Tool() (*registry.Tool, error) {
@@ -44,7 +44,11 @@ func Tool() (*registry.Tool, error) {
 		if a.Todos == nil {
 			a.Todos = []Item{}
 		}
-		if err := toolctx.Emit(ctx, exec.CallID, EventType, a); err != nil {
+		todos := make([]eventlog.Todo, len(a.Todos))
+		for i, t := range a.Todos {
+			todos[i] = eventlog.Todo{Content: t.Content, Status: t.Status}
+		}
+		if _, err := exec.Commit(ctx, eventlog.Of(eventlog.TodoWrite{Todos: todos})); err != nil {
 			return Args{}, fmt.Errorf("todo_write: %w", err)
 		}
 		return a, nil
