@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
-	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -195,14 +193,6 @@ func (rs sessionResource) handleSessionPrompt(w http.ResponseWriter, r *http.Req
 		return
 	}
 	system, tools, err := rs.s.cfg.Prompts.Prompt(r.Context(), tenantID(r), sess)
-	var (
-		ae *promptasm.AssemblyError
-		le *llm.Error
-	)
-	if errors.As(err, &ae) || errors.As(err, &le) {
-		writeProblem(w, CodePromptFailed, err.Error())
-		return
-	}
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -2,13 +2,15 @@ package agents
 
 import (
 	"context"
-	"fmt"
+	"errors"
 
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/tools/demo"
 	"github.com/dshd/dshd/pkg/tools/todo"
@@ -40,16 +42,24 @@ type Prompter struct {
 }
 
 // Prompt returns the system prompt and wire tools of the session's next model request. An assembly
-// failure is a *promptasm.AssemblyError; a model provider that cannot be used is an *llm.Error.
+// failure (a *promptasm.AssemblyError) or a model provider that cannot be used (an *llm.Error)
+// is a fault.PromptFailed error wrapping it.
 func (p Prompter) Prompt(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session) (string, []llm.ToolSchema, error) {
 	if sess.PresetID == nil {
-		return "", nil, fmt.Errorf("agents: session %s has no preset", sess.ID)
+		return "", nil, fault.New(fault.NoPreset, "the session has no preset to run its turns")
 	}
 	pv, err := p.Presets.PresetVersionGet(ctx, tenantID, *sess.PresetID, sess.PresetVersion)
 	if err != nil {
 		return "", nil, err
 	}
 	res, err := p.Agents.Prompt(ctx, Session{ID: sess.ID, Preset: pv})
+	var (
+		ae *promptasm.AssemblyError
+		le *llm.Error
+	)
+	if errors.As(err, &ae) || errors.As(err, &le) {
+		return "", nil, fault.Wrap(fault.PromptFailed, err, err.Error())
+	}
 	if err != nil {
 		return "", nil, err
 	}

@@ -17,9 +17,9 @@ var (
 	// ErrLeaseLost: the journal's writer no longer holds the session's run lease.
 	ErrLeaseLost = &fault.Error{Code: fault.LeaseLost, Message: "eventlog: the session's run lease is held by another writer"}
 	// ErrNotFound: the session does not exist, belongs to another tenant, or was deleted.
-	ErrNotFound = &fault.Error{Code: fault.NotFound, Message: "eventlog: not found"}
+	ErrNotFound = &fault.Error{Code: fault.NotFound, Message: "session not found"}
 	// ErrConflict: a session with the requested id already exists.
-	ErrConflict = &fault.Error{Code: fault.Conflict, Message: "eventlog: conflict"}
+	ErrConflict = &fault.Error{Code: fault.Conflict, Message: "a session with this id already exists"}
 )
 
 // Lease is a session's run lease: who may run its turns, and until when. Owner is "" when the

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 // ValidationError is an event refused by the SES rules. Nothing was appended.
@@ -15,6 +17,12 @@ type ValidationError struct {
 	Type   string // its type
 	Rule   string // the SES rule it breaks, e.g. "SES-2"
 	Reason string // what is wrong, for humans
+}
+
+// Unwrap makes a validation error an invalid-request fault (fault.Invalid) for callers that map
+// errors by code.
+func (e *ValidationError) Unwrap() error {
+	return &fault.Error{Code: fault.Invalid, Message: e.Error()}
 }
 
 func (e *ValidationError) Error() string {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -25,6 +26,24 @@ const (
 type ForkError struct {
 	Code    string
 	Message string
+}
+
+// forkFaults maps the SES-15 codes to application error codes.
+var forkFaults = map[string]string{
+	ForkSessionNotFound:      fault.NotFound,
+	ForkSessionAlreadyExists: fault.Conflict,
+	ForkSessionNotLive:       fault.SessionNotLive,
+	ForkOpenTurn:             fault.OpenTurn,
+	ForkInvalidBoundary:      fault.InvalidBoundary,
+}
+
+// Unwrap makes a refused fork a fault with the code that corresponds to its SES-15 code.
+func (e *ForkError) Unwrap() error {
+	code, ok := forkFaults[e.Code]
+	if !ok {
+		code = fault.Internal
+	}
+	return &fault.Error{Code: code, Message: e.Code + ": " + e.Message}
 }
 
 func (e *ForkError) Error() string { return fmt.Sprintf("eventlog: fork: %s: %s", e.Code, e.Message) }

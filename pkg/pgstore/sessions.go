@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
@@ -184,7 +185,7 @@ func decodeCursor(c string) (*time.Time, uuid.UUID, error) {
 	if c == "" {
 		return nil, uuid.Nil, nil
 	}
-	bad := &eventlog.ValidationError{Seq: -1, Rule: "cursor", Reason: "malformed cursor"}
+	bad := fault.New(fault.Invalid, "invalid cursor")
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return nil, uuid.Nil, bad

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,10 +18,10 @@ import (
 
 // ErrNotFound reports a preset (or preset version) that does not exist, belongs to another
 // tenant, or was deleted.
-var ErrNotFound = errors.New("preset: not found")
+var ErrNotFound = &fault.Error{Code: fault.NotFound, Message: "preset not found"}
 
 // ErrInvalidCursor reports a list cursor this store did not produce.
-var ErrInvalidCursor = errors.New("preset: invalid cursor")
+var ErrInvalidCursor = &fault.Error{Code: fault.Invalid, Message: "invalid cursor"}
 
 // Store reads and writes presets. It is safe for concurrent use.
 type Store struct {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm/openai"
 )
 
@@ -30,6 +31,11 @@ type Problem struct {
 // ValidationError lists every problem found in a preset body.
 type ValidationError struct {
 	Problems []Problem
+}
+
+// Unwrap makes a preset validation error an invalid-request fault (fault.Invalid).
+func (e *ValidationError) Unwrap() error {
+	return &fault.Error{Code: fault.Invalid, Message: e.Error()}
 }
 
 func (e *ValidationError) Error() string {

@@ -13,16 +13,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrNotFound reports an unknown tenant, or an API key that is unknown or revoked.
-var ErrNotFound = errors.New("tenant: not found")
+var ErrNotFound = &fault.Error{Code: fault.NotFound, Message: "tenant not found"}
 
 // ErrInvalidName reports an empty or overlong tenant name.
-var ErrInvalidName = errors.New("tenant: name must be 1 to 200 characters")
+var ErrInvalidName = &fault.Error{Code: fault.Invalid, Message: "tenant name must be 1 to 200 characters"}
 
 // KeyPrefix starts every API key, so that a leaked key is recognisable by secret scanners.
 const KeyPrefix = "dshd_"

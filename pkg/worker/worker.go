@@ -17,7 +17,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -32,6 +31,7 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
@@ -227,11 +227,11 @@ const (
 )
 
 // ErrNoPreset is returned by Post for a session that has no preset to run.
-var ErrNoPreset = errors.New("worker: the session has no preset")
+var ErrNoPreset = &fault.Error{Code: fault.NoPreset, Message: "the session has no preset to run its turns"}
 
 // ErrIdempotencyConflict is returned by Post when the idempotency key was used before with
 // another request.
-var ErrIdempotencyConflict = errors.New("worker: the idempotency key was used with a different request")
+var ErrIdempotencyConflict = &fault.Error{Code: fault.IdempotencyConflict, Message: "the Idempotency-Key was used before with a different request"}
 
 // Idempotency makes a Post safe to retry: the first Post with Key records its result in the same
 // transaction; a later one with the same Key and Hash returns that result and appends nothing.
