@@ -24,7 +24,6 @@ import (
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/registry"
-	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -80,7 +79,7 @@ func newEnvTools(t testing.TB, mockHost string, tools []*registry.Tool, cfg ...f
 	t.Helper()
 	pool := pgtest.Pool(t)
 	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost, tools: tools}
-	tenants := tenant.NewStore(pool)
+	tenants := pgstore.NewTenants(pool)
 	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +101,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err := hub.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	presets := preset.NewStore(e.pool, preset.Rules{ModelHosts: e.modelHosts()})
+	presets := pgstore.NewPresets(e.pool, preset.Rules{ModelHosts: e.modelHosts()})
 	tools, err := agents.BuiltinTools(true)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +113,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wk, err := worker.New(worker.Config{Pool: e.pool, Store: e.log, Hub: hub, Presets: presets, Agents: ag,
+	wk, err := worker.New(worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag,
 		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +122,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		t.Fatal(err)
 	}
 	c := api.Config{
-		Tenants:    tenant.NewStore(e.pool),
+		Tenants:    pgstore.NewTenants(e.pool),
 		Presets:    presets,
 		Log:        e.log,
 		Hub:        hub,

@@ -5,12 +5,13 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 )
 
 // presetResource serves /v1/presets: agent presets of the authenticated tenant.
 type presetResource struct {
-	presets *preset.Store
+	presets *pgstore.Presets
 }
 
 func (rs presetResource) routes() chi.Router {

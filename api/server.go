@@ -20,8 +20,6 @@ import (
 	"github.com/dshd/dshd"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
-	"github.com/dshd/dshd/pkg/preset"
-	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/web"
 )
 
@@ -34,12 +32,12 @@ type Subscriber interface {
 
 // Config holds the dependencies and settings of a Server.
 type Config struct {
-	Tenants *tenant.Store  // required
-	Presets *preset.Store  // required
-	Log     *pgstore.Store // required: sessions and their events
-	Hub     Subscriber     // required: live wake-ups for SSE streams
-	Turns   Turns          // required: posting messages and cancelling turns
-	Prompts Prompts        // required: prompts of sessions and the tool catalogue
+	Tenants *pgstore.Tenants // required
+	Presets *pgstore.Presets // required
+	Log     *pgstore.Store   // required: sessions and their events
+	Hub     Subscriber       // required: live wake-ups for SSE streams
+	Turns   Turns            // required: posting messages and cancelling turns
+	Prompts Prompts          // required: prompts of sessions and the tool catalogue
 
 	// Ready reports whether the service can take traffic (database reachable, migrations
 	// applied); /readyz answers 503 with its error. Nil means always ready.

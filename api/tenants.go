@@ -4,14 +4,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/google/uuid"
-
-	"github.com/dshd/dshd/pkg/tenant"
 )
 
 // tenantResource serves tenant administration (admin token only).
 type tenantResource struct {
-	tenants *tenant.Store
+	tenants *pgstore.Tenants
 }
 
 type tenantCreateRequest struct {

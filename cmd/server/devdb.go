@@ -17,6 +17,7 @@ import (
 
 	"github.com/dshd/dshd/internal/pgcluster"
 	"github.com/dshd/dshd/migrations"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
 )
@@ -111,8 +112,8 @@ func devCluster(ctx context.Context, dir string, port int) (string, error) {
 // missing. The default preset uses DeepSeek when an API key is configured, else the scripted
 // model.
 func devTenant(ctx context.Context, pool *pgxpool.Pool, prev map[string]string, deepseek bool) (map[string]string, error) {
-	tenants := tenant.NewStore(pool)
-	presets := preset.NewStore(pool, preset.Rules{})
+	tenants := pgstore.NewTenants(pool)
+	presets := pgstore.NewPresets(pool, preset.Rules{})
 	key := prev["DSHD_API_KEY"]
 	tenantID, err := tenants.KeyAuthenticate(ctx, key)
 	if errors.Is(err, tenant.ErrNotFound) {
@@ -141,7 +142,7 @@ func devTenant(ctx context.Context, pool *pgxpool.Pool, prev map[string]string, 
 }
 
 // devKey creates a key for the tenant id if it still exists, else a new "dev" tenant.
-func devKey(ctx context.Context, tenants *tenant.Store, id string) (uuid.UUID, string, error) {
+func devKey(ctx context.Context, tenants *pgstore.Tenants, id string) (uuid.UUID, string, error) {
 	if tid, err := uuid.Parse(id); err == nil {
 		key, err := tenants.KeyCreate(ctx, tid)
 		if err == nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
-	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -71,7 +70,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger})
-	presets := preset.NewStore(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts})
+	presets := pgstore.NewPresets(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts})
 	tools, err := agents.BuiltinTools(m.Config.DemoTools)
 	if err != nil {
 		return err
@@ -83,7 +82,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.worker, err = worker.New(worker.Config{Pool: m.pool, Store: logStore, Hub: m.hub, Presets: presets,
+	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
 		MaxTenantTurns: m.Config.TenantMaxTurns, Logger: m.Logger})
 	if err != nil {
@@ -93,7 +92,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.api = api.New(api.Config{
-		Tenants:      tenant.NewStore(m.pool),
+		Tenants:      pgstore.NewTenants(m.pool),
 		Presets:      presets,
 		Log:          logStore,
 		Hub:          m.hub,

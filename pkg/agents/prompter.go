@@ -9,7 +9,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
-	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/tools/demo"
@@ -38,7 +38,7 @@ func BuiltinTools(withDemo bool) ([]*registry.Tool, error) {
 // pinned preset version.
 type Prompter struct {
 	Agents  *Agents
-	Presets *preset.Store
+	Presets *pgstore.Presets
 }
 
 // Prompt returns the system prompt and wire tools of the session's next model request. An assembly

@@ -9,6 +9,7 @@ package preset
 import (
 	"time"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
 )
 
@@ -154,3 +155,10 @@ func orDefault(p *int, def int) *int {
 	}
 	return &def
 }
+
+// ErrNotFound reports a preset (or preset version) that does not exist, belongs to another
+// tenant, or was deleted.
+var ErrNotFound = &fault.Error{Code: fault.NotFound, Message: "preset not found"}
+
+// ErrInvalidCursor reports a list cursor this store did not produce.
+var ErrInvalidCursor = &fault.Error{Code: fault.Invalid, Message: "invalid cursor"}

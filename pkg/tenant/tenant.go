@@ -1,22 +1,18 @@
-// Package tenant stores tenants and their API keys in PostgreSQL.
+// Package tenant is the vocabulary of tenants and their API keys; pkg/pgstore stores them.
 //
 // An API key is a random secret shown once, when it is created; only its SHA-256 hash and a short
 // prefix (to recognise it in listings) are stored. Authenticating a request hashes the presented
-// secret and looks the hash up. pgx errors are translated here into ErrNotFound; nothing above
-// this package inspects a pgx error.
+// secret and looks the hash up.
 package tenant
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"strings"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrNotFound reports an unknown tenant, or an API key that is unknown or revoked.
@@ -35,48 +31,19 @@ type Tenant struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// Store reads and writes tenants and API keys. It is safe for concurrent use.
-type Store struct {
-	pool *pgxpool.Pool
+// NewKey returns a fresh API key secret (KeyPrefix followed by 32 random bytes in unpadded
+// base64url), its SHA-256 hash and its display prefix.
+func NewKey() (secret string, hash []byte, prefix string, err error) {
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", nil, "", err
+	}
+	secret = KeyPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	return secret, KeyHash(secret), secret[:len(KeyPrefix)+6], nil
 }
 
-// NewStore returns a store over pool; the caller keeps ownership of pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
-
-// TenantCreate creates a tenant and its first API key in one transaction and returns the key's
-// secret, which is not stored and cannot be read again.
-func (s *Store) TenantCreate(ctx context.Context, name string) (Tenant, string, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 {
-		return Tenant{}, "", ErrInvalidName
-	}
-	t := Tenant{ID: uuid.New(), Name: name}
-	var secret string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO tenants (id, name) VALUES ($1, $2) RETURNING created_at`,
-			t.ID, t.Name).Scan(&t.CreatedAt)
-		if err != nil {
-			return err
-		}
-		secret, err = keyInsert(ctx, tx, t.ID)
-		return err
-	})
-	if err != nil {
-		return Tenant{}, "", fmt.Errorf("tenant: create: %w", err)
-	}
-	return t, secret, nil
-}
-
-// TenantGet returns the tenant with id, or ErrNotFound.
-func (s *Store) TenantGet(ctx context.Context, id uuid.UUID) (Tenant, error) {
-	t := Tenant{ID: id}
-	err := s.pool.QueryRow(ctx, `SELECT name, created_at FROM tenants WHERE id = $1`, id).
-		Scan(&t.Name, &t.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, ErrNotFound
-	}
-	if err != nil {
-		return Tenant{}, fmt.Errorf("tenant: get: %w", err)
-	}
-	return t, nil
+// KeyHash returns the stored hash of a key secret.
+func KeyHash(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/riverqueue/river"
 
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
@@ -17,24 +16,23 @@ import (
 	"github.com/dshd/dshd/pkg/pgstore"
 )
 
-// turnWorker is the River worker of TurnArgs.
+// turnWorker serves the queue's wake jobs.
 type turnWorker struct {
-	river.WorkerDefaults[TurnArgs]
 	s       *Service
 	running *running
 	cache   *runnerCache
 }
 
 // Work takes the session's lease or snoozes until the holder's lease runs out, then serves.
-func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
-	a, cfg := job.Args, w.s.cfg
+func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
+	cfg := w.s.cfg
 	if w.s.stopping.Load() {
-		return river.JobSnooze(maxSnooze) // leave it to another replica, or to this one's restart
+		return pgstore.Snooze(maxSnooze) // leave it to another replica, or to this one's restart
 	}
 	// Fairness: a tenant runs at most MaxTenantTurns turns at once, on all replicas together (a
 	// soft bound: two jobs may pass the check together).
 	if n, err := cfg.Store.LeasesHeld(ctx, a.TenantID); err == nil && n >= cfg.MaxTenantTurns {
-		return river.JobSnooze(tenantSnooze)
+		return pgstore.Snooze(tenantSnooze)
 	}
 	// Every serve has its own lease identity: two jobs of one session on one replica must exclude
 	// each other like jobs on different replicas.
@@ -47,7 +45,7 @@ func (w *turnWorker) Work(ctx context.Context, job *river.Job[TurnArgs]) error {
 		return err
 	}
 	if !ok {
-		return river.JobSnooze(snoozeFor(time.Until(until)))
+		return pgstore.Snooze(snoozeFor(time.Until(until)))
 	}
 	return w.serve(ctx, a, owner)
 }

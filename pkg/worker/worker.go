@@ -15,7 +15,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,10 +22,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
@@ -34,33 +29,16 @@ import (
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
-	"github.com/dshd/dshd/pkg/preset"
 )
 
-// Queue is the River queue of turn jobs.
-const Queue = "turns"
+// TurnArgs wakes a session (the queue's job).
+type TurnArgs = pgstore.Wake
 
-// TurnArgs wakes a session. Reason is "message" for a posted message and "repair" for the sweeper.
-type TurnArgs struct {
-	TenantID  uuid.UUID `json:"tenantId"`
-	SessionID uuid.UUID `json:"sessionId"`
-	Reason    string    `json:"reason"`
-}
-
-// Kind implements river.JobArgs.
-func (TurnArgs) Kind() string { return "dshd_turn" }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (TurnArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: Queue, MaxAttempts: 25}
-}
-
-// Config configures the Service. Store, Hub, Presets, Agents and Pool are required.
+// Config configures the Service. Store, Hub, Presets and Agents are required.
 type Config struct {
-	Pool    *pgxpool.Pool
 	Store   *pgstore.Store
 	Hub     *pgstore.Hub
-	Presets *preset.Store
+	Presets *pgstore.Presets
 	Agents  *agents.Agents
 	// Owner identifies this replica (in logs). Default: a random UUID. Leases use a fresh
 	// identity per served job.
@@ -121,7 +99,7 @@ func (c *Config) defaults() {
 // running turns have ended.
 type Service struct {
 	cfg    Config
-	river  *river.Client[pgx.Tx]
+	queue  *pgstore.Queue
 	turns  *turnWorker
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -134,25 +112,12 @@ func New(cfg Config) (*Service, error) {
 	cfg.defaults()
 	s := &Service{cfg: cfg}
 	s.turns = &turnWorker{s: s, running: newRunning(), cache: newRunnerCache(cfg.CachedRunners, cfg.CachedBytes)}
-	rc := &river.Config{
-		Logger:        cfg.Logger.With("component", "river"),
-		JobTimeout:    -1, // a turn runs as long as it needs; leases detect dead workers
-		FetchCooldown: cfg.FetchCooldown,
-	}
-	if !cfg.InsertOnly {
-		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely[TurnArgs](workers, s.turns); err != nil {
-			return nil, err
-		}
-		rc.Workers = workers
-		rc.Queues = map[string]river.QueueConfig{Queue: {MaxWorkers: cfg.MaxWorkers}}
-		rc.FetchPollInterval = 500 * time.Millisecond
-	}
-	rcl, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
+	q, err := pgstore.NewQueue(cfg.Store, pgstore.QueueConfig{MaxWorkers: cfg.MaxWorkers,
+		FetchCooldown: cfg.FetchCooldown, InsertOnly: cfg.InsertOnly, Logger: cfg.Logger}, s.turns.Work)
 	if err != nil {
-		return nil, fmt.Errorf("worker: river client: %w", err)
+		return nil, fmt.Errorf("worker: %w", err)
 	}
-	s.river = rcl
+	s.queue = q
 	return s, nil
 }
 
@@ -161,8 +126,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.InsertOnly {
 		return nil
 	}
-	if err := s.river.Start(ctx); err != nil {
-		return fmt.Errorf("worker: start river: %w", err)
+	if err := s.queue.Start(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.done = cancel, make(chan struct{})
@@ -183,7 +148,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.cancel()
 	<-s.done
 	s.turns.running.stopAll(agentloop.Cause{Kind: "disposed"})
-	return s.river.Stop(ctx)
+	return s.queue.Stop(ctx)
 }
 
 // Owner returns this replica's identity.
@@ -199,7 +164,7 @@ func (s *Service) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.cfg.Pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - interval '1 day'`); err != nil && ctx.Err() == nil {
+		if err := s.cfg.Store.IdempotencyExpire(ctx, 24*time.Hour); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("idempotency key expiry failed", "err", err)
 		}
 		refs, err := s.cfg.Store.LeasesExpired(ctx, 100)
@@ -210,8 +175,7 @@ func (s *Service) sweep(ctx context.Context) {
 			continue
 		}
 		for _, ref := range refs {
-			_, err := s.river.Insert(ctx, TurnArgs{TenantID: ref.TenantID, SessionID: ref.SessionID, Reason: "repair"},
-				&river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: s.cfg.LeaseTTL}})
+			err := s.queue.WakeUnique(ctx, TurnArgs{TenantID: ref.TenantID, SessionID: ref.SessionID, Reason: "repair"}, s.cfg.LeaseTTL)
 			if err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("enqueue repair failed", "session", ref.SessionID, "err", err)
 			}
@@ -231,14 +195,10 @@ var ErrNoPreset = &fault.Error{Code: fault.NoPreset, Message: "the session has n
 
 // ErrIdempotencyConflict is returned by Post when the idempotency key was used before with
 // another request.
-var ErrIdempotencyConflict = &fault.Error{Code: fault.IdempotencyConflict, Message: "the Idempotency-Key was used before with a different request"}
+var ErrIdempotencyConflict = pgstore.ErrIdempotencyConflict
 
-// Idempotency makes a Post safe to retry: the first Post with Key records its result in the same
-// transaction; a later one with the same Key and Hash returns that result and appends nothing.
-type Idempotency struct {
-	Key  string
-	Hash []byte // a digest of the request (session, mode, content)
-}
+// Idempotency makes a Post safe to retry (pgstore.Idempotency).
+type Idempotency = pgstore.Idempotency
 
 // Posted is the result of a Post: the message id and the seq of its `agent/inbox/spliced` event.
 // Replayed is true when an idempotent retry returned an earlier result.
@@ -256,62 +216,18 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 	if mode == ModeSteer || mode == ModeInject {
 		target = eventlog.InboxNextStep
 	}
-	var out Posted
-	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		if idem != nil {
-			prev, found, err := idempotencyClaim(ctx, tx, tenantID, sessionID, idem)
-			if err != nil || found {
-				out = prev
-				return err
-			}
-		}
-		evs, err := s.cfg.Store.AppendTx(ctx, tx, tenantID, sessionID, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+	p := pgstore.PostParams{Tenant: tenantID, Session: sessionID, Idem: idem, Message: msg.ID,
+		Build: func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			return []eventlog.NewEvent{eventlog.Of(eventlog.Insertion(target, h.Inbox.Len(target), msg))}, nil
-		})
-		if err != nil {
-			return err
-		}
-		out = Posted{MessageID: msg.ID, Seq: evs[0].Seq}
-		if mode != ModeInject {
-			if _, err := s.river.InsertTx(ctx, tx, TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, nil); err != nil {
-				return err
-			}
-		}
-		if idem != nil {
-			_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET message_id = $3, seq = $4 WHERE tenant_id = $1 AND key = $2`,
-				tenantID, idem.Key, out.MessageID, out.Seq)
-		}
-		return err
-	})
+		}}
+	if mode != ModeInject {
+		p.Queue = s.queue
+	}
+	out, err := s.cfg.Store.Post(ctx, p)
 	if err != nil {
 		return Posted{}, err
 	}
-	return out, nil
-}
-
-// idempotencyClaim records the key, or finds the earlier request that used it. Two concurrent
-// requests with one key serialize on its primary key: the second waits for the first to commit
-// and then replays its result.
-func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID, idem *Idempotency) (Posted, bool, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (tenant_id, key, request_hash, session_id)
-		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, tenantID, idem.Key, idem.Hash, sessionID)
-	if err != nil || tag.RowsAffected() == 1 {
-		return Posted{}, false, err
-	}
-	var (
-		hash  []byte
-		msgID *string
-		seq   *int64
-	)
-	err = tx.QueryRow(ctx, `SELECT request_hash, message_id, seq FROM idempotency_keys WHERE tenant_id = $1 AND key = $2`,
-		tenantID, idem.Key).Scan(&hash, &msgID, &seq)
-	if err != nil {
-		return Posted{}, false, err
-	}
-	if !bytes.Equal(hash, idem.Hash) || msgID == nil || seq == nil {
-		return Posted{}, false, ErrIdempotencyConflict
-	}
-	return Posted{MessageID: *msgID, Seq: *seq, Replayed: true}, true, nil
+	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed}, nil
 }
 
 // Cancel requests the cancellation of the session's running turn (LOOP-7): unless keepInbox it

@@ -20,7 +20,6 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
-	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/tools/demo"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -38,7 +37,7 @@ type env struct {
 	t       *testing.T
 	pool    *pgxpool.Pool
 	store   *pgstore.Store
-	presets *preset.Store
+	presets *pgstore.Presets
 	tenant  uuid.UUID
 	preset  preset.Preset
 }
@@ -47,11 +46,11 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	tn, _, err := tenant.NewStore(pool).TenantCreate(ctx, "t")
+	tn, _, err := pgstore.NewTenants(pool).TenantCreate(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := preset.NewStore(pool, preset.Rules{})
+	ps := pgstore.NewPresets(pool, preset.Rules{})
 	b := preset.Body{Name: "p", Model: preset.Model{Provider: preset.ProviderScripted, Model: "scripted-1"}}
 	b.Normalize()
 	p, err := ps.PresetCreate(ctx, tn.ID, b)
@@ -82,7 +81,7 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	wc := worker.Config{Pool: e.pool, Store: e.store, Hub: hub, Presets: e.presets, Agents: ag,
+	wc := worker.Config{Store: e.store, Hub: hub, Presets: e.presets, Agents: ag,
 		LeaseTTL: ttl, SweepInterval: 200 * time.Millisecond}
 	if tweak != nil {
 		tweak(&wc)

@@ -1,4 +1,4 @@
-package preset
+package pgstore
 
 import (
 	"context"
@@ -10,34 +10,29 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/preset"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ErrNotFound reports a preset (or preset version) that does not exist, belongs to another
-// tenant, or was deleted.
-var ErrNotFound = &fault.Error{Code: fault.NotFound, Message: "preset not found"}
-
-// ErrInvalidCursor reports a list cursor this store did not produce.
-var ErrInvalidCursor = &fault.Error{Code: fault.Invalid, Message: "invalid cursor"}
-
-// Store reads and writes presets. It is safe for concurrent use.
-type Store struct {
+// Presets reads and writes presets. It is safe for concurrent use.
+type Presets struct {
 	pool  *pgxpool.Pool
-	rules Rules
+	rules preset.Rules
 }
 
-// NewStore returns a store over pool that validates every write with rules.
-func NewStore(pool *pgxpool.Pool, rules Rules) *Store { return &Store{pool: pool, rules: rules} }
+// NewPresets returns the preset store over pool; it validates every write with rules.
+func NewPresets(pool *pgxpool.Pool, rules preset.Rules) *Presets {
+	return &Presets{pool: pool, rules: rules}
+}
 
 // PresetCreate validates b (filling defaults) and stores it as version 1 of a new preset.
-func (s *Store) PresetCreate(ctx context.Context, tenantID uuid.UUID, b Body) (Preset, error) {
+func (s *Presets) PresetCreate(ctx context.Context, tenantID uuid.UUID, b preset.Body) (preset.Preset, error) {
 	if err := s.rules.Validate(&b); err != nil {
-		return Preset{}, err
+		return preset.Preset{}, err
 	}
-	p := Preset{ID: uuid.New(), Version: 1, Body: b}
+	p := preset.Preset{ID: uuid.New(), Version: 1, Body: b}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO presets (id, tenant_id, name, version) VALUES ($1, $2, $3, 1)
 			RETURNING created_at, updated_at`, p.ID, tenantID, b.Name).Scan(&p.CreatedAt, &p.UpdatedAt)
@@ -47,17 +42,17 @@ func (s *Store) PresetCreate(ctx context.Context, tenantID uuid.UUID, b Body) (P
 		return versionInsert(ctx, tx, tenantID, p)
 	})
 	if err != nil {
-		return Preset{}, fmt.Errorf("preset: create: %w", err)
+		return preset.Preset{}, fmt.Errorf("preset: create: %w", err)
 	}
 	return p, nil
 }
 
 // PresetUpdate validates b and stores it as the next version of preset id.
-func (s *Store) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b Body) (Preset, error) {
+func (s *Presets) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b preset.Body) (preset.Preset, error) {
 	if err := s.rules.Validate(&b); err != nil {
-		return Preset{}, err
+		return preset.Preset{}, err
 	}
-	p := Preset{ID: id, Body: b}
+	p := preset.Preset{ID: id, Body: b}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The row lock taken by UPDATE serializes concurrent updates of one preset.
 		err := tx.QueryRow(ctx, `UPDATE presets SET version = version + 1, name = $3, updated_at = now()
@@ -70,15 +65,15 @@ func (s *Store) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b Body
 		return versionInsert(ctx, tx, tenantID, p)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Preset{}, ErrNotFound
+		return preset.Preset{}, preset.ErrNotFound
 	}
 	if err != nil {
-		return Preset{}, fmt.Errorf("preset: update: %w", err)
+		return preset.Preset{}, fmt.Errorf("preset: update: %w", err)
 	}
 	return p, nil
 }
 
-func versionInsert(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, p Preset) error {
+func versionInsert(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, p preset.Preset) error {
 	body, err := json.Marshal(p.Body)
 	if err != nil {
 		return err
@@ -91,16 +86,16 @@ func versionInsert(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, p Preset)
 const presetSelect = `SELECT p.id, v.version, p.created_at, v.created_at, v.body
 	FROM presets p JOIN preset_versions v ON v.preset_id = p.id `
 
-// PresetGet returns the current version of preset id, or ErrNotFound.
-func (s *Store) PresetGet(ctx context.Context, tenantID, id uuid.UUID) (Preset, error) {
+// PresetGet returns the current version of preset id, or preset.ErrNotFound.
+func (s *Presets) PresetGet(ctx context.Context, tenantID, id uuid.UUID) (preset.Preset, error) {
 	row := s.pool.QueryRow(ctx, presetSelect+`AND v.version = p.version
 		WHERE p.id = $1 AND p.tenant_id = $2 AND p.deleted_at IS NULL`, id, tenantID)
 	return scanOne(row)
 }
 
 // PresetVersionGet returns one version of preset id, also after the preset was deleted (a
-// session keeps using the version it pinned), or ErrNotFound.
-func (s *Store) PresetVersionGet(ctx context.Context, tenantID, id uuid.UUID, version int) (Preset, error) {
+// session keeps using the version it pinned), or preset.ErrNotFound.
+func (s *Presets) PresetVersionGet(ctx context.Context, tenantID, id uuid.UUID, version int) (preset.Preset, error) {
 	row := s.pool.QueryRow(ctx, presetSelect+`AND v.version = $3
 		WHERE p.id = $1 AND p.tenant_id = $2`, id, tenantID, version)
 	return scanOne(row)
@@ -108,21 +103,21 @@ func (s *Store) PresetVersionGet(ctx context.Context, tenantID, id uuid.UUID, ve
 
 // PresetDelete deletes preset id: it disappears from reads and lists, and no new session can
 // use it; its versions stay for the sessions that pinned them.
-func (s *Store) PresetDelete(ctx context.Context, tenantID, id uuid.UUID) error {
+func (s *Presets) PresetDelete(ctx context.Context, tenantID, id uuid.UUID) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE presets SET deleted_at = now()
 		WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, id, tenantID)
 	if err != nil {
 		return fmt.Errorf("preset: delete: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrNotFound
+		return preset.ErrNotFound
 	}
 	return nil
 }
 
 // PresetList returns up to limit presets (current versions) in creation order, after the
 // position cursor ("" for the first page), and the cursor of the next page ("" after the last).
-func (s *Store) PresetList(ctx context.Context, tenantID uuid.UUID, cursor string, limit int) ([]Preset, string, error) {
+func (s *Presets) PresetList(ctx context.Context, tenantID uuid.UUID, cursor string, limit int) ([]preset.Preset, string, error) {
 	after, afterID, err := cursorDecode(cursor)
 	if err != nil {
 		return nil, "", err
@@ -133,7 +128,7 @@ func (s *Store) PresetList(ctx context.Context, tenantID uuid.UUID, cursor strin
 	if err != nil {
 		return nil, "", fmt.Errorf("preset: list: %w", err)
 	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Preset, error) { return scan(r) })
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (preset.Preset, error) { return scan(r) })
 	if err != nil {
 		return nil, "", fmt.Errorf("preset: list: %w", err)
 	}
@@ -146,25 +141,25 @@ func (s *Store) PresetList(ctx context.Context, tenantID uuid.UUID, cursor strin
 	return items, next, nil
 }
 
-func scanOne(row pgx.Row) (Preset, error) {
+func scanOne(row pgx.Row) (preset.Preset, error) {
 	p, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Preset{}, ErrNotFound
+		return preset.Preset{}, preset.ErrNotFound
 	}
 	if err != nil {
-		return Preset{}, fmt.Errorf("preset: get: %w", err)
+		return preset.Preset{}, fmt.Errorf("preset: get: %w", err)
 	}
 	return p, nil
 }
 
-func scan(row pgx.Row) (Preset, error) {
-	var p Preset
+func scan(row pgx.Row) (preset.Preset, error) {
+	var p preset.Preset
 	var body []byte
 	if err := row.Scan(&p.ID, &p.Version, &p.CreatedAt, &p.UpdatedAt, &body); err != nil {
-		return Preset{}, err
+		return preset.Preset{}, err
 	}
 	if err := json.Unmarshal(body, &p.Body); err != nil {
-		return Preset{}, fmt.Errorf("preset %s version %d: stored body: %w", p.ID, p.Version, err)
+		return preset.Preset{}, fmt.Errorf("preset %s version %d: stored body: %w", p.ID, p.Version, err)
 	}
 	p.Body.Normalize() // bodies written before a field existed get its default
 	return p, nil
@@ -181,13 +176,13 @@ func cursorDecode(c string) (time.Time, uuid.UUID, error) {
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return time.Time{}, uuid.Nil, ErrInvalidCursor
+		return time.Time{}, uuid.Nil, preset.ErrInvalidCursor
 	}
 	us, idText, ok := strings.Cut(string(raw), ".")
 	micros, err1 := strconv.ParseInt(us, 10, 64)
 	id, err2 := uuid.Parse(idText)
 	if !ok || err1 != nil || err2 != nil {
-		return time.Time{}, uuid.Nil, ErrInvalidCursor
+		return time.Time{}, uuid.Nil, preset.ErrInvalidCursor
 	}
 	return time.UnixMicro(micros), id, nil
 }

@@ -1,24 +1,22 @@
-package tenant
+package pgstore
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // KeyCreate adds an API key to an existing tenant and returns its secret (shown once).
-func (s *Store) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, error) {
+func (s *Tenants) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, error) {
 	secret, err := keyInsert(ctx, s.pool, tenantID)
 	if isForeignKeyViolation(err) {
-		return "", ErrNotFound
+		return "", tenant.ErrNotFound
 	}
 	if err != nil {
 		return "", fmt.Errorf("tenant: key create: %w", err)
@@ -26,18 +24,18 @@ func (s *Store) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, erro
 	return secret, nil
 }
 
-// KeyAuthenticate returns the tenant that owns the API key secret, or ErrNotFound when the key is
+// KeyAuthenticate returns the tenant that owns the API key secret, or tenant.ErrNotFound when the key is
 // unknown or revoked.
-func (s *Store) KeyAuthenticate(ctx context.Context, secret string) (uuid.UUID, error) {
-	if !strings.HasPrefix(secret, KeyPrefix) {
-		return uuid.Nil, ErrNotFound
+func (s *Tenants) KeyAuthenticate(ctx context.Context, secret string) (uuid.UUID, error) {
+	if !strings.HasPrefix(secret, tenant.KeyPrefix) {
+		return uuid.Nil, tenant.ErrNotFound
 	}
-	hash := sha256.Sum256([]byte(secret))
+	hash := tenant.KeyHash(secret)
 	var id uuid.UUID
 	err := s.pool.QueryRow(ctx,
-		`SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, hash[:]).Scan(&id)
+		`SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, hash).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return uuid.Nil, ErrNotFound
+		return uuid.Nil, tenant.ErrNotFound
 	}
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("tenant: key authenticate: %w", err)
@@ -46,15 +44,15 @@ func (s *Store) KeyAuthenticate(ctx context.Context, secret string) (uuid.UUID, 
 }
 
 // KeyRevoke revokes the key with secret; later authentications with it fail.
-func (s *Store) KeyRevoke(ctx context.Context, tenantID uuid.UUID, secret string) error {
-	hash := sha256.Sum256([]byte(secret))
+func (s *Tenants) KeyRevoke(ctx context.Context, tenantID uuid.UUID, secret string) error {
+	hash := tenant.KeyHash(secret)
 	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = now()
-		WHERE tenant_id = $1 AND key_hash = $2 AND revoked_at IS NULL`, tenantID, hash[:])
+		WHERE tenant_id = $1 AND key_hash = $2 AND revoked_at IS NULL`, tenantID, hash)
 	if err != nil {
 		return fmt.Errorf("tenant: key revoke: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrNotFound
+		return tenant.ErrNotFound
 	}
 	return nil
 }
@@ -64,17 +62,14 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// keyInsert generates a key for tenantID, stores its hash and returns the secret:
-// KeyPrefix followed by 32 random bytes in unpadded base64url.
+// keyInsert generates a key for tenantID, stores its hash and returns the secret.
 func keyInsert(ctx context.Context, db execer, tenantID uuid.UUID) (string, error) {
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	secret, hash, prefix, err := tenant.NewKey()
+	if err != nil {
 		return "", err
 	}
-	secret := KeyPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
-	hash := sha256.Sum256([]byte(secret))
-	_, err := db.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix) VALUES ($1, $2, $3, $4)`,
-		uuid.New(), tenantID, hash[:], secret[:len(KeyPrefix)+6])
+	_, err = db.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix) VALUES ($1, $2, $3, $4)`,
+		uuid.New(), tenantID, hash, prefix)
 	if err != nil {
 		return "", err
 	}

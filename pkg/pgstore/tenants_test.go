@@ -1,4 +1,4 @@
-package tenant_test
+package pgstore_test
 
 import (
 	"context"
@@ -9,16 +9,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/tenant"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestTenantCreateAndKeyAuthenticate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	s := tenant.NewStore(pool)
+	s := pgstore.NewTenants(pool)
 
 	tn, key, err := s.TenantCreate(ctx, "  acme  ")
 	if err != nil {
@@ -49,7 +48,7 @@ func TestTenantCreateAndKeyAuthenticate(t *testing.T) {
 func TestKeyAuthenticateRejectsUnknownAndRevoked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := tenant.NewStore(pgtest.Pool(t))
+	s := pgstore.NewTenants(pgtest.Pool(t))
 	tn, key, err := s.TenantCreate(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +76,7 @@ func TestKeyAuthenticateRejectsUnknownAndRevoked(t *testing.T) {
 func TestTenantErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := tenant.NewStore(pgtest.Pool(t))
+	s := pgstore.NewTenants(pgtest.Pool(t))
 	if _, _, err := s.TenantCreate(ctx, " "); !errors.Is(err, tenant.ErrInvalidName) {
 		t.Errorf("empty name: %v", err)
 	}

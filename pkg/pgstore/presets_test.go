@@ -1,24 +1,23 @@
-package preset_test
+package pgstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
-	"github.com/dshd/dshd/pkg/tenant"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
 // storeWithTenants returns a preset store and two tenants on a fresh database.
-func storeWithTenants(t *testing.T) (*preset.Store, uuid.UUID, uuid.UUID) {
+func storeWithTenants(t *testing.T) (*pgstore.Presets, uuid.UUID, uuid.UUID) {
 	t.Helper()
 	pool := pgtest.Pool(t)
-	tenants := tenant.NewStore(pool)
+	tenants := pgstore.NewTenants(pool)
 	a, _, err := tenants.TenantCreate(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +26,7 @@ func storeWithTenants(t *testing.T) (*preset.Store, uuid.UUID, uuid.UUID) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return preset.NewStore(pool, preset.Rules{}), a.ID, b.ID
+	return pgstore.NewPresets(pool, preset.Rules{}), a.ID, b.ID
 }
 
 func TestPresetVersions(t *testing.T) {
@@ -161,4 +160,13 @@ func TestPresetListPages(t *testing.T) {
 			t.Errorf("cursor %q: %v", c, err)
 		}
 	}
+}
+
+func body(t *testing.T, js string) preset.Body {
+	t.Helper()
+	var b preset.Body
+	if err := json.Unmarshal([]byte(js), &b); err != nil {
+		t.Fatalf("bad test JSON %s: %v", js, err)
+	}
+	return b
 }

@@ -1,0 +1,137 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// QueueName is the River queue of session wake jobs.
+const QueueName = "turns"
+
+// Wake is a job that wakes a session: some replica takes its run lease and serves its inbox.
+// Reason is "message" for a posted message and "repair" for the lease sweeper.
+type Wake struct {
+	TenantID  uuid.UUID `json:"tenantId"`
+	SessionID uuid.UUID `json:"sessionId"`
+	Reason    string    `json:"reason"`
+}
+
+// Kind implements river.JobArgs.
+func (Wake) Kind() string { return "dshd_turn" }
+
+// InsertOpts implements river.JobArgsWithInsertOpts.
+func (Wake) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueName, MaxAttempts: 25} }
+
+// WakeFunc serves one wake job; attempt counts from 1. Returning Snooze(d) runs the job again
+// after d without counting an attempt.
+type WakeFunc func(ctx context.Context, w Wake, attempt int) error
+
+// Snooze returns the error a WakeFunc returns to have its job run again after d.
+func Snooze(d time.Duration) error { return river.JobSnooze(d) }
+
+// QueueConfig configures a Queue.
+type QueueConfig struct {
+	// MaxWorkers is how many wake jobs this replica runs at once. Default 100.
+	MaxWorkers int
+	// FetchCooldown is River's minimum pause between job fetches. Default 2ms.
+	FetchCooldown time.Duration
+	// FetchPollInterval is how often River polls for jobs when no insert notification arrived.
+	// Default 500ms.
+	FetchPollInterval time.Duration
+	// InsertOnly makes a queue that enqueues but runs no job (for tools and tests).
+	InsertOnly bool
+	// Logger receives River's diagnostics. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Queue is the durable job queue of session wakes (River over the same PostgreSQL): a wake
+// inserted in a transaction runs if and only if that transaction commits, on any replica, and a
+// job of a crashed worker is rescued.
+type Queue struct {
+	client *river.Client[pgx.Tx]
+	insert bool
+}
+
+// NewQueue returns the queue in the store's database, running fn for every wake job unless
+// cfg.InsertOnly. Nothing runs until Start.
+func NewQueue(st *Store, cfg QueueConfig, fn WakeFunc) (*Queue, error) {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 100
+	}
+	if cfg.FetchCooldown <= 0 {
+		cfg.FetchCooldown = 2 * time.Millisecond
+	}
+	if cfg.FetchPollInterval <= 0 {
+		cfg.FetchPollInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	rc := &river.Config{
+		Logger:        cfg.Logger.With("component", "river"),
+		JobTimeout:    -1, // a turn runs as long as it needs; leases detect dead workers
+		FetchCooldown: cfg.FetchCooldown,
+	}
+	if !cfg.InsertOnly {
+		workers := river.NewWorkers()
+		if err := river.AddWorkerSafely[Wake](workers, &wakeWorker{fn: fn}); err != nil {
+			return nil, err
+		}
+		rc.Workers = workers
+		rc.Queues = map[string]river.QueueConfig{QueueName: {MaxWorkers: cfg.MaxWorkers}}
+		rc.FetchPollInterval = cfg.FetchPollInterval
+	}
+	client, err := river.NewClient(riverpgxv5.New(st.pool), rc)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: river client: %w", err)
+	}
+	return &Queue{client: client, insert: cfg.InsertOnly}, nil
+}
+
+// Start starts running jobs (nothing for an insert-only queue).
+func (q *Queue) Start(ctx context.Context) error {
+	if q.insert {
+		return nil
+	}
+	if err := q.client.Start(ctx); err != nil {
+		return fmt.Errorf("pgstore: start river: %w", err)
+	}
+	return nil
+}
+
+// Stop waits for running jobs to return, until ctx is done.
+func (q *Queue) Stop(ctx context.Context) error {
+	if q.insert {
+		return nil
+	}
+	return q.client.Stop(ctx)
+}
+
+// WakeUnique enqueues w unless an equal wake was enqueued within period (the sweeper's repairs).
+func (q *Queue) WakeUnique(ctx context.Context, w Wake, period time.Duration) error {
+	_, err := q.client.Insert(ctx, w, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: period}})
+	return translate(err, "enqueue wake")
+}
+
+func (q *Queue) wakeTx(ctx context.Context, tx pgx.Tx, w Wake) error {
+	_, err := q.client.InsertTx(ctx, tx, w, nil)
+	return err
+}
+
+// wakeWorker is the River worker of wake jobs.
+type wakeWorker struct {
+	river.WorkerDefaults[Wake]
+	fn WakeFunc
+}
+
+// Work implements river.Worker.
+func (w *wakeWorker) Work(ctx context.Context, job *river.Job[Wake]) error {
+	return w.fn(ctx, job.Args, job.Attempt)
+}
