@@ -33,12 +33,14 @@ test: deps
 bench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(BENCHPKG)
 
-# loadgen measures the main path (steps:20 turns over HTTP and SSE, every event durable) next to
-# the in-process loop and the PostgreSQL insert ceiling; SESSIONS and DURATION tune it.
-SESSIONS ?= 8
-DURATION ?= 20s
+# loadgen measures the main path: text, tools:1, tools:16 and steps:20 turns over HTTP and SSE with
+# every event durable, at 1 and 8 concurrent sessions, next to the in-process loop and the
+# PostgreSQL insert ceiling; TURNS, SESSIONS and DURATION (per case) tune it.
+TURNS ?= text,tools:1,tools:16,steps:20
+SESSIONS ?= 1,8
+DURATION ?= 5s
 loadgen: deps
-	$(GO) run ./cmd/loadgen -sessions $(SESSIONS) -duration $(DURATION)
+	$(GO) run ./cmd/loadgen -turns $(TURNS) -sessions $(SESSIONS) -duration $(DURATION)
 
 # lint: gofmt, go vet, the import rules (internal/archtest; `make test` runs them too) and a tidy
 # go.mod/go.sum (`go mod tidy -diff` prints what tidying would change and fails if anything would).

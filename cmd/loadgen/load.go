@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,56 +70,115 @@ func (r *recorder) phase(elapsed time.Duration) (Phase, error) {
 	return p, r.err
 }
 
-// loadConfig configures the HTTP+SSE load.
+// loadConfig configures the HTTP+SSE load of one case.
 type loadConfig struct {
-	Client       *client
-	PresetID     string
-	Script       string
-	Sessions     int           // concurrent clients, each on its own session
-	Duration     time.Duration // measured time; ignored when Turns > 0
-	Turns        int           // measured turns in all, when > 0
-	Warmup       int           // untimed turns per client before the measurement
-	SessionTurns int           // turns per session before a client moves to a fresh one
-	// Sample is called once every client has warmed up, right before the measurement starts, and
-	// again right after the last measured turn (CPU counters).
-	Sample func()
+	Client   *client
+	PresetID string
+	Script   string
+	Sessions int           // concurrent clients
+	Duration time.Duration // measured time; ignored when Turns > 0
+	Turns    int           // measured turns in all, when > 0
+	Warmup   int           // untimed turns per client, each on a session of its own
 }
 
-// httpLoad runs the load: every client posts cfg.Script to its session and reads the stream until
-// turn/end, again and again. Creating a fresh session is not part of a turn's latency.
-func httpLoad(ctx context.Context, cfg loadConfig) (Phase, error) {
+// maxPool bounds the sessions created ahead of one measurement.
+const maxPool = 50_000
+
+// warmUp runs cfg.Warmup turns per client, each on a session it creates first, and returns their
+// latencies.
+func warmUp(ctx context.Context, cfg loadConfig) ([]time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := newRecorder(cfg.Sessions)
-	var budget atomic.Int64
-	budget.Store(int64(cfg.Turns))
-	var ready, done sync.WaitGroup
-	startC := make(chan struct{})
-	var deadline time.Time
+	var wg sync.WaitGroup
 	for i := range cfg.Sessions {
-		ready.Add(1)
-		done.Add(1)
+		wg.Add(1)
 		go func() {
-			defer done.Done()
-			s := &sessionTurns{c: cfg.Client, presetID: cfg.PresetID, max: cfg.SessionTurns}
-			for w := 0; w < cfg.Warmup; w++ {
-				if _, err := s.turn(ctx, cfg.Script); err != nil {
+			defer wg.Done()
+			for range cfg.Warmup {
+				id, err := cfg.Client.createSession(ctx, cfg.PresetID)
+				if err != nil {
 					rec.fail(fmt.Errorf("warm-up: %w", err))
 					cancel()
-					break
-				}
-			}
-			ready.Done()
-			<-startC
-			for ctx.Err() == nil {
-				if cfg.Turns > 0 && budget.Add(-1) < 0 {
-					return
-				}
-				if cfg.Turns <= 0 && !time.Now().Before(deadline) {
 					return
 				}
 				t0 := time.Now()
-				res, err := s.turn(ctx, cfg.Script)
+				if _, err := cfg.Client.turn(ctx, id, cfg.Script); err != nil {
+					rec.fail(fmt.Errorf("warm-up: %w", err))
+					cancel()
+					return
+				}
+				rec.add(i, time.Since(t0), 0, 0)
+			}
+		}()
+	}
+	wg.Wait()
+	_, err := rec.phase(0)
+	if err == nil {
+		err = ctx.Err()
+	}
+	var all []time.Duration
+	for _, l := range rec.lat {
+		all = append(all, l...)
+	}
+	return all, err
+}
+
+// prepareLoad warms the case up and creates the sessions of its measurement ahead, so that
+// neither the turns nor the CPU and database counters of the measurement include creating
+// sessions: cfg.Turns of them, or as many as the measurement takes at the pace of the fastest
+// warm-up turn, a third more and two more rounds of every client.
+func prepareLoad(ctx context.Context, cfg loadConfig) (chan string, error) {
+	warm, err := warmUp(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.Turns
+	if n <= 0 {
+		fastest := max(slices.Min(warm), 100*time.Microsecond)
+		n = int(1.34*float64(cfg.Sessions)*cfg.Duration.Seconds()/fastest.Seconds()) + 2*cfg.Sessions
+	}
+	n = min(n, maxPool)
+	t0 := time.Now()
+	pool, err := createSessions(ctx, cfg.Client, cfg.PresetID, n, max(cfg.Sessions, 8))
+	if err != nil {
+		return nil, err
+	}
+	progress("%s x%d: warmed up, %d sessions created ahead in %s", cfg.Script, cfg.Sessions, n,
+		time.Since(t0).Round(time.Millisecond))
+	return pool, nil
+}
+
+// runLoad runs the measurement: every client takes a fresh session from pool, posts cfg.Script
+// to it and reads the stream until turn/end, again and again, until cfg.Duration has passed (a
+// turn started before then is finished and counted) or the pool is empty. With cfg.Turns the
+// pool holds just that many sessions. If the pool runs out before the duration has passed, the
+// measurement ends early (Phase.Elapsed says when).
+func runLoad(ctx context.Context, cfg loadConfig, pool chan string) (Phase, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rec := newRecorder(cfg.Sessions)
+	var exhausted atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	for i := range cfg.Sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if cfg.Turns <= 0 && !time.Now().Before(deadline) {
+					return
+				}
+				var id string
+				select {
+				case id = <-pool:
+				default:
+					exhausted.Store(cfg.Turns <= 0)
+					return
+				}
+				t0 := time.Now()
+				res, err := cfg.Client.turn(ctx, id, cfg.Script)
 				if err != nil {
 					if ctx.Err() == nil {
 						rec.fail(err)
@@ -127,46 +186,46 @@ func httpLoad(ctx context.Context, cfg loadConfig) (Phase, error) {
 					}
 					return
 				}
-				rec.add(i, time.Since(t0)-s.setup, res.Events, res.Steps)
+				rec.add(i, time.Since(t0), res.Events, res.Steps)
 			}
 		}()
 	}
-	ready.Wait()
-	if err := ctx.Err(); err != nil {
-		done.Wait()
-		_, rerr := rec.phase(0)
-		return Phase{}, errors.Join(rerr, err)
-	}
-	cfg.Sample()
-	start := time.Now()
-	deadline = start.Add(cfg.Duration)
-	close(startC)
-	done.Wait()
+	wg.Wait()
 	elapsed := time.Since(start)
-	cfg.Sample()
-	return rec.phase(elapsed)
-}
-
-// sessionTurns runs one client's turns, moving to a fresh session every max turns.
-type sessionTurns struct {
-	c        *client
-	presetID string
-	max      int
-	id       string
-	n        int
-	setup    time.Duration // time the last turn spent creating its session
-}
-
-func (s *sessionTurns) turn(ctx context.Context, script string) (turnResult, error) {
-	s.setup = 0
-	if s.id == "" || (s.max > 0 && s.n >= s.max) {
-		t0 := time.Now()
-		id, err := s.c.createSession(ctx, s.presetID)
-		if err != nil {
-			return turnResult{}, err
-		}
-		s.id, s.n, s.setup = id, 0, time.Since(t0)
+	if exhausted.Load() {
+		progress("%s x%d: the sessions created ahead ran out after %s of %s", cfg.Script, cfg.Sessions,
+			elapsed.Round(time.Millisecond), cfg.Duration)
 	}
-	s.n++
-	return s.c.turn(ctx, s.id, script)
+	p, err := rec.phase(elapsed)
+	if err == nil {
+		err = ctx.Err()
+	}
+	return p, err
+}
+
+// createSessions creates n sessions with conns concurrent requests and returns them in a full
+// channel.
+func createSessions(ctx context.Context, c *client, presetID string, n, conns int) (chan string, error) {
+	ids := make(chan string, n)
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	for range min(conns, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				id, err := c.createSession(ctx, presetID)
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("create session: %w", err) })
+					return
+				}
+				ids <- id
+			}
+		}()
+	}
+	wg.Wait()
+	return ids, firstErr
 }

@@ -1,23 +1,33 @@
-// Command loadgen measures the mission's main path: N concurrent sessions run `steps:20` turns
-// over HTTP and SSE (one POST /v1/sessions/{id}/messages with Accept: text/event-stream per turn,
-// read until the stream ends with turn/end) against the mock model at zero latency, with every
-// event durable in PostgreSQL. In the same run it measures the machine's raw PostgreSQL insert
-// ceiling (single-row INSERT commits) and the plain in-process agent loop against the same mock,
-// and prints turns/s, turn latency (mean, p50, p99), per-step overhead, events/s, the CPU per turn
-// of the server and of PostgreSQL, and the ratio of the HTTP+SSE turn time to the in-process one.
+// Command loadgen measures the mission's main path: turns over HTTP and SSE (one POST
+// /v1/sessions/{id}/messages with Accept: text/event-stream per turn, read until the stream ends
+// with turn/end) against the mock model at zero latency, with every event durable in PostgreSQL,
+// next to the same turns in process.
+//
+// A case is a turn kind (-turns: a mock model script, the message of every turn; default text,
+// tools:1, tools:16 and steps:20) at a concurrency N (-sessions; default 1 and 8): N clients run
+// turns, each on a fresh session, for -duration (default 5s). For every case it prints the turn
+// time over HTTP+SSE (p50, p90), the same turns of the in-process agent loop over an in-memory
+// journal on the same mock at the same concurrency, their ratio, the turns/s of both, a plainer
+// baseline (model calls and the tool scheduler, no journal), and per durable turn the SQL
+// statements, commits, write transactions and WAL flushes of PostgreSQL and the CPU of the server
+// and of PostgreSQL. It ends with a markdown summary with the goals, and the machine's raw
+// PostgreSQL insert ceiling (single-row INSERT commits).
 //
 // By default it is self-contained: it starts a throwaway PostgreSQL cluster (fsync and
-// synchronous_commit on), the mock model in this process and the server as a child process built
-// from ./cmd/server, creates a tenant, a preset on the mock and one session per client, and stops
-// everything at the end. Run it from the repository root:
+// synchronous_commit on, pg_stat_statements loaded), the mock model in this process and the
+// server as a child process built from ./cmd/server, creates a tenant and a preset on the mock,
+// and stops everything at the end. Run it from the repository root:
 //
-//	go run ./cmd/loadgen -sessions 1 -duration 20s
-//	go run ./cmd/loadgen -sessions 8 -duration 20s
-//	go run ./cmd/loadgen -sessions 8 -turns 3000 -json
+//	go run ./cmd/loadgen
+//	go run ./cmd/loadgen -turns steps:20 -sessions 8 -duration 20s
+//	go run ./cmd/loadgen -turns text -sessions 1 -count 3000 -json
 //
-// Settings of the server process pass through the environment, for example a CPU profile:
+// -cpuprofile writes a CPU profile of the server during one case (-profile-case TURN@N, default
+// the first case): the server is restarted with DSHD_CPU_PROFILE for that case, warmed up, and
+// stopped right after its measurement, so the profile covers its start, a few warm-up turns, the
+// pause while the database settles and the measurement:
 //
-//	DSHD_CPU_PROFILE=/tmp/dshd.pprof go run ./cmd/loadgen -sessions 8 -duration 20s
+//	go run ./cmd/loadgen -turns text -sessions 1 -cpuprofile /tmp/dshd.pprof
 //	go tool pprof -top /tmp/dshd.pprof
 //
 // Against a running server (its DSHD_MODEL_HOSTS must allow the mock's address; -mock-url points
@@ -36,24 +46,32 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
 type options struct {
-	sessions         int
-	script           string
+	turnKinds        []string // the scripts of the cases
+	sessions         []int    // the concurrencies of the cases
 	duration         time.Duration
-	turns            int
+	count            int
 	warmup           int
-	sessionTurns     int
 	baselineDuration time.Duration
+	loopBaseline     bool
+	directBaseline   bool
+	idleDuration     time.Duration
+	settle           time.Duration
 	ceilingConns     int
 	ceilingDuration  time.Duration
 	jsonOut          bool
 	serverBin        string
 	serverLogLevel   string
 	keep             bool
+	cpuProfile       string
+	profileCase      string
 
 	url, key, adminToken string
 	mockURL, mockAddr    string
@@ -71,22 +89,30 @@ func main() {
 	}
 }
 
+// defaultTurns are the turn kinds measured by default.
+const defaultTurns = "text,tools:1,tools:16,steps:20"
+
 func parseFlags(args []string) (options, error) {
 	var o options
+	var turns, sessions, baselines string
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.IntVar(&o.sessions, "sessions", 1, "concurrent clients, each on its own session")
-	fs.StringVar(&o.script, "script", "tools:1 steps:20", "the message of every turn: a mock model script")
-	fs.DurationVar(&o.duration, "duration", 20*time.Second, "measured time of the HTTP+SSE load (unless -turns)")
-	fs.IntVar(&o.turns, "turns", 0, "measured turns in all; overrides -duration when > 0")
-	fs.IntVar(&o.warmup, "warmup", 2, "untimed turns per client before the measurement")
-	fs.IntVar(&o.sessionTurns, "session-turns", 1, "turns per session before a client moves to a fresh session (0: never); 1 matches the baseline's fresh log per turn")
-	fs.DurationVar(&o.baselineDuration, "baseline-duration", 5*time.Second, "time of each in-process baseline (0: skip)")
+	fs.StringVar(&turns, "turns", defaultTurns, "comma-separated turn kinds: mock model scripts, each the message of every turn of its case")
+	fs.StringVar(&sessions, "sessions", "1,8", "comma-separated concurrencies: each case runs N clients, a fresh session per turn")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured time of the HTTP+SSE load of each case (unless -count)")
+	fs.IntVar(&o.count, "count", 0, "measured turns of each case in all; overrides -duration when > 0")
+	fs.IntVar(&o.warmup, "warmup", 3, "untimed turns per client before each measurement (at least 1)")
+	fs.DurationVar(&o.baselineDuration, "baseline-duration", 0, "time of each in-process baseline of each case (default: -duration, or 1s with -count)")
+	fs.StringVar(&baselines, "baselines", "loop,direct", "in-process baselines: loop (agent loop, in-memory journal), direct (no journal); empty: none")
+	fs.DurationVar(&o.idleDuration, "idle-duration", 5*time.Second, "time of the idle background measurement, subtracted from the statistics read after a measurement (0: skip)")
+	fs.DurationVar(&o.settle, "settle", 10500*time.Millisecond, "quiet time before the database statistics are read: PostgreSQL backends report theirs 10 s after they went idle; shorter makes commits and WAL flushes inexact")
 	fs.IntVar(&o.ceilingConns, "ceiling-conns", 8, "connections of the PostgreSQL insert ceiling (it is also measured with 1)")
 	fs.DurationVar(&o.ceilingDuration, "ceiling-duration", 3*time.Second, "time of each insert ceiling measurement (0: skip)")
-	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of a table")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
 	fs.StringVar(&o.serverBin, "server-bin", "", "server binary (default: go build ./cmd/server into a temp dir)")
 	fs.StringVar(&o.serverLogLevel, "server-log-level", "warn", "DSHD_LOG_LEVEL of the server process")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (server log, cluster) after the run")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the server during one case (-profile-case) to this file")
+	fs.StringVar(&o.profileCase, "profile-case", "", "with -cpuprofile: the case to profile, TURN@N (default: the first case)")
 	fs.StringVar(&o.url, "url", "", "target a running server at this base URL instead of starting one")
 	fs.StringVar(&o.key, "key", "", "with -url: the tenant's API key")
 	fs.StringVar(&o.adminToken, "admin-token", "", "with -url and no -key: create a tenant with this admin token")
@@ -94,15 +120,66 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.mockAddr, "mock-addr", "127.0.0.1:0", "with -url and no -mock-url: serve the mock from this process here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "with -url: pid of the server, for its CPU time")
 	fs.IntVar(&o.postmasterPID, "postmaster-pid", 0, "with -url: pid of the PostgreSQL postmaster, for its CPU time")
-	fs.StringVar(&o.databaseURL, "database-url", "", "with -url: database for the insert ceiling (a scratch table is created and dropped)")
+	fs.StringVar(&o.databaseURL, "database-url", "", "with -url: database for the statistics and the insert ceiling (a scratch table is created and dropped)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if o.sessions < 1 || (o.turns <= 0 && o.duration <= 0) {
-		return o, errors.New("need -sessions >= 1 and a positive -duration or -turns")
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, t := range strings.Split(turns, ",") {
+		if t = normScript(t); t != "" {
+			o.turnKinds = append(o.turnKinds, t)
+		}
+	}
+	for _, f := range strings.Split(sessions, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("-sessions: %q is not a positive number", f)
+		}
+		o.sessions = append(o.sessions, n)
+	}
+	for _, b := range strings.Split(baselines, ",") {
+		switch strings.TrimSpace(b) {
+		case "loop":
+			o.loopBaseline = true
+		case "direct":
+			o.directBaseline = true
+		case "":
+		default:
+			return o, fmt.Errorf("-baselines: unknown baseline %q (want loop, direct)", b)
+		}
+	}
+	if len(o.turnKinds) == 0 || len(o.sessions) == 0 {
+		return o, errors.New("need at least one -turns kind and one -sessions number")
+	}
+	if o.count <= 0 && o.duration <= 0 {
+		return o, errors.New("need a positive -duration or -count")
+	}
+	if o.warmup < 1 {
+		return o, errors.New("need -warmup >= 1 (its turns size the sessions created ahead)")
+	}
+	if o.baselineDuration <= 0 {
+		o.baselineDuration = o.duration
+		if o.count > 0 {
+			o.baselineDuration = time.Second
+		}
 	}
 	if o.url != "" && o.key == "" && o.adminToken == "" {
 		return o, errors.New("-url needs -key or -admin-token")
+	}
+	if o.cpuProfile != "" {
+		if o.url != "" {
+			return o, errors.New("-cpuprofile needs the self-contained server (no -url): set DSHD_CPU_PROFILE on a running server instead")
+		}
+		abs, err := filepath.Abs(o.cpuProfile)
+		if err != nil {
+			return o, err
+		}
+		o.cpuProfile = abs
 	}
 	return o, nil
 }

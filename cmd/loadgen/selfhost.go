@@ -36,6 +36,10 @@ type env struct {
 	serverLog     string
 	adminToken    string
 	closers       []func()
+
+	// The self-contained server, so that it can be restarted (with a CPU profile).
+	serverBin, serverLogLevel string
+	stopServer                func()
 }
 
 func (e *env) close() {
@@ -63,7 +67,8 @@ func startLocked(start func() error) (stop func(), err error) {
 }
 
 // startPostgres initialises and starts a throwaway cluster in e.dir with fsync and synchronous
-// commit on (PostgreSQL's defaults), and creates the database "dshd".
+// commit on (PostgreSQL's defaults) and pg_stat_statements loaded, and creates the database
+// "dshd" with that extension.
 func (e *env) startPostgres(ctx context.Context) error {
 	parent := filepath.Join(e.dir, "pg")
 	if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -74,7 +79,8 @@ func (e *env) startPostgres(ctx context.Context) error {
 		return err
 	}
 	c.Settings = map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
-		"max_connections": "300", "shared_buffers": "128MB"}
+		"max_connections": "300", "shared_buffers": "128MB",
+		"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
 	if err := c.Init(ctx); err != nil {
 		return err
 	}
@@ -93,6 +99,14 @@ func (e *env) startPostgres(ctx context.Context) error {
 		return err
 	}
 	e.databaseURL = c.URL("dshd")
+	db, err := pgx.Connect(ctx, e.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close(ctx)
+	if _, err := db.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+		return fmt.Errorf("create extension pg_stat_statements: %w", err)
+	}
 	return nil
 }
 
@@ -137,16 +151,31 @@ func (e *env) buildServer(ctx context.Context) (string, error) {
 
 // startServer runs bin serve as a child process on a free loopback port, configured for the mock
 // model, and waits until /readyz answers 200. extraEnv (NAME=value) is added to this process's
-// environment, so settings such as DSHD_CPU_PROFILE pass through.
+// environment, so settings such as DSHD_CPU_PROFILE pass through. A server this env started
+// before is stopped first; the tenants and presets it created stay in the database.
 func (e *env) startServer(ctx context.Context, bin, logLevel string, extraEnv []string) error {
+	if e.stopServer != nil {
+		e.stopServer()
+		e.stopServer = nil
+	} else {
+		e.closers = append(e.closers, func() {
+			if e.stopServer != nil {
+				e.stopServer()
+				e.stopServer = nil
+			}
+		})
+	}
+	e.serverBin, e.serverLogLevel = bin, logLevel
 	port, err := pgcluster.FreePort()
 	if err != nil {
 		return err
 	}
-	e.adminToken = randomToken()
+	if e.adminToken == "" {
+		e.adminToken = randomToken()
+	}
 	e.serverURL = "http://127.0.0.1:" + strconv.Itoa(port)
 	e.serverLog = filepath.Join(e.dir, "server.log")
-	logf, err := os.Create(e.serverLog)
+	logf, err := os.OpenFile(e.serverLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -174,7 +203,7 @@ func (e *env) startServer(ctx context.Context, bin, logLevel string, extraEnv []
 		return fmt.Errorf("start server: %w", err)
 	}
 	e.serverPID = cmd.Process.Pid
-	e.closers = append(e.closers, func() {
+	e.stopServer = func() {
 		// SIGTERM: a graceful shutdown, which also writes a CPU profile when one is configured.
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -184,8 +213,14 @@ func (e *env) startServer(ctx context.Context, bin, logLevel string, extraEnv []
 			<-exited
 		}
 		stop()
-	})
+	}
 	return waitReady(ctx, e.serverURL, exited, e.serverLog)
+}
+
+// restartServer starts the server again with the binary and log level of the last start and
+// extraEnv.
+func (e *env) restartServer(ctx context.Context, extraEnv []string) error {
+	return e.startServer(ctx, e.serverBin, e.serverLogLevel, extraEnv)
 }
 
 func waitReady(ctx context.Context, base string, exited <-chan struct{}, logPath string) error {

@@ -10,11 +10,12 @@ type Latency struct {
 	N    int           `json:"n"`
 	Mean time.Duration `json:"meanNs"`
 	P50  time.Duration `json:"p50Ns"`
+	P90  time.Duration `json:"p90Ns"`
 	P99  time.Duration `json:"p99Ns"`
 	Max  time.Duration `json:"maxNs"`
 }
 
-// Summarize returns the mean, the 50th and 99th percentiles (nearest rank) and the maximum of ds.
+// Summarize returns the mean, the 50th, 90th and 99th percentiles (nearest rank) and the maximum of ds.
 // It does not modify ds. An empty ds gives the zero Latency.
 func Summarize(ds []time.Duration) Latency {
 	if len(ds) == 0 {
@@ -26,7 +27,7 @@ func Summarize(ds []time.Duration) Latency {
 	for _, d := range s {
 		sum += d
 	}
-	return Latency{N: len(s), Mean: sum / time.Duration(len(s)), P50: percentile(s, 50), P99: percentile(s, 99), Max: s[len(s)-1]}
+	return Latency{N: len(s), Mean: sum / time.Duration(len(s)), P50: percentile(s, 50), P90: percentile(s, 90), P99: percentile(s, 99), Max: s[len(s)-1]}
 }
 
 // percentile returns the nearest-rank p-th percentile of the sorted, non-empty s.

@@ -14,14 +14,14 @@ func TestSummarize(t *testing.T) {
 		ds = append(ds, ms(i))
 	}
 	got := Summarize(ds)
-	want := Latency{N: 100, Mean: 50500 * time.Microsecond, P50: ms(50), P99: ms(99), Max: ms(100)}
+	want := Latency{N: 100, Mean: 50500 * time.Microsecond, P50: ms(50), P90: ms(90), P99: ms(99), Max: ms(100)}
 	if got != want {
 		t.Fatalf("Summarize = %+v, want %+v", got, want)
 	}
 	if ds[0] != ms(100) {
 		t.Fatal("Summarize sorted its argument")
 	}
-	if got := Summarize([]time.Duration{ms(7)}); got.P50 != ms(7) || got.P99 != ms(7) || got.Mean != ms(7) {
+	if got := Summarize([]time.Duration{ms(7)}); got.P50 != ms(7) || got.P90 != ms(7) || got.P99 != ms(7) || got.Mean != ms(7) {
 		t.Fatalf("one sample: %+v", got)
 	}
 	if got := Summarize(nil); got != (Latency{}) {
