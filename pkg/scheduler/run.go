@@ -25,6 +25,8 @@ type run struct {
 	inflight  int              // dispatched calls whose bodies have not settled
 	settledCh chan *slot       // dispatch goroutines report here; capacity len(calls), never blocks
 
+	pending []*slot // started calls of the pool waiting to be launched together
+
 	out    Outcome
 	err    error // first internal failure (SCHED-7)
 	emDead bool  // the emitter failed; call it no more
@@ -97,21 +99,26 @@ func (r *run) runGroup() {
 		r.fail(err)
 		return
 	}
-	r.start(r.next)
+	// The pool's calls are started (tool/call, prepare) one after the other, in model order, but
+	// launched together: one flush makes all their tool/call events durable before their bodies
+	// run, instead of one flush per call.
+	r.startGrouped(r.next)
 	for {
 		r.commitReady()
 		if r.next >= len(r.calls) || !r.mayStart() {
 			break
 		}
-		if r.inflight >= limit {
+		if r.inflight+len(r.pending) >= limit {
+			r.launch()
 			r.waitOne()
 			continue
 		}
 		if r.mode(r.next) != registry.Parallel {
 			break
 		}
-		r.start(r.next)
+		r.startGrouped(r.next)
 	}
+	r.launch()
 	r.drain()
 }
 

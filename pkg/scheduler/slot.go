@@ -25,26 +25,59 @@ type slot struct {
 // start starts call i (SCHED-3): `tool/call`, the prepare stage, then, for a dispatched call, a
 // flush and the dispatch goroutine. The next call is not touched before prepare has resolved.
 func (r *run) start(i int) {
+	if sl := r.begin(i); sl != nil {
+		r.pending = append(r.pending, sl)
+		r.launch()
+	}
+}
+
+// startGrouped is start for a call of a parallel pool: the dispatch waits in r.pending for launch,
+// which flushes once for every pending call.
+func (r *run) startGrouped(i int) {
+	if sl := r.begin(i); sl != nil {
+		r.pending = append(r.pending, sl)
+	}
+}
+
+// launch makes the pending calls' events durable with one flush, then starts their dispatch
+// goroutines in model order. When the flush fails, none of them is dispatched (SCHED-7).
+func (r *run) launch() {
+	if len(r.pending) == 0 {
+		return
+	}
+	pending := r.pending
+	r.pending = r.pending[:0:0]
+	if !r.emit(r.em.Flush(r.emCtx)) {
+		for _, sl := range pending {
+			sl.dead, sl.done = true, true // no new dispatches after a failure (SCHED-7)
+		}
+		return
+	}
+	for _, sl := range pending {
+		r.inflight++
+		go r.dispatch(sl)
+	}
+}
+
+// begin writes call i's `tool/call` and runs its prepare stage. It returns the slot when the call
+// is to be dispatched (not yet launched, done false), nil when it already has its result or no
+// durable tool/call.
+func (r *run) begin(i int) *slot {
 	sl := &slot{call: r.calls[i], done: true}
 	r.slots[i] = sl
 	r.next = i + 1
 	seq, err := r.em.ToolCall(r.emCtx, sl.call)
 	if !r.emit(err) {
 		sl.dead = true
-		return
+		return nil
 	}
 	sl.callSeq = seq
 	sl.prep, sl.result = r.prepare(sl.call, r.input(i))
 	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
-		return
-	}
-	if !r.emit(r.em.Flush(r.emCtx)) {
-		sl.dead = true // no new dispatches after a failure (SCHED-7)
-		return
+		return nil
 	}
 	sl.done = false
-	r.inflight++
-	go r.dispatch(sl)
+	return sl
 }
 
 // prepare runs the prepare stage of c, containing a panic or a nil Prepared as a failure result.
