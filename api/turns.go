@@ -17,7 +17,7 @@ import (
 
 // Turns runs sessions' turns: posting messages to their inbox and cancelling (pkg/worker).
 type Turns interface {
-	Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *worker.Idempotency) (worker.Posted, error)
+	Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session, msg llm.Message, mode string, idem *worker.Idempotency) (worker.Posted, error)
 	Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error)
 }
 
@@ -82,7 +82,7 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		idem = &worker.Idempotency{Key: key, Hash: h.Sum(nil)}
 	}
 	msg := llm.NewUserMessage(uuid.NewString(), *req.Content)
-	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), id, msg, req.Mode, idem)
+	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), sess, msg, req.Mode, idem)
 	if err != nil {
 		writeError(w, r, err)
 		return

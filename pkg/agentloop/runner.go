@@ -226,7 +226,7 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 			return reasons, err
 		}
 		reasons = append(reasons, reason)
-		if reason.Kind == eventlog.EndAborted {
+		if reason.Kind == eventlog.EndAborted || released(r.j) {
 			break
 		}
 		if r.claimed == claimedBefore && reason.Kind != eventlog.EndCompleted {
@@ -236,6 +236,18 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		}
 	}
 	return reasons, nil
+}
+
+// Releaser is implemented by journals whose last append of a turn may give up the writer's run
+// lease (pgstore.Journal.ReleaseAtTurnEnd): once Released, the runner stops serving, and what
+// arrives later is for the lease's next holder.
+type Releaser interface {
+	Released() bool
+}
+
+func released(j eventlog.Journal) bool {
+	rel, ok := j.(Releaser)
+	return ok && rel.Released()
 }
 
 // errLog marks a failure to write the log: the turn cannot be closed through the log either.

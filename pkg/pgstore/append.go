@@ -12,26 +12,29 @@ import (
 )
 
 // appendSQL is the one append statement: it moves the counter by n and the inbox lengths, inserts
-// the rows and notifies, at once. It does nothing (no row) when the session is not the tenant's
+// the rows and notifies, at once; with $14 it also releases the run lease when no followup waits
+// after the batch (a turn runner's last append of a turn, instead of a statement of its own). It does nothing (no row) when the session is not the tenant's
 // live session, when the log does not end at the expected seq, when the fence owner does not hold
 // the run lease, or when an inbox length would go negative.
 const appendSQL = `
 WITH c AS (
 	UPDATE session_counters sc SET last_seq = sc.last_seq + $3,
-		inbox_next_turn = sc.inbox_next_turn + $10, inbox_next_step = sc.inbox_next_step + $11
+		inbox_next_turn = sc.inbox_next_turn + $10, inbox_next_step = sc.inbox_next_step + $11,
+		run_owner = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 THEN NULL ELSE sc.run_owner END,
+		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 THEN NULL ELSE sc.run_lease_until END
 	FROM sessions s
 	WHERE sc.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 	  AND sc.last_seq = $4
 	  AND ($12::uuid IS NULL OR sc.run_owner = $12)
 	  AND sc.inbox_next_turn + $10 >= 0 AND sc.inbox_next_step + $11 >= 0
-	RETURNING sc.last_seq
+	RETURNING sc.last_seq, sc.run_owner IS NULL AS released
 ), ins AS (
 	INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
 	SELECT $1, $4 + u.ord, $2, u.type, $5, u.data::json, u.op::json, u.src::bigint[], u.ign
 	FROM c, unnest($6::text[], $7::text[], $8::text[], $9::text[], $13::bool[])
 		WITH ORDINALITY AS u(type, data, op, src, ign, ord)
 )
-SELECT last_seq, pg_notify('` + NotifyChannel + `', $1::text || ':' || last_seq) FROM c`
+SELECT last_seq, released, pg_notify('` + NotifyChannel + `', $1::text || ':' || last_seq) FROM c`
 
 // appendParams is one append: a batch validated and stamped for the head it was built on, the
 // inbox lengths it moves, and the lease that fences it (Owner nil: unfenced).
@@ -41,23 +44,25 @@ type appendParams struct {
 	Batch           []eventlog.Event
 	Inbox           eventlog.InboxLens // the inbox lengths after the batch
 	Owner           *uuid.UUID
+	// Release gives up Owner's lease in the same statement when no followup waits after the batch.
+	Release bool
 }
 
 // errNoRow is appendRows' "the statement matched nothing": the head moved, the lease is another's,
 // or the session is gone. The caller tells which.
 var errNoRow = errors.New("pgstore: the append matched no counter row")
 
-// appendRows runs the append statement for p.
-func appendRows(ctx context.Context, q querier, p appendParams) error {
+// appendRows runs the append statement for p and reports whether it released the lease.
+func appendRows(ctx context.Context, q querier, p appendParams) (released bool, err error) {
 	c := toColumns(p.Batch)
 	var last int64
-	err := q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), p.Batch[0].Time,
+	err = q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), p.Batch[0].Time,
 		c.types, c.datas, c.ops, c.srcs, p.Inbox.NextTurn-p.Head.Inbox.NextTurn,
-		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable).Scan(&last, nil)
+		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable, p.Release && p.Owner != nil).Scan(&last, &released, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errNoRow
+		return false, errNoRow
 	}
-	return translate(err, "append")
+	return released && p.Release && p.Owner != nil, translate(err, "append")
 }
 
 // insertSQL inserts rows with explicit seqs and times (seeds and forks); the caller holds the
@@ -190,8 +195,7 @@ func (s *Store) appendAt(ctx context.Context, q querier, tenantID, sessionID uui
 	if err != nil {
 		return nil, err
 	}
-	err = appendRows(ctx, q, appendParams{Tenant: tenantID, Session: sessionID, Head: h, Batch: batch, Inbox: lens, Owner: owner})
-	if err != nil {
+	if _, err = appendRows(ctx, q, appendParams{Tenant: tenantID, Session: sessionID, Head: h, Batch: batch, Inbox: lens, Owner: owner}); err != nil {
 		return nil, err
 	}
 	return batch, nil

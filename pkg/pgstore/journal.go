@@ -36,7 +36,21 @@ type Journal struct {
 	head  eventlog.Head // valid when known
 	next  atomic.Int64  // head.Next, readable from other goroutines
 	unsub func()
+
+	// releaseAtTurnEnd makes an append that ends a turn also release the lease when no followup
+	// waits (released then records that it did).
+	releaseAtTurnEnd bool
+	released         atomic.Bool
 }
+
+// ReleaseAtTurnEnd makes every append of a batch that ends a turn (turn/end) also give up the
+// journal owner's lease, in the same statement, when no followup waits in the inbox after it: a
+// turn runner's last write of a serve needs no statement of its own. Released reports it.
+func (j *Journal) ReleaseAtTurnEnd(on bool) { j.releaseAtTurnEnd = on }
+
+// Released reports whether an append released the lease (ReleaseAtTurnEnd): the journal's owner
+// no longer holds it, and further appends fail with eventlog.ErrLeaseLost.
+func (j *Journal) Released() bool { return j.released.Load() }
 
 // Journal returns the journal of the session for owner (uuid.Nil: unfenced). hub, when not nil,
 // serves Wait and Latest from its notifications; without one they read the database.
@@ -49,6 +63,7 @@ func (s *Store) Journal(hub *Hub, tenantID, sessionID, owner uuid.UUID) *Journal
 // SetOwner changes the lease owner that fences the journal's appends (a kept runner serves each
 // job under a fresh lease identity). Not safe to call while an append runs.
 func (j *Journal) SetOwner(owner uuid.UUID) {
+	j.released.Store(false)
 	j.owner = nil
 	if owner != uuid.Nil {
 		j.owner = &owner
@@ -106,9 +121,12 @@ func (j *Journal) appendOptimistic(ctx context.Context, build eventlog.BuildFunc
 	// notification of the commit, which may arrive before the append returns, reads as this
 	// journal's own and not as news (Seen).
 	j.next.Store(h.Next + int64(len(batch)))
-	err = appendRows(ctx, j.store.pool, appendParams{Tenant: j.tenant, Session: j.session, Head: h,
-		Batch: batch, Inbox: lens, Owner: j.owner})
+	released, err := appendRows(ctx, j.store.pool, appendParams{Tenant: j.tenant, Session: j.session, Head: h,
+		Batch: batch, Inbox: lens, Owner: j.owner, Release: j.releaseAtTurnEnd && endsTurn(batch)})
 	if err == nil {
+		if released {
+			j.released.Store(true)
+		}
 		return batch, nil
 	}
 	j.next.Store(h.Next)
@@ -264,3 +282,7 @@ func (j *Journal) Wait(ctx context.Context, after int64) error {
 
 // Session returns the id of the journal's session.
 func (j *Journal) Session() uuid.UUID { return j.session }
+
+func endsTurn(batch []eventlog.Event) bool {
+	return len(batch) > 0 && batch[len(batch)-1].Type == eventlog.TypeTurnEnd
+}

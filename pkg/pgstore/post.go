@@ -3,6 +3,7 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,7 +36,28 @@ type PostParams struct {
 	Idem *Idempotency
 	// Message is the id of the posted message, recorded with the idempotency key.
 	Message string
+	// Lease, when not nil, offers to take the session's run lease in the same transaction
+	// instead of enqueueing a wake: the caller serves the session itself (Posted.Leased). When
+	// the lease is held (a turn runs, and its runner serves what waits before it releases) or
+	// the tenant runs Lease.MaxTenant turns already, the wake is enqueued as without an offer.
+	Lease *LeaseOffer
 }
+
+// LeaseOffer is the lease a poster takes to serve the session at once.
+type LeaseOffer struct {
+	Owner     uuid.UUID
+	TTL       time.Duration
+	MaxTenant int // turns the tenant may run at once, on all replicas (a soft bound)
+}
+
+// leaseTakeSQL gives $3 the session's lease for $4 ms if it is free or expired and the tenant
+// holds fewer than $5 live leases.
+const leaseTakeSQL = `
+UPDATE session_counters c SET run_owner = $3, run_lease_until = now() + $4 * interval '1 millisecond'
+WHERE c.session_id = $1 AND (c.run_owner IS NULL OR c.run_lease_until < now())
+  AND (SELECT count(*) FROM session_counters h JOIN sessions s ON s.id = h.session_id
+       WHERE h.run_owner IS NOT NULL AND h.run_lease_until > now() AND s.tenant_id = $2) < $5
+RETURNING 1`
 
 // Posted is the result of a Post: the message id and the seq of the first appended event.
 // Replayed is true when an idempotent retry returned an earlier result (nothing was appended).
@@ -44,10 +66,16 @@ type Posted struct {
 	Seq       int64
 	Replayed  bool
 	Events    []eventlog.Event
+	// Leased is true when the poster took the session's lease (PostParams.Lease): it must serve
+	// the session now; no wake was enqueued.
+	Leased bool
+	// Head is the head after the append (with the lease when Leased).
+	Head eventlog.Head
 }
 
-// Post appends what p.Build returns and enqueues the session's wake, in one transaction: a
-// message is never accepted without work scheduled for it.
+// Post appends what p.Build returns and, unless the poster takes the lease (p.Lease), enqueues
+// the session's wake, in one transaction: a message is never accepted without work scheduled for
+// it (the lease is such work: if its holder dies, the lease sweeper wakes the session).
 func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 	var out Posted
 	err := s.inTx(ctx, "post", func(tx pgx.Tx) error {
@@ -58,18 +86,22 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 				return err
 			}
 		}
-		evs, err := s.AppendTx(ctx, tx, p.Tenant, p.Session, p.Build)
+		h, err := s.head(ctx, tx, p.Tenant, p.Session, true)
 		if err != nil {
 			return err
 		}
-		out = Posted{MessageID: p.Message, Events: evs}
+		evs, err := s.appendAt(ctx, tx, p.Tenant, p.Session, h, nil, p.Build)
+		if err != nil {
+			return err
+		}
+		out = Posted{MessageID: p.Message, Events: evs, Head: h}
+		out.Head.Next += int64(len(evs))
+		out.Head.Inbox, _ = h.Inbox.After(evs)
 		if len(evs) > 0 {
 			out.Seq = evs[0].Seq
 		}
-		if p.Queue != nil {
-			if err := p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message"}); err != nil {
-				return err
-			}
+		if err := s.postWake(ctx, tx, p, &out); err != nil {
+			return err
 		}
 		if p.Idem != nil {
 			_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET message_id = $3, seq = $4 WHERE tenant_id = $1 AND key = $2`,
@@ -84,6 +116,25 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		s.committed(p.Tenant, p.Session, out.Events)
 	}
 	return out, nil
+}
+
+// postWake takes the offered lease or enqueues the session's wake (nothing without a queue).
+func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, out *Posted) error {
+	if p.Queue == nil {
+		return nil
+	}
+	if l := p.Lease; l != nil {
+		err := tx.QueryRow(ctx, leaseTakeSQL, p.Session, p.Tenant, l.Owner, l.TTL.Milliseconds(), l.MaxTenant).Scan(nil)
+		if err == nil {
+			out.Leased = true
+			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+	}
+	return p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message"})
 }
 
 // idempotencyClaim records the key, or finds the earlier request that used it. Two concurrent

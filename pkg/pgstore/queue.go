@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -134,4 +135,24 @@ type wakeWorker struct {
 // Work implements river.Worker.
 func (w *wakeWorker) Work(ctx context.Context, job *river.Job[Wake]) error {
 	return w.fn(ctx, job.Args, job.Attempt)
+}
+
+// LeaseDrop gives up owner's lease of the session whatever waits in its inbox (a replica shutting
+// down) and, when a followup waits, enqueues the session's wake in the same transaction, so that
+// another replica serves it. Dropping a lease one does not hold does nothing.
+func (q *Queue) LeaseDrop(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID) error {
+	return st.inTx(ctx, "drop lease", func(tx pgx.Tx) error {
+		var waiting int
+		err := tx.QueryRow(ctx, `
+			UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL
+			FROM sessions s WHERE c.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND c.run_owner = $3
+			RETURNING c.inbox_next_turn`, sessionID, tenantID, owner).Scan(&waiting)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && waiting == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return q.wakeTx(ctx, tx, Wake{TenantID: tenantID, SessionID: sessionID, Reason: "handoff"})
+	})
 }

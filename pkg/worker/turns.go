@@ -47,8 +47,11 @@ func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	if !ok {
 		return pgstore.Snooze(snoozeFor(time.Until(until)))
 	}
-	return w.serve(ctx, a, owner)
+	return w.serveSession(ctx, a, owner, nil, unknownSeq)
 }
+
+// unknownSeq tells serveSession to read where the serve's cancels begin.
+const unknownSeq = -2
 
 var (
 	errLeaseLost = errors.New("worker: lease lost")
@@ -75,13 +78,18 @@ func snoozeFor(left time.Duration) time.Duration {
 // serve runs the session's turns while it holds the lease, renewing it, and releases it when no
 // followup waits. A runner that served cleanly goes back to the cache, as the very last step:
 // nothing of this serve touches it afterwards.
-func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) error {
-	r, j, done, err := w.runner(ctx, a, owner)
+//
+// sess is the session when the caller has read it (a post), nil to read it here.
+//
+// from is the seq before which no cancel is for this serve (a post's own append), or unknownSeq
+// to read the head.
+func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UUID, sess *eventlog.Session, from int64) error {
+	r, j, done, err := w.runner(ctx, a, owner, sess)
 	if err != nil {
 		w.release(a, owner)
 		return err
 	}
-	keep, err := w.serveWith(ctx, a, owner, r, j)
+	keep, err := w.serveWith(ctx, a, owner, r, j, from)
 	if keep {
 		w.cache.put(a.SessionID, r, j, done)
 	} else {
@@ -92,7 +100,7 @@ func (w *turnWorker) serve(ctx context.Context, a TurnArgs, owner uuid.UUID) err
 
 // serveWith is serve with its runner. keep reports a clean release: a runner whose serve failed
 // may hold staged events that were never written, and is not kept.
-func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *pgstore.Journal) (keep bool, _ error) {
+func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *pgstore.Journal, from int64) (keep bool, _ error) {
 	cfg := w.s.cfg
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -100,15 +108,20 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	defer j.Close()
 	w.running.add(a.SessionID, r, cancel)
 	defer w.running.remove(a.SessionID, r)
+	if w.s.stopping.Load() {
+		cancel(errStopping) // Stop's interrupt may have run before this serve was added
+	}
 	// Cancels written from now on are for this serve's turns; older ones are history. The log
 	// is read before the watcher starts, so none in between is missed.
-	from := int64(-1)
-	if h, err := cfg.Store.SessionHead(ctx, a.TenantID, a.SessionID); err == nil {
-		from = h.Last()
+	if from == unknownSeq {
+		from = -1
+		if h, err := cfg.Store.SessionHead(ctx, a.TenantID, a.SessionID); err == nil {
+			from = h.Last()
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); w.renew(ctx, a, owner, r, cancel) }()
+	go func() { defer wg.Done(); w.renew(ctx, a, owner, r, j, cancel) }()
 	go func() { defer wg.Done(); w.watch(ctx, a, r, j, from) }()
 	defer func() { cancel(nil); wg.Wait() }()
 	for {
@@ -116,7 +129,9 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 		if errors.Is(context.Cause(ctx), errStopping) {
 			// The replica is shutting down: the turn was aborted (disposed); what waits is left
 			// to the other replicas' jobs.
-			_ = cfg.Store.LeaseDrop(context.WithoutCancel(ctx), a.TenantID, a.SessionID, owner)
+			if !j.Released() {
+				_ = w.s.queue.LeaseDrop(context.WithoutCancel(ctx), cfg.Store, a.TenantID, a.SessionID, owner)
+			}
 			return err == nil, nil
 		}
 		if err != nil {
@@ -125,6 +140,9 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 				return false, nil
 			}
 			return false, fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+		}
+		if j.Released() {
+			return true, nil // the turn's last append released the lease
 		}
 		released, err := cfg.Store.LeaseRelease(context.WithoutCancel(ctx), a.TenantID, a.SessionID, owner)
 		if errors.Is(err, eventlog.ErrLeaseLost) {
@@ -144,15 +162,20 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 // (its view of the log is caught up by Serve, the log being append-only), or a new one built from
 // the session's pinned preset version. done releases the runner's agent configuration (its
 // preset scope): it is called once, when the runner is dropped.
-func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (_ *agentloop.Runner, _ *pgstore.Journal, done func(), _ error) {
+func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID, known *eventlog.Session) (_ *agentloop.Runner, _ *pgstore.Journal, done func(), _ error) {
 	if r, j, done, ok := w.cache.take(a.SessionID); ok {
 		j.SetOwner(owner)
 		return r, j, done, nil
 	}
 	cfg := w.s.cfg
-	sess, err := cfg.Store.SessionGet(ctx, a.TenantID, a.SessionID)
-	if err != nil {
-		return nil, nil, nil, err
+	var sess eventlog.Session
+	if known != nil {
+		sess = *known
+	} else {
+		var err error
+		if sess, err = cfg.Store.SessionGet(ctx, a.TenantID, a.SessionID); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	if sess.PresetID == nil {
 		return nil, nil, nil, ErrNoPreset
@@ -166,6 +189,7 @@ func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID) (_
 		return nil, nil, nil, err
 	}
 	j := cfg.Store.Journal(cfg.Hub, a.TenantID, a.SessionID, owner)
+	j.ReleaseAtTurnEnd(true)
 	return agentloop.NewRunner(lc, j), j, done, nil
 }
 
@@ -176,7 +200,7 @@ func (w *turnWorker) release(a TurnArgs, owner uuid.UUID) {
 }
 
 // renew extends the lease every third of its TTL; losing it stops the runner at once.
-func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, cancel context.CancelCauseFunc) {
+func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *pgstore.Journal, cancel context.CancelCauseFunc) {
 	cfg := w.s.cfg
 	t := time.NewTicker(cfg.LeaseTTL / 3)
 	defer t.Stop()
@@ -185,6 +209,9 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if j.Released() {
+			return
 		}
 		err := cfg.Store.LeaseRenew(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
 		if errors.Is(err, eventlog.ErrLeaseLost) {
@@ -245,6 +272,13 @@ type runningServe struct {
 }
 
 func newRunning() *running { return &running{m: map[uuid.UUID]runningServe{}} }
+
+// count returns the number of running serves.
+func (rn *running) count() int {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return len(rn.m)
+}
 
 func (rn *running) add(id uuid.UUID, r *agentloop.Runner, cancel context.CancelCauseFunc) {
 	rn.mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +63,11 @@ type Config struct {
 	MaxTenantTurns int
 	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
 	InsertOnly bool
-	Logger     *slog.Logger
+	// QueueOnly makes every post enqueue a wake job, as it did before direct starts: no post
+	// takes the session's lease itself. Default false: a post to an idle session takes the lease
+	// in its own transaction and this replica serves the session at once (no job, no fetch).
+	QueueOnly bool
+	Logger    *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -98,9 +103,13 @@ func (c *Config) defaults() {
 // Service enqueues and runs turn jobs. Start is idempotent through River; Stop blocks until
 // running turns have ended.
 type Service struct {
-	cfg    Config
-	queue  *pgstore.Queue
-	turns  *turnWorker
+	cfg   Config
+	queue *pgstore.Queue
+	turns *turnWorker
+	// base is the context of direct serves (posts that took the lease); Stop interrupts them as
+	// it does jobs' serves, and waits for them (direct).
+	base   context.Context
+	direct sync.WaitGroup
 	cancel context.CancelFunc
 	done   chan struct{}
 	// stopping is set by Stop: no new serve starts, running ones stop after their turn.
@@ -130,7 +139,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel, s.done = cancel, make(chan struct{})
+	s.cancel, s.done, s.base = cancel, make(chan struct{}), context.WithoutCancel(ctx)
 	go func() {
 		defer close(s.done)
 		s.sweep(sctx)
@@ -148,6 +157,12 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.cancel()
 	<-s.done
 	s.turns.running.stopAll(agentloop.Cause{Kind: "disposed"})
+	done := make(chan struct{})
+	go func() { s.direct.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 	return s.queue.Stop(ctx)
 }
 
@@ -211,7 +226,13 @@ type Posted struct {
 // Post appends msg to the session's inbox, at the end of next-turn for a followup and of
 // next-step for steer and inject, and for a followup or steer enqueues a turn job, all in one
 // transaction: a message is never accepted without work scheduled for it.
-func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
+//
+// A waking post to an idle session takes the session's run lease in the same transaction when
+// this replica can serve it now (Config.QueueOnly unset, not stopping, fewer than MaxWorkers
+// serves): it then serves the session at once, without a job. Otherwise a job is enqueued, which
+// any replica runs.
+func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
+	sessionID := sess.ID
 	target := eventlog.InboxNextTurn
 	if mode == ModeSteer || mode == ModeInject {
 		target = eventlog.InboxNextStep
@@ -222,10 +243,16 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 		}}
 	if mode != ModeInject {
 		p.Queue = s.queue
+		if s.mayServeNow() {
+			p.Lease = &pgstore.LeaseOffer{Owner: uuid.New(), TTL: s.cfg.LeaseTTL, MaxTenant: s.cfg.MaxTenantTurns}
+		}
 	}
 	out, err := s.cfg.Store.Post(ctx, p)
 	if err != nil {
 		return Posted{}, err
+	}
+	if out.Leased {
+		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last())
 	}
 	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed}, nil
 }
@@ -242,4 +269,22 @@ func (s *Service) Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, kee
 		return agentloop.CancelEvents(h, agentloop.Cause{Kind: "user"}, keepInbox), nil
 	})
 	return len(evs) > 0, err
+}
+
+// mayServeNow reports whether a post may take the session's lease and serve it on this replica.
+func (s *Service) mayServeNow() bool {
+	return !s.cfg.QueueOnly && !s.cfg.InsertOnly && s.base != nil && !s.stopping.Load() &&
+		s.turns.running.count() < s.cfg.MaxWorkers
+}
+
+// serveNow serves a session whose lease a post took, on a goroutine of its own under the service's
+// context. A failure is logged; the lease then expires and the sweeper wakes the session.
+func (s *Service) serveNow(a TurnArgs, owner uuid.UUID, sess eventlog.Session, from int64) {
+	s.direct.Add(1)
+	go func() {
+		defer s.direct.Done()
+		if err := s.turns.serveSession(s.base, a, owner, &sess, from); err != nil {
+			s.cfg.Logger.Warn("serving a posted message failed", "session", a.SessionID, "err", err)
+		}
+	}()
 }

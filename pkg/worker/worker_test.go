@@ -177,7 +177,11 @@ func (e *env) waitTurnEnds(hub *pgstore.Hub, sid uuid.UUID, n int, within time.D
 
 func post(t *testing.T, r *replica, tenantID, sid uuid.UUID, text, mode string) {
 	t.Helper()
-	if _, err := r.svc.Post(context.Background(), tenantID, sid, llm.NewUserMessage(uuid.NewString(), text), mode, nil); err != nil {
+	sess, err := r.store.SessionGet(context.Background(), tenantID, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.svc.Post(context.Background(), tenantID, sess, llm.NewUserMessage(uuid.NewString(), text), mode, nil); err != nil {
 		t.Fatal(err)
 	}
 }
