@@ -24,7 +24,7 @@ import (
 const (
 	DefaultMaxSteps      = 100
 	DefaultChunkWindow   = 50 * time.Millisecond
-	DefaultChunkBytes    = 4096
+	DefaultChunkBytes    = 32 << 10
 	DefaultModelRetries  = 2
 	DefaultRetryBackoff  = 250 * time.Millisecond
 	DefaultMaxRetryDelay = 60 * time.Second

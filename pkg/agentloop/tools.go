@@ -148,6 +148,19 @@ func (e *stepEmitter) StepEnd(ctx context.Context, out scheduler.Outcome) error 
 	return nil
 }
 
+// Launch implements scheduler.Launcher: a launch of concurrency-safe calls rides the runner's next
+// batch (with its assistant message, the log stays consistent if the process dies first: the step
+// is taken again); one with an exclusive call is made durable first, so that crash repair tells a
+// started exclusive call (TOOL_OUTCOME_UNKNOWN) from one that never started.
+func (e *stepEmitter) Launch(ctx context.Context, calls []scheduler.Call) error {
+	for _, c := range calls {
+		if c.Mode != registry.Parallel {
+			return e.Flush(ctx)
+		}
+	}
+	return nil
+}
+
 // Flush implements scheduler.Emitter.
 func (e *stepEmitter) Flush(ctx context.Context) error {
 	e.mu.Lock()

@@ -71,3 +71,14 @@ type Emitter interface {
 type StepEnder interface {
 	StepEnd(ctx context.Context, out Outcome) error
 }
+
+// Launcher is an optional extension of Emitter. When the emitter implements it, the scheduler
+// calls Launch, with the calls about to be dispatched (their Mode set), instead of the Flush that
+// precedes a dispatch. An implementation must make durable everything emitted so far when any of
+// the calls is exclusive. It may keep the events of an all-parallel (concurrency-safe) launch
+// buffered, to write them with what it appends next: if the process dies first, neither the calls
+// nor the assistant message that asked for them are in the log, so the step is taken again, and
+// only work a concurrency-safe tool already did may be repeated.
+type Launcher interface {
+	Launch(ctx context.Context, calls []Call) error
+}

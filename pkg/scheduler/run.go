@@ -111,6 +111,7 @@ func (r *run) runGroup() {
 		if r.inflight+len(r.pending) >= limit {
 			r.launch()
 			r.waitOne()
+			r.collectSettled() // every slot freed by now, so that the next launch fills them all
 			continue
 		}
 		if r.mode(r.next) != registry.Parallel {
@@ -152,6 +153,19 @@ func (r *run) waitOne() {
 	sl := <-r.settledCh
 	sl.done = true
 	r.inflight--
+}
+
+// collectSettled takes every dispatch that has settled by now, without waiting.
+func (r *run) collectSettled() {
+	for {
+		select {
+		case sl := <-r.settledCh:
+			sl.done = true
+			r.inflight--
+		default:
+			return
+		}
+	}
 }
 
 // drain waits for every started call and commits them all in order.

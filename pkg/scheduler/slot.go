@@ -47,7 +47,17 @@ func (r *run) launch() {
 	}
 	pending := r.pending
 	r.pending = r.pending[:0:0]
-	if !r.emit(r.em.Flush(r.emCtx)) {
+	var err error
+	if l, ok := r.em.(Launcher); ok {
+		calls := make([]Call, len(pending))
+		for i, sl := range pending {
+			calls[i] = r.calls[sl.call.Index]
+		}
+		err = l.Launch(r.emCtx, calls)
+	} else {
+		err = r.em.Flush(r.emCtx)
+	}
+	if !r.emit(err) {
 		for _, sl := range pending {
 			sl.dead, sl.done = true, true // no new dispatches after a failure (SCHED-7)
 		}
