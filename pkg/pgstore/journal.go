@@ -132,19 +132,27 @@ func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) ([
 	var (
 		out  []eventlog.Event
 		head eventlog.Head
+		own  error // the fence's or the build's error: returned as is, not as a database error
 	)
 	err := j.store.inTx(ctx, "append", func(tx pgx.Tx) error {
 		h, err := j.store.head(ctx, tx, j.tenant, j.session, true)
 		if err != nil {
 			return err
 		}
-		if err := j.fence(h); err != nil {
-			return err
+		if own = j.fence(h); own != nil {
+			return own
 		}
 		head = h
-		out, err = j.store.appendAt(ctx, tx, j.tenant, j.session, h, j.owner, build)
+		out, err = j.store.appendAt(ctx, tx, j.tenant, j.session, h, j.owner, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+			evs, err := build(h)
+			own = err
+			return evs, err
+		})
 		return err
 	})
+	if own != nil {
+		return nil, own
+	}
 	if err != nil {
 		return nil, err
 	}
