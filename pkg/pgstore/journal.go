@@ -34,7 +34,8 @@ type Journal struct {
 
 	known bool
 	head  eventlog.Head // valid when known
-	next  atomic.Int64  // head.Next, readable from other goroutines
+	next  atomic.Int64  // head.Next, readable from other goroutines (ahead while an append runs)
+	done  atomic.Int64  // 1 + the highest seq this journal committed or read
 	unsub func()
 }
 
@@ -88,6 +89,7 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 		return nil, err
 	}
 	j.track(out)
+	j.saw(out)
 	j.store.committed(j.tenant, j.session, out)
 	return out, nil
 }
@@ -214,12 +216,29 @@ func (j *Journal) Since(ctx context.Context, after int64) ([]eventlog.Event, err
 		after = page[len(page)-1].Seq
 	}
 	j.track(out)
+	j.saw(out)
 	return out, nil
 }
 
-// Latest implements eventlog.Journal: the highest seq notified, or the journal's own head.
+// saw records that evs are committed (the journal appended or read them), for Latest.
+func (j *Journal) saw(evs []eventlog.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	n := evs[len(evs)-1].Seq + 1
+	for {
+		cur := j.done.Load()
+		if n <= cur || j.done.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// Latest implements eventlog.Journal: the highest seq notified (with a hub) or that the journal
+// appended or read, fenced or not. Unlike Seen it never counts the seqs of an append still
+// running: they may never commit, and Since cannot return them yet.
 func (j *Journal) Latest() int64 {
-	own := j.Seen()
+	own := j.done.Load() - 1
 	if j.hub != nil {
 		if seq, ok := j.hub.Latest(j.session); ok && seq > own {
 			return seq
