@@ -101,9 +101,14 @@ func (j *MemJournal) Append(ctx context.Context, build BuildFunc) ([]Event, erro
 	return j.append(ctx, "", build)
 }
 
-func (j *MemJournal) append(_ context.Context, owner string, build BuildFunc) ([]Event, error) {
+func (j *MemJournal) append(ctx context.Context, owner string, build BuildFunc) ([]Event, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	// As a store's append, one whose context is done (also while it waited for the lock)
+	// commits nothing.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	h := Head{Next: int64(j.log.Len()), Inbox: j.inbox, Lease: j.lease}
 	if owner != "" && (j.lease.Owner != owner || !j.lease.HeldAt(j.now())) {
 		return nil, ErrLeaseLost

@@ -30,9 +30,9 @@ WITH c AS (
 	RETURNING sc.last_seq, sc.run_owner IS NULL AS released
 ), ins AS (
 	INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
-	SELECT $1, $4 + u.ord, $2, u.type, $5, u.data::json, u.op::json, u.src::bigint[], u.ign
-	FROM c, unnest($6::text[], $7::text[], $8::text[], $9::text[], $13::bool[])
-		WITH ORDINALITY AS u(type, data, op, src, ign, ord)
+	SELECT $1, $4 + u.ord, $2, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
+	FROM c, unnest($6::text[], $7::text[], $8::text[], $9::text[], $13::bool[], $5::bigint[])
+		WITH ORDINALITY AS u(type, data, op, src, ign, time, ord)
 )
 SELECT last_seq, released, pg_notify('` + NotifyChannel + `', $1::text || ':' || last_seq) FROM c`
 
@@ -56,7 +56,7 @@ var errNoRow = errors.New("pgstore: the append matched no counter row")
 func appendRows(ctx context.Context, q querier, p appendParams) (released bool, err error) {
 	c := toColumns(p.Batch)
 	var last int64
-	err = q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), p.Batch[0].Time,
+	err = q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), c.times,
 		c.types, c.datas, c.ops, c.srcs, p.Inbox.NextTurn-p.Head.Inbox.NextTurn,
 		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable, p.Release && p.Owner != nil).Scan(&last, &released, nil)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -34,7 +34,8 @@ type Journal struct {
 
 	known bool
 	head  eventlog.Head // valid when known
-	next  atomic.Int64  // head.Next, readable from other goroutines
+	next  atomic.Int64  // head.Next, readable from other goroutines (ahead while an append runs)
+	done  atomic.Int64  // 1 + the highest seq this journal committed or read
 	unsub func()
 
 	// releaseAtTurnEnd makes an append that ends a turn also release the lease when no followup
@@ -103,6 +104,7 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 		return nil, err
 	}
 	j.track(out)
+	j.saw(out)
 	j.store.committed(j.tenant, j.session, out)
 	return out, nil
 }
@@ -150,19 +152,27 @@ func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) ([
 	var (
 		out  []eventlog.Event
 		head eventlog.Head
+		own  error // the fence's or the build's error: returned as is, not as a database error
 	)
 	err := j.store.inTx(ctx, "append", func(tx pgx.Tx) error {
 		h, err := j.store.head(ctx, tx, j.tenant, j.session, true)
 		if err != nil {
 			return err
 		}
-		if err := j.fence(h); err != nil {
-			return err
+		if own = j.fence(h); own != nil {
+			return own
 		}
 		head = h
-		out, err = j.store.appendAt(ctx, tx, j.tenant, j.session, h, j.owner, build)
+		out, err = j.store.appendAt(ctx, tx, j.tenant, j.session, h, j.owner, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+			evs, err := build(h)
+			own = err
+			return evs, err
+		})
 		return err
 	})
+	if own != nil {
+		return nil, own
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -224,12 +234,29 @@ func (j *Journal) Since(ctx context.Context, after int64) ([]eventlog.Event, err
 		after = page[len(page)-1].Seq
 	}
 	j.track(out)
+	j.saw(out)
 	return out, nil
 }
 
-// Latest implements eventlog.Journal: the highest seq notified, or the journal's own head.
+// saw records that evs are committed (the journal appended or read them), for Latest.
+func (j *Journal) saw(evs []eventlog.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	n := evs[len(evs)-1].Seq + 1
+	for {
+		cur := j.done.Load()
+		if n <= cur || j.done.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// Latest implements eventlog.Journal: the highest seq notified (with a hub) or that the journal
+// appended or read, fenced or not. Unlike Seen it never counts the seqs of an append still
+// running: they may never commit, and Since cannot return them yet.
 func (j *Journal) Latest() int64 {
-	own := j.Seen()
+	own := j.done.Load() - 1
 	if j.hub != nil {
 		if seq, ok := j.hub.Latest(j.session); ok && seq > own {
 			return seq
