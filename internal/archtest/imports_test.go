@@ -36,6 +36,7 @@ var layers = []struct {
 	{10, []string{"pkg/llm", "pkg/kernel"}},                          // the model types, the fiber kernel
 	{10, []string{".", "web", "migrations", "internal/pgcluster"}},   // assets, SQL, local PostgreSQL
 	{15, []string{"pkg/eventlog"}},                                   // the log's vocabulary and seam
+	{16, []string{"pkg/eventlog/eventlogtest"}},                      // its conformance suite
 	{20, []string{"pkg/registry", "pkg/promptasm"}},                  // the tool registry, prompts
 	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},       // model clients, tenants
 	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}}, // tool calls and the tools

@@ -16,16 +16,18 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/scheduler"
 )
 
-// Defaults of Config.
+// Defaults of Config. The defaults of settings a preset also has are the preset's (declared
+// once, in pkg/preset), so a caller that gives none runs what a preset that leaves them out runs.
 const (
-	DefaultMaxSteps      = 100
+	DefaultMaxSteps      = preset.DefaultMaxSteps     // limits.maxSteps
+	DefaultModelRetries  = preset.DefaultModelRetries // model.retries
 	DefaultChunkWindow   = 50 * time.Millisecond
 	DefaultChunkBytes    = 32 << 10
-	DefaultModelRetries  = 2
 	DefaultRetryBackoff  = 250 * time.Millisecond
 	DefaultMaxRetryDelay = 60 * time.Second
 	// DefaultMaxOutputBytes and DefaultMaxToolCalls bound one model response.

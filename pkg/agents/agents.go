@@ -1,7 +1,8 @@
 // Package agents turns a session's pinned preset version into the configuration of its agent
 // loop: a tool registry scope with the preset's restrictions and presentation mode, prompt
 // sections and variables in a prompt scope, a scheduler with the preset's parallelism, and the
-// model provider. A preset version is immutable, so its scope is set up once and shared by its
+// model provider; the settings read below the loop (approval, run_code sub-calls) are kept per
+// agent (Settings). A preset version is immutable, so its scope is set up once and shared by its
 // sessions while any of them uses it (Agent hands out a release func; the scope is
 // reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
 // disposed when they fall out of it: every registration made for them (restrictions,
@@ -95,18 +96,22 @@ type Agents struct {
 	idle    *list.List        // of *scope with no references, most recently released first
 	clients map[string]*list.Element
 	lru     *list.List // of *client, most recently used first
+
+	heldMu sync.RWMutex
+	held   map[string]*held // by agent (session id): the agents whose configuration is held
 }
 
 // scope is the set-up state of one preset version.
 type scope struct {
-	key     string
-	sched   *scheduler.Scheduler
-	err     error // a setup failure: every turn of the preset version ends with it
-	failing *promptasm.Registry
-	fiber   *kernel.Fiber // the registry registrations (restrictions, mode, guards)
-	undo    []func()      // the promptasm registrations
-	refs    int
-	elem    *list.Element // in idle when refs is 0
+	key      string
+	sched    *scheduler.Scheduler
+	settings Settings
+	err      error // a setup failure: every turn of the preset version ends with it
+	failing  *promptasm.Registry
+	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, guards)
+	undo     []func()      // the promptasm registrations
+	refs     int
+	elem     *list.Element // in idle when refs is 0
 }
 
 // client is a cached model client.
@@ -147,6 +152,9 @@ func New(cfg Config) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
+	a := &Agents{cfg: cfg, k: k, reg: reg, scopes: map[string]*scope{}, idle: list.New(),
+		clients: map[string]*list.Element{}, lru: list.New(), held: map[string]*held{}}
+	reg.MountApprover(registry.ApproverFunc(a.approve))
 	g := k.Fiber("builtin-tools", nil)
 	for _, t := range cfg.Tools {
 		if _, err := reg.Register(g, t); err != nil {
@@ -157,8 +165,7 @@ func New(cfg Config) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{cfg: cfg, k: k, reg: reg, prompt: pr, scopes: map[string]*scope{}, idle: list.New(),
-		clients: map[string]*list.Element{}, lru: list.New()}
+	a.prompt = pr
 	if _, err := pr.Tools(promptasm.Global, a.toolSet); err != nil {
 		return nil, err
 	}
@@ -191,8 +198,9 @@ type Session struct {
 // configuration's scope stays set up until release is called (once, when the runner built from
 // it is dropped; calling it again does nothing). A preset version whose setup failed (for
 // example a restriction naming a tool that does not exist) still yields a configuration: its
-// prompt assembly fails, so every turn ends with that error and no step. On an error, release
-// is a no-op.
+// prompt assembly fails, so every turn ends with that error and no step. While the
+// configuration is held, Settings(s.ID.String()) returns the agent's settings. On an error,
+// release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
 	prov, defaults, err := a.provider(p.Model)
@@ -225,8 +233,14 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	if sc.err != nil {
 		cfg.Prompt, cfg.PromptInput = sc.failing, promptasm.Input{Chain: promptasm.Chain{sc.key}}
 	}
+	unhold := a.hold(cfg.SessionID, sc)
 	var once sync.Once
-	return cfg, func() { once.Do(func() { a.release(sc) }) }, nil
+	return cfg, func() {
+		once.Do(func() {
+			unhold()
+			a.release(sc)
+		})
+	}, nil
 }
 
 func toolOrder(o []string) []string {
@@ -250,7 +264,7 @@ func (a *Agents) acquire(p preset.Preset) *scope {
 		sc.refs++
 		return sc
 	}
-	sc := &scope{key: key, refs: 1}
+	sc := &scope{key: key, refs: 1, settings: settingsOf(p.Body)}
 	sc.err = a.setup(sc, p.Body)
 	cap := preset.DefaultMaxParallelToolCalls
 	if p.Tools.MaxParallelToolCalls != nil {
@@ -356,8 +370,9 @@ func (a *Agents) setup(sc *scope, p preset.Body) error {
 }
 
 // askFor makes calls of the named tools, in the preset's scope, ask for approval (PIPE-4). Until
-// durable approvals are mounted, an ask is denied by the pipeline (APR-1: `tool "<n>" requires
-// approval (not yet supported)`), so a tool the preset guards never runs unapproved.
+// durable approvals are built, an ask is rejected under policy `never` (approve) and denied
+// otherwise (APR-1: `tool "<n>" requires approval (not yet supported)`), so a tool the preset
+// guards never runs unapproved.
 func (a *Agents) askFor(f *kernel.Fiber, tools []string) error {
 	ask := map[string]bool{}
 	for _, t := range tools {

@@ -1,5 +1,11 @@
 package agents
 
+import (
+	"context"
+
+	"github.com/dshd/dshd/pkg/registry"
+)
+
 // ScopeCounts returns how many preset-version scopes are set up and how many of them are idle.
 func (a *Agents) ScopeCounts() (live, idle int) {
 	a.mu.Lock()
@@ -12,4 +18,9 @@ func (a *Agents) ClientCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.clients)
+}
+
+// Approve is the approver the agents mount on their registry.
+func (a *Agents) Approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
+	return a.approve(ctx, req)
 }

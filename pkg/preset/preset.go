@@ -30,7 +30,9 @@ const (
 	UnlistedTools = "<unlisted-tools>"
 )
 
-// Defaults filled by Normalize for fields a client leaves out.
+// Defaults filled by Normalize for fields a client leaves out. DefaultModelRetries and
+// DefaultMaxSteps are also the agent loop's defaults (agentloop.DefaultModelRetries and
+// DefaultMaxSteps), declared here only.
 const (
 	DefaultProvider             = ProviderDeepSeek
 	DefaultModelRetries         = 2 // retries of a failed model call within its step

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dshd/dshd/pkg/fault"
@@ -25,10 +26,17 @@ type ApprovalRequest struct {
 
 // Approver resolves an `ask`. It returns one of the four outcomes; it should return
 // OutcomeCancelled promptly when ctx is cancelled. An error (or any other outcome) fails the
-// call with a final result (PIPE-6).
+// call with a final result (PIPE-6), except ErrNoApprovalService.
 type Approver interface {
 	Approve(ctx context.Context, req ApprovalRequest) (outcome string, err error)
 }
+
+// ErrNoApprovalService, returned (possibly wrapped) by an Approver, resolves the ask as if no
+// approval service were mounted (APR-1): denied with its reason, or `tool "<n>" requires
+// approval (not yet supported)`, with {ToolDeniedError, TOOL_DENIED}. It lets an approver serve
+// some calls only and pass the others on (pkg/agents resolves the asks of agents under policy
+// `never` and passes the rest on until the approval service is built).
+var ErrNoApprovalService = errors.New("registry: no approval service for this call")
 
 // ApproverFunc adapts a function to Approver.
 type ApproverFunc func(ctx context.Context, req ApprovalRequest) (string, error)
@@ -48,16 +56,16 @@ func denied(reason, name, code string) *Result {
 func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow bool, res *Result, kind PrepKind) {
 	box := r.approver.Load()
 	if box == nil {
-		if reason == "" {
-			reason = fmt.Sprintf("tool %q requires approval (not yet supported)", e.Name)
-		}
-		return false, denied(reason, NameToolDenied, fault.CodeToolDenied), PrepPostResult
+		return false, noApprovalService(e.Name, reason), PrepPostResult
 	}
 	if e.Agent == "" {
 		return false, denied(fmt.Sprintf("tool %q requires approval, but the call has no agent to route it through", e.Name),
 			NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
 	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason})
+	if errors.Is(err, ErrNoApprovalService) {
+		return false, noApprovalService(e.Name, reason), PrepPostResult
+	}
 	if err != nil {
 		return false, failureOf(err), PrepFinalResult
 	}
@@ -75,6 +83,14 @@ func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow 
 		return false, denied(fmt.Sprintf("tool %q requires approval, but no approval channel is available", e.Name), NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
 	return false, failure(fmt.Sprintf("approval for tool %q returned an unknown outcome %q", e.Name, outcome), nil), PrepFinalResult
+}
+
+// noApprovalService is the denial of an ask no approval service resolves (APR-1).
+func noApprovalService(name, reason string) *Result {
+	if reason == "" {
+		reason = fmt.Sprintf("tool %q requires approval (not yet supported)", name)
+	}
+	return denied(reason, NameToolDenied, fault.CodeToolDenied)
 }
 
 func callApprover(ctx context.Context, a Approver, req ApprovalRequest) (outcome string, err error) {

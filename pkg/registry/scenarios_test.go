@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/dshd/dshd/pkg/fault"
@@ -141,6 +142,33 @@ func TestScenario07_AskWithoutApprovalService(t *testing.T) {
 	e.pre(e.g, Ask(""))
 	if r := e.exec("echo", `{"text":"x"}`); contentText(r) != `Error: tool "echo" requires approval (not yet supported)` {
 		t.Fatalf("got %q", contentText(r))
+	}
+}
+
+// TestAPR1_ApproverPassesOn: an approver that returns ErrNoApprovalService (wrapped) for a call
+// leaves it as without an approval service: denied (post-result) with the ask's reason or the
+// default one, {ToolDeniedError, TOOL_DENIED}, the body not run.
+func TestAPR1_ApproverPassesOn(t *testing.T) {
+	t.Parallel()
+	for reason, want := range map[string]string{
+		"":    `Error: tool "echo" requires approval (not yet supported)`,
+		"why": "Error: why",
+	} {
+		e := newEnv(t, Config{})
+		runs := 0
+		e.register(e.g, echoTool(t, &runs))
+		e.pre(e.g, Ask(reason))
+		e.r.MountApprover(ApproverFunc(func(context.Context, ApprovalRequest) (string, error) {
+			return "", fmt.Errorf("agent a: %w", ErrNoApprovalService)
+		}))
+		p := e.r.Prepare(e.ctx, Input{CallID: "c", Name: "echo", Args: json.RawMessage(`{"text":"x"}`), Agent: "a"})
+		r := e.r.Finish(e.ctx, p)
+		if p.Kind != PrepPostResult || contentText(r) != want || runs != 0 {
+			t.Errorf("reason %q: %v %q runs=%d", reason, p.Kind, contentText(r), runs)
+		}
+		if *r.ErrorInfo() != (fault.Info{Name: NameToolDenied, Code: fault.CodeToolDenied}) {
+			t.Errorf("reason %q: info %+v", reason, r.ErrorInfo())
+		}
 	}
 }
 

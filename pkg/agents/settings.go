@@ -1,0 +1,116 @@
+package agents
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// Settings are the preset settings of an agent that are read below the agent loop, by the
+// approval service and the code-mode bridge, rather than through agentloop.Config. An agent's
+// settings are those of its session's pinned preset version; Agents.Settings returns them by
+// agent id.
+type Settings struct {
+	// Approval is how the agent's asks are resolved.
+	Approval Approval
+	// MaxParallelSubCalls caps the concurrent sub-calls of one run_code program (PRS-1; the
+	// preset's tools.maxParallelSubCalls, default preset.DefaultMaxParallelSubCalls). It is for
+	// the code-mode bridge (pkg/codemode), which is not built yet: nothing reads it today.
+	MaxParallelSubCalls int
+}
+
+// Approval is an agent's approval configuration (the preset's approval settings).
+type Approval struct {
+	// Policy is the agent's configured policy, preset.PolicyAsk or preset.PolicyNever: the
+	// "config default" of APR-4 step 2, which the session's last `approval/policy` event would
+	// override (nothing appends one yet). Under `never` an ask resolves `rejected` at once and
+	// no answerer is consulted (Agents resolves it: `Error: the user rejected tool "<n>"`,
+	// {ApprovalRejectedError, APPROVAL_REJECTED}). Under `ask` the ask goes to the approval
+	// service; until one is mounted it is denied (APR-1: `tool "<n>" requires approval (not
+	// yet supported)`).
+	Policy string
+	// Timeout is how long an ask waits for an answer before it resolves `cancelled` (DESIGN.md:
+	// "a timeout resolves it as cancelled"; the preset's approval.timeoutMs, default
+	// preset.DefaultApprovalTimeoutMs). It is for the approval service (pkg/approval), which is
+	// not built yet: no ask waits for an answer today, so nothing reads it.
+	Timeout time.Duration
+	// Ask are the tools whose calls ask for approval (PIPE-4), sorted and without duplicates.
+	Ask []string
+}
+
+// settingsOf returns the settings of a preset body, with the defaults of what it leaves out.
+func settingsOf(b preset.Body) Settings {
+	b.Normalize() // b is a copy: Normalize replaces nil fields only
+	ask := slices.Clone(b.Approval.Ask)
+	slices.Sort(ask)
+	return Settings{
+		Approval: Approval{Policy: b.Approval.Policy, Timeout: time.Duration(*b.Approval.TimeoutMs) * time.Millisecond,
+			Ask: slices.Compact(ask)},
+		MaxParallelSubCalls: *b.Tools.MaxParallelSubCalls,
+	}
+}
+
+func (s Settings) clone() Settings {
+	s.Approval.Ask = slices.Clone(s.Approval.Ask)
+	return s
+}
+
+// Settings returns the settings of an agent: the agent id is the session id (the Agent of its
+// tool executions and approval requests). They are known while the session's agent
+// configuration is held, from Agent until its release; ok is false for any other agent.
+func (a *Agents) Settings(agent string) (s Settings, ok bool) {
+	a.heldMu.RLock()
+	defer a.heldMu.RUnlock()
+	h, ok := a.held[agent]
+	if !ok {
+		return Settings{}, false
+	}
+	return h.sc.settings.clone(), true
+}
+
+// held is an agent whose configuration is held: n holders, of the scope sc.
+type held struct {
+	sc *scope
+	n  int
+}
+
+// hold records that the configuration of agent, of scope sc, is held once more; the func it
+// returns undoes that.
+func (a *Agents) hold(agent string, sc *scope) func() {
+	a.heldMu.Lock()
+	defer a.heldMu.Unlock()
+	h := a.held[agent]
+	if h == nil {
+		h = &held{}
+		a.held[agent] = h
+	}
+	h.sc = sc // the latest: a session's agent is always of its one pinned version
+	h.n++
+	return func() {
+		a.heldMu.Lock()
+		defer a.heldMu.Unlock()
+		if h.n--; h.n == 0 && a.held[agent] == h {
+			delete(a.held, agent)
+		}
+	}
+}
+
+// approve is the approval service the agents' registry has mounted (APR-1), as far as it exists:
+// the asks of an agent under policy `never` resolve `rejected` without an answer (APR-4 step 2;
+// `cancelled` when the call's signal is already aborted, step 1). Every other ask is passed on
+// (registry.ErrNoApprovalService) and denied as without an approval service, until the durable
+// one (pkg/approval) is built: it will take over here, reading Settings (policy, timeout).
+// Unlike it, this logs no `approval/asked` or `approval/decided` (APR-3).
+func (a *Agents) approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
+	s, ok := a.Settings(req.Agent)
+	if !ok || s.Approval.Policy != preset.PolicyNever {
+		return "", registry.ErrNoApprovalService
+	}
+	if ctx.Err() != nil {
+		return registry.OutcomeCancelled, nil
+	}
+	return registry.OutcomeRejected, nil
+}
