@@ -25,10 +25,9 @@ import (
 
 // Subscriber wakes the streams of a session when events are appended to it (pgstore.Hub).
 // Subscribe returns a channel that receives a value after new appends (wake-ups coalesce; the
-// subscriber re-reads the log after its cursor) and a cancel func the caller must call.
-type Subscriber interface {
-	Subscribe(sessionID uuid.UUID) (wake <-chan struct{}, cancel func())
-}
+// subscriber re-reads the log after its cursor) and a cancel func the caller must call; Latest is
+// the highest seq the notifications vouch for.
+type Subscriber = pgstore.Notifier
 
 // Config holds the dependencies and settings of a Server.
 type Config struct {
@@ -97,8 +96,7 @@ type Server struct {
 func New(cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{}),
-		tails: &tails{log: cfg.Log, hub: cfg.Hub, heartbeat: cfg.Heartbeat, page: cfg.StreamPage,
-			keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}}}
+		tails: &tails{log: cfg.Log, hub: cfg.Hub, keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}}}
 	s.router = s.routes()
 	return s
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -24,11 +23,9 @@ const tailBytes = 8 << 20
 //
 // Lock order: tails.mu before tail.mu; neither is held during I/O.
 type tails struct {
-	log       *pgstore.Store
-	hub       Subscriber
-	heartbeat time.Duration
-	page      int
-	keep      int // events kept per tail
+	log  *pgstore.Store
+	hub  Subscriber
+	keep int // events kept per tail
 
 	mu sync.Mutex
 	m  map[uuid.UUID]*tail
@@ -62,11 +59,7 @@ func (ts *tails) acquire(tenant, id uuid.UUID, lastSeq int64) *tail {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &tail{id: id, tenant: tenant, refs: 1, stop: cancel, keep: ts.keep, last: lastSeq, notify: make(chan struct{})}
 	ts.m[id] = t
-	wake, unsub := ts.hub.Subscribe(id)
-	go func() {
-		defer unsub()
-		ts.follow(ctx, t, wake)
-	}()
+	go ts.follow(ctx, t)
 	return t
 }
 
@@ -79,23 +72,18 @@ func (ts *tails) release(t *tail) {
 	}
 }
 
-// follow reads new rows after every wake-up (and heartbeat, in case a notification was lost).
-func (ts *tails) follow(ctx context.Context, t *tail, wake <-chan struct{}) {
-	beat := time.NewTicker(ts.heartbeat)
-	defer beat.Stop()
-	force := true
-	for {
-		if !ts.read(ctx, t, force) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-			force = false
-		case <-beat.C:
-			force = true // a poll: read whatever the notifications say
-		}
+// follow keeps the tail's buffer up to date with the log (eventlog.Follow over an unfenced
+// journal of the session: woken by the hub, a read on a heartbeat or reconnect) until the last
+// stream releases it or the session is gone. Batches this replica committed arrive through
+// publish first and move the cursor, so they are not read back.
+func (ts *tails) follow(ctx context.Context, t *tail) {
+	j := ts.log.Journal(ts.hub, t.tenant, t.id, uuid.Nil)
+	err := eventlog.Follow(ctx, j, t.lastSeq, func(evs []eventlog.Event) error {
+		t.add(evs)
+		return nil
+	})
+	if errors.Is(err, eventlog.ErrNotFound) {
+		t.fail(err)
 	}
 }
 
@@ -107,46 +95,6 @@ func (ts *tails) publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 	ts.mu.Unlock()
 	if t != nil && t.tenant == tenantID && len(evs) > 0 {
 		t.extend(evs)
-	}
-}
-
-// latest is the optional part of a Subscriber that knows the highest notified seq of a session.
-type latest interface {
-	Latest(sessionID uuid.UUID) (int64, bool)
-}
-
-// read appends every committed event after t.last to the buffer; false when the tail failed.
-// Unless force, a wake-up whose notification is already covered (the batch was published in
-// process) reads nothing; the hub forgets what it vouches for when notifications may have been
-// lost (a reconnect).
-func (ts *tails) read(ctx context.Context, t *tail, force bool) bool {
-	for {
-		t.mu.Lock()
-		after := t.last
-		t.mu.Unlock()
-		if l, ok := ts.hub.(latest); ok && !force {
-			if seq, known := l.Latest(t.id); known && seq <= after {
-				return true
-			}
-		}
-		evs, err := ts.log.EventList(ctx, t.tenant, t.id, pgstore.ListQuery{After: after, Limit: ts.page})
-		if err != nil {
-			if ctx.Err() != nil {
-				return false
-			}
-			if errors.Is(err, eventlog.ErrNotFound) {
-				t.fail(err)
-				return false
-			}
-			return true // a passing failure: the next wake-up or heartbeat reads again
-		}
-		if len(evs) == 0 {
-			return true
-		}
-		t.add(evs)
-		if len(evs) < ts.page {
-			return true
-		}
 	}
 }
 

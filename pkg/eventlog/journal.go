@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -224,3 +225,42 @@ func (w memWriter) Append(ctx context.Context, build BuildFunc) ([]Event, error)
 func Batch(evs ...NewEvent) BuildFunc {
 	return func(Head) ([]NewEvent, error) { return evs, nil }
 }
+
+// Follow is the one way a client of the log follows it: it calls fn with every batch of events
+// committed after the cursor, in seq order, until ctx is done (its error is returned) or fn or a
+// read fails. cursor returns the seq the caller has seen; the caller may advance it by other
+// means (a batch it was handed in process), and Follow then neither waits for nor reads what it
+// covers. Events fn is given may include some at or below a cursor that moved meanwhile: fn must
+// drop them. A failed read is retried after the next wake-up unless it is eventlog.ErrNotFound
+// (the session is gone), which is returned.
+func Follow(ctx context.Context, j Journal, cursor func() int64, fn func([]Event) error) error {
+	for {
+		after := cursor()
+		if err := j.Wait(ctx, after); err != nil {
+			return err
+		}
+		evs, err := j.Since(ctx, cursor())
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return err
+		case err != nil:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			select { // a passing failure: try again a little later
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(followRetry):
+			}
+			continue
+		}
+		if len(evs) > 0 {
+			if err := fn(evs); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// followRetry is how long Follow waits after a failed read.
+const followRetry = 100 * time.Millisecond

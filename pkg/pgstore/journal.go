@@ -28,7 +28,7 @@ import (
 // concurrent use.
 type Journal struct {
 	store           *Store
-	hub             *Hub
+	hub             Notifier
 	tenant, session uuid.UUID
 	owner           *uuid.UUID
 
@@ -53,10 +53,20 @@ func (j *Journal) ReleaseAtTurnEnd(on bool) { j.releaseAtTurnEnd = on }
 // no longer holds it, and further appends fail with eventlog.ErrLeaseLost.
 func (j *Journal) Released() bool { return j.released.Load() }
 
+// Notifier is what a journal needs of a Hub: wake-ups of a session's commits, and the highest seq
+// they vouch for. *Hub implements it.
+type Notifier interface {
+	Subscribe(sessionID uuid.UUID) (wake <-chan struct{}, cancel func())
+	Latest(sessionID uuid.UUID) (int64, bool)
+}
+
 // Journal returns the journal of the session for owner (uuid.Nil: unfenced). hub, when not nil,
 // serves Wait and Latest from its notifications; without one they read the database.
-func (s *Store) Journal(hub *Hub, tenantID, sessionID, owner uuid.UUID) *Journal {
-	j := &Journal{store: s, hub: hub, tenant: tenantID, session: sessionID}
+func (s *Store) Journal(hub Notifier, tenantID, sessionID, owner uuid.UUID) *Journal {
+	j := &Journal{store: s, tenant: tenantID, session: sessionID}
+	if h, ok := hub.(*Hub); !ok || h != nil {
+		j.hub = hub
+	}
 	j.SetOwner(owner)
 	return j
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -225,39 +224,29 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 	}
 }
 
-// watch delivers cancel requests written by other replicas to the running turn. A notification
-// is news only when it is past what the journal has already seen (its own appends are not).
+// watch delivers cancel requests written by other writers to the running turn: it follows the
+// log (eventlog.Follow) past what the runner's journal has seen, so the runner's own appends are
+// neither waited for nor read back.
 func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *pgstore.Journal, from int64) {
 	cfg := w.s.cfg
 	if cfg.Hub == nil {
 		return
 	}
-	wake, unsub := cfg.Hub.Subscribe(a.SessionID)
-	defer unsub()
-	cursor := max(from, j.Seen())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-		}
-		latest, ok := cfg.Hub.Latest(a.SessionID)
-		if !ok || latest <= j.Seen() || latest <= cursor {
-			continue
-		}
-		evs, err := cfg.Store.EventList(ctx, a.TenantID, a.SessionID,
-			pgstore.ListQuery{After: cursor, Limit: 100, Types: []string{eventlog.TypeAgentCancel}})
-		if err != nil {
-			continue
-		}
-		cursor = latest
-		for _, ev := range evs {
-			var d eventlog.AgentCancel
-			if json.Unmarshal(ev.Data, &d) == nil {
-				r.Interrupt(d.Reason)
+	read := from
+	cursor := func() int64 { return max(read, j.Seen()) }
+	_ = eventlog.Follow(ctx, cfg.Store.Journal(cfg.Hub, a.TenantID, a.SessionID, uuid.Nil), cursor,
+		func(evs []eventlog.Event) error {
+			for _, ev := range evs {
+				if ev.Seq <= read || ev.Type != eventlog.TypeAgentCancel {
+					continue
+				}
+				if d, err := eventlog.Decode[eventlog.AgentCancel](ev); err == nil {
+					r.Interrupt(d.Reason)
+				}
 			}
-		}
-	}
+			read = max(read, evs[len(evs)-1].Seq)
+			return nil
+		})
 }
 
 // running indexes the serves of this replica by session.
