@@ -9,17 +9,18 @@ import (
 )
 
 // TestBatchesPerTurn pins how many appends (durable commits with a store) a turn costs when the
-// model answers within one coalescing window: the claim with step/start and the entered message,
-// one batch before every exclusive call's body, and the turn's end; launches of concurrency-safe
-// calls ride the next batch. Every extra batch is a WAL flush per turn.
+// model answers within one coalescing window: the turn's first claim rides its next batch, a
+// batch is written before every exclusive call's body and after its result, launches of
+// concurrency-safe calls ride the next batch, and the turn's end closes it. Every extra batch is a
+// WAL flush per turn.
 func TestBatchesPerTurn(t *testing.T) {
 	t.Parallel()
 	for script, want := range map[string]int{
-		"text":                            2, // claim + step/start + user/message; the rest with turn/end
-		"tool:echo args:{\"text\":\"x\"}": 2, // claim; the rest (a parallel-safe launch rides)
-		"tools:16 tool:echo":              2, // claim; the rest (the parallel launch rides)
-		"tool:sleep args:{}":              4, // claim; tool/call; the exclusive result; the rest
-		"tools:1 steps:3":                 2, // claim; the rest
+		"text":                            1, // everything, with the turn's first claim
+		"tool:echo args:{\"text\":\"x\"}": 1, // a parallel-safe launch rides
+		"tools:16 tool:echo":              1, // the parallel launch rides
+		"tool:sleep args:{}":              3, // up to the exclusive call's tool/call; its result; the rest
+		"tools:1 steps:3":                 1, // everything
 	} {
 		t.Run(strings.ReplaceAll(script, " ", "_"), func(t *testing.T) {
 			t.Parallel()

@@ -24,65 +24,100 @@ type stepEntry struct {
 }
 
 // enterStep opens step of turn with its input (LOOP-2): it claims every next-step message, then
-// one next-turn message at a turn boundary, and writes the claim, `step/start` and one
-// `user/message` per entered message (the claimed ones, then snap when not nil) in one batch,
-// committed at once: a crash can never leave a message claimed but not entered.
+// one next-turn message at a turn boundary, and stages the claim, `step/start` and one
+// `user/message` per entered message (the claimed ones, then snap when not nil) as one entry of
+// the writer: a crash can never leave a message claimed but not entered.
 //
-// The batch is built on an up-to-date view of the log (under the append lock), so what it claims
-// is exactly what the inbox holds then. When there is nothing to enter and the step needs input
-// (the first step, or a turn that is ending), it writes nothing and reports no step.
+// What is entered is decided now, from the runner's view of the inbox, and the model request is
+// built on it. The entry is built on an up-to-date view of the log (under the append lock): it
+// claims a list's first messages only while the list still starts with exactly them. Other
+// writers only add at the ends of the lists, except a cancel, which clears them; a message a
+// cancel removed before the claim was written is still entered (the model was given it) but not
+// claimed again, and the turn ends aborted{user} (claimLost).
+//
+// The claim of a turn's first step is written with the turn's next batch (within a coalescing
+// window of the model call, or with the turn's end), in one commit with turn/start: if the
+// process dies before it, nothing of the turn is in the log and the input waits in the inbox. A
+// later step's claim is committed at once, before its model call.
+//
+// When there is nothing to enter and the step needs input (the first step, or a turn that is
+// ending), it stages nothing and reports no step.
 func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needInput bool, snap *llm.Message) (stepEntry, error) {
-	planned := len(r.m.inbox.NextStep)
-	if boundary {
-		planned += min(1, len(r.m.inbox.NextTurn))
+	var e stepEntry
+	var plan []claimPlan
+	for _, c := range []struct {
+		target string
+		max    int
+		use    bool
+	}{{eventlog.InboxNextStep, 0, true}, {eventlog.InboxNextTurn, 1, boundary}} {
+		list := r.waiting(c.target)
+		k := len(list)
+		if c.max > 0 {
+			k = min(k, c.max)
+		}
+		if !c.use || k == 0 {
+			continue
+		}
+		plan = append(plan, claimPlan{target: c.target, ids: ids(list[:k])})
+		if c.target == eventlog.InboxNextStep {
+			r.unclaimed.NextStep += k
+		} else {
+			r.unclaimed.NextTurn += k
+		}
+		e.entered = append(e.entered, slices.Clone(list[:k])...)
+		e.claimed += k
 	}
-	if planned == 0 && snap == nil {
+	if snap != nil {
+		e.entered = append(e.entered, *snap)
+	}
+	if len(e.entered) == 0 {
 		if needInput {
 			return stepEntry{}, nil
 		}
-		// No new input: the step starts without a claim, and nothing needs writing yet.
+		// No new input: the step starts without a claim.
 		r.w.stage(staged{typ: eventlog.TypeStepStart, data: eventlog.StepStart{Turn: turn, Step: step}})
 		return stepEntry{started: true}, nil
 	}
-	var e stepEntry
-	r.w.stage(staged{fresh: true, expand: func(l *eventlog.Head) ([]eventlog.NewEvent, error) {
-		e = stepEntry{}
+	e.started = true
+	entered := e.entered
+	r.w.stage(staged{fresh: true, entered: entered, expand: func(l *eventlog.Head) ([]eventlog.NewEvent, error) {
 		var out []eventlog.NewEvent
-		claim := func(target string, max int) {
-			list := r.m.inbox.List(target)
-			k := len(list)
-			if max > 0 {
-				k = min(k, max)
+		r.claimLost = false
+		for _, p := range plan {
+			list := r.m.inbox.List(p.target)
+			if len(list) < len(p.ids) || !slices.Equal(ids(list[:len(p.ids)]), p.ids) {
+				r.claimLost = true // cleared by a cancel meanwhile: the turn ends aborted
+				continue
 			}
-			if k == 0 {
-				return
-			}
-			e.entered = append(e.entered, slices.Clone(list[:k])...)
-			e.claimed += k
-			out = append(out, eventlog.NewEvent{Type: eventlog.TypeInboxSpliced, Data: eventlog.Deletion(target, k, "")})
+			out = append(out, eventlog.Of(eventlog.Deletion(p.target, len(p.ids), "")))
 		}
-		claim(eventlog.InboxNextStep, 0)
-		if boundary {
-			claim(eventlog.InboxNextTurn, 1)
-		}
-		if snap != nil {
-			e.entered = append(e.entered, *snap)
-		}
-		if len(e.entered) == 0 && needInput {
-			return nil, nil
-		}
-		e.started = true
-		out = append(out, eventlog.NewEvent{Type: eventlog.TypeStepStart, Data: eventlog.StepStart{Turn: turn, Step: step}})
-		for _, m := range e.entered {
-			out = append(out, eventlog.NewEvent{Type: eventlog.TypeUserMessage, Data: eventlog.UserMessage{Message: m}, SurfaceOp: eventlog.Append})
+		out = append(out, eventlog.Of(eventlog.StepStart{Turn: turn, Step: step}))
+		for _, m := range entered {
+			out = append(out, eventlog.SurfaceEvent(eventlog.UserMessage{Message: m}))
 		}
 		return out, nil
 	}})
-	if err := r.w.flush(ctx); err != nil {
-		return stepEntry{}, err
+	if step > 1 {
+		if err := r.w.flush(ctx); err != nil {
+			return stepEntry{}, err
+		}
 	}
 	r.claimed += e.claimed
 	return e, nil
+}
+
+// claimPlan is what a step claims from one inbox list: its first messages, by id.
+type claimPlan struct {
+	target string
+	ids    []string
+}
+
+func ids(msgs []llm.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
 }
 
 // discardInput claims a turn boundary's input (every next-step message and one next-turn message)
@@ -112,4 +147,11 @@ func (r *Runner) discardInput(ctx context.Context) error {
 	}
 	r.claimed += claimed
 	return nil
+}
+
+// waiting returns the messages of an inbox list that no claim has taken: the runner's view less
+// the front messages a staged, not yet written claim takes (unclaimed).
+func (r *Runner) waiting(target string) []llm.Message {
+	list := r.m.inbox.List(target)
+	return list[min(r.unclaimed.Len(target), len(list)):]
 }

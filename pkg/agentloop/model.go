@@ -262,6 +262,7 @@ func (r *Runner) history() ([]llm.Message, error) {
 		return nil, err
 	}
 	for _, s := range r.w.pending {
+		msgs = append(msgs, s.entered...)
 		switch d := s.data.(type) {
 		case eventlog.UserMessage:
 			msgs = append(msgs, d.Message)

@@ -90,7 +90,10 @@ func TestLOOP7_CancelDuringAWriteStillClosesTheTurn(t *testing.T) {
 	}
 }
 
-func TestLOOP7_CancelRacingTheFirstClaimAbortsWithoutAStep(t *testing.T) {
+// TestLOOP7_CancelRacingTheFirstClaimAbortsTheTurn: a cancel that clears the inbox before the
+// turn's first batch (with its claim) is written aborts the turn: the message the model was given
+// is entered but not claimed again, the turn ends aborted{user}, and nothing is served twice.
+func TestLOOP7_CancelRacingTheFirstClaimAbortsTheTurn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
 	h.post(eventlog.InboxNextTurn, "text")
@@ -105,8 +108,15 @@ func TestLOOP7_CancelRacingTheFirstClaimAbortsWithoutAStep(t *testing.T) {
 		}
 	}
 	reasons, err := r.Serve(context.Background())
-	if err != nil || len(reasons) != 1 || reasons[0].Kind != eventlog.EndAborted || len(h.ofType(eventlog.TypeStepStart)) != 0 {
+	if err != nil || len(reasons) != 1 || reasons[0].Kind != eventlog.EndAborted || reasons[0].Reason.Kind != "user" {
 		t.Fatalf("reasons %+v, err %v, log %v", reasons, err, h.types())
+	}
+	ends := h.ofType(eventlog.TypeTurnEnd)
+	if len(ends) != 1 || decode[eventlog.TurnEnd](t, ends[0].Data).Reason.Kind != eventlog.EndAborted {
+		t.Fatalf("turn/end %v", ends)
+	}
+	if r.Pending() || len(h.ofType(eventlog.TypeUserMessage)) != 1 {
+		t.Fatalf("inbox %+v, user messages %d: the message must be entered once and not wait", r.m.inbox, len(h.ofType(eventlog.TypeUserMessage)))
 	}
 	h.checkInvariants()
 }

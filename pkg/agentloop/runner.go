@@ -157,6 +157,13 @@ type Runner struct {
 	intr interrupter
 	// claimed counts the inbox messages this runner's turns have claimed.
 	claimed int
+	// unclaimed counts the front messages of each inbox list that a staged claim takes but that
+	// are not yet written: the runner's view of the inbox is the mirror's less these. Every
+	// flush writes the staged claim, and resets it.
+	unclaimed eventlog.InboxLens
+	// claimLost is set by a claim that found its messages cleared by a cancel when it was
+	// written: the turn was cancelled before anything of it was in the log.
+	claimLost bool
 }
 
 // NewRunner returns a runner of the session behind j.
@@ -164,14 +171,18 @@ func NewRunner(cfg Config, j eventlog.Journal) *Runner {
 	cfg = cfg.withDefaults()
 	m := newMirror()
 	model, defaults := cfg.ModelDefaults.Apply(cfg.Model)
-	return &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock), model: model, defaults: defaults}
+	r := &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock), model: model, defaults: defaults}
+	r.w.flushed = func() { r.unclaimed = eventlog.InboxLens{} }
+	return r
 }
 
 // Load folds every committed event the runner has not seen.
 func (r *Runner) Load(ctx context.Context) error { return r.w.refresh(ctx) }
 
 // Pending reports whether the inbox holds messages that a wake should serve.
-func (r *Runner) Pending() bool { return !r.m.inbox.Empty() }
+func (r *Runner) Pending() bool {
+	return len(r.waiting(eventlog.InboxNextTurn)) > 0 || len(r.waiting(eventlog.InboxNextStep)) > 0
+}
 
 // Cursor returns the seq of the last event the runner has seen.
 func (r *Runner) Cursor() int64 { return r.m.cursor() }

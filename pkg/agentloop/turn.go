@@ -21,14 +21,26 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	r.m.onCancel = func(d eventlog.AgentCancel) { cancel(&CancelError{Cause: d.Reason}) }
 	defer func() { r.m.onCancel = nil }()
 	turn := r.m.lastTurn + 1
+	r.claimLost = false
 	r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
 	end, err := r.turnSteps(ctx, turn)
 	if errors.Is(err, errLog) {
 		return Reason{}, err
 	}
-	r.w.stage(staged{typ: eventlog.TypeTurnEnd, data: eventlog.TurnEnd{Turn: turn, Reason: end}})
+	// A cancel that cleared the inbox before the turn's first batch was written aborts the turn,
+	// whatever it did meanwhile: its reason is decided when turn/end is written.
+	lost := Reason{Kind: eventlog.EndAborted, Reason: &Cause{Kind: "user"}}
+	r.w.stage(staged{typ: eventlog.TypeTurnEnd, dataFn: func(*eventlog.Head) (any, error) {
+		if r.claimLost {
+			return eventlog.TurnEnd{Turn: turn, Reason: lost}, nil
+		}
+		return eventlog.TurnEnd{Turn: turn, Reason: end}, nil
+	}})
 	if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
 		return Reason{}, r.logErr(err)
+	}
+	if r.claimLost {
+		end = lost
 	}
 	return end, nil
 }
@@ -44,7 +56,7 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		if err := r.w.catchUp(ctx); err != nil {
 			return Reason{}, r.logErr(err)
 		}
-		if ends != nil && len(r.m.inbox.NextStep) == 0 {
+		if ends != nil && len(r.waiting(eventlog.InboxNextStep)) == 0 {
 			return *ends, nil
 		}
 		// The step limit and the prompt are checked before anything is claimed, so that a turn

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
 )
 
 // handle names a staged event. Its seq is known once the event is committed (-1 before).
@@ -30,7 +31,10 @@ type staged struct {
 	time    int64 // the event's time (epoch ms), 0 for the append's
 	// ignorable marks an event of a type the vocabulary may not know (SES-9).
 	ignorable bool
-	size      int
+	// entered are the user messages an expand entry enters (a claim): the model history counts
+	// them while they are pending.
+	entered []llm.Message
+	size    int
 	// expand, when set, replaces the entry by the events it returns at build time (any number,
 	// none included). They cannot be cited.
 	expand func(lens *eventlog.Head) ([]eventlog.NewEvent, error)
@@ -54,6 +58,8 @@ type writer struct {
 	flushes int
 	// built is the number of events of the last build.
 	built int
+	// flushed, when set, is called after every batch is committed.
+	flushed func()
 }
 
 func newWriter(j eventlog.Journal, m *mirror, clock func() time.Time) *writer {
@@ -116,6 +122,9 @@ func (w *writer) flush(ctx context.Context) error {
 	w.resetIdx()
 	w.pending, w.size = w.pending[:0], 0
 	w.flushes++
+	if w.flushed != nil {
+		w.flushed()
+	}
 	if len(evs) == 0 {
 		return nil
 	}

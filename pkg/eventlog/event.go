@@ -196,9 +196,9 @@ type NewEvent struct {
 // Of returns the NewEvent of payload p, with no surface marker.
 func Of(p Payload) NewEvent { return NewEvent{Type: p.Type(), Data: p} }
 
-// Surface returns the NewEvent of the surface payload p, appended to the surface and citing
+// SurfaceEvent returns the NewEvent of the surface payload p, appended to the surface and citing
 // sources (SES-2, SES-3).
-func Surface(p Payload, sources ...int64) NewEvent {
+func SurfaceEvent(p Payload, sources ...int64) NewEvent {
 	return NewEvent{Type: p.Type(), Data: p, SurfaceOp: Append, SourceEventSeqs: sources}
 }
 
