@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// BenchmarkStreamLatency measures commit-to-client latency: from the return of EventAppend (the
+// BenchmarkStreamLatency measures commit-to-client latency: from the return of an append (the
 // commit is acknowledged) to the moment each of 1,000 SSE subscribers has read the event's
 // frame. Each iteration appends one event to one session and waits until every subscriber of
 // that session has it. Reported: p50 and p99 over every (event, subscriber) pair, and the time

@@ -1,30 +1,17 @@
-// Package eventlog is the append-only session log of SPEC.md B11 (SES rules): the event
-// vocabulary and its validation, an in-memory Log that applies every rule without a database,
-// the PostgreSQL Store (gapless per-session seq, batches, pages, DeriveMessages, crash repair,
-// fork) and the Hub that wakes local subscribers through LISTEN/NOTIFY.
+// Package eventlog is the session log's vocabulary and seam, and imports only the standard
+// library, pkg/llm and pkg/fault (internal/archtest holds it to that):
 //
-// Only this package (among the ones above the store seam) imports pgx; every pgx error is
-// translated here into ErrNotFound, ErrConflict, *ValidationError or *ForkError, or wrapped with
-// context.
+//   - the event envelope (Event, NewEvent, SurfaceOp) and one typed payload per event kind
+//     (payload.go), each with its validation; the validation table is built from them (the SES
+//     rules of docs/rules.md);
+//   - Log, an in-memory log applying every rule, with DeriveMessages (the model-visible history),
+//     crash repair's Closers, the SES-10 invariant checker;
+//   - the inbox fold (InboxLens, Inbox): the one implementation of splice accounting;
+//   - the Journal seam every writer and reader of a session goes through: Append with a build
+//     function of the Head, Since, Wait, Latest, and Follow on top of them. MemJournal is the
+//     in-memory journal; pkg/pgstore the PostgreSQL one; eventlogtest the conformance suite
+//     both pass.
 //
-// # Appending
-//
-// An append validates every event on its own first (lossless JSON, surface markers, message
-// shapes, known types: SES-1, 2, 3, 6, 8, 9, 12), then assigns seqs by moving the per-session
-// counter row in session_counters by n and inserts all rows in the same statement, together with
-// one pg_notify('dshd_events', '<session>:<lastSeq>'). The row lock on the counter makes commit
-// order equal seq order, so a reader that has everything up to N and asks for seq > N never skips
-// a late commit. Batches whose validation depends on the log (a surface replace, SES-3/SES-4, or
-// the optional SES-10 checker) first lock the counter row with SELECT ... FOR UPDATE, load what
-// they need and validate; nothing is written until validation passed, so a failing append leaves
-// the log (and a caller's transaction) unchanged.
-//
-// # Lock order
-//
-// The only row lock this package takes is a session's counter row: appends (the UPDATE of the
-// single-statement path, or SELECT ... FOR UPDATE on the validating path) and Repair take it for
-// one session per transaction. Fork takes no lock on its source: the prefix it copies is
-// committed and immutable, and it creates the child's counter row itself. So no transaction
-// holds two counter locks and no lock-order cycle is possible. The Hub holds its subscriber mutex
-// only to edit or walk the map, never during I/O; its lifecycle mutex serializes Start and Stop.
+// docs/events.md lists every event kind and its payload; docs/architecture.md tells how the log
+// is written and followed.
 package eventlog

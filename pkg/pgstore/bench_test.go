@@ -17,7 +17,7 @@ import (
 
 const benchChunk = `{"turn":1,"step":1,"chunk":{"type":"text-delta","index":0,"text":"hello, world"}}`
 
-// BenchmarkAppend compares EventAppend of single events and 10-event batches into 64 sessions
+// BenchmarkAppend compares journal appends of single events and 10-event batches into 64 sessions
 // with plain INSERTs of the same rows into a scratch table without the counter, on the same
 // database in the same run. ns/op is per append call (1 or 10 events).
 func BenchmarkAppend(b *testing.B) {

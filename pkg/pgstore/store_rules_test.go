@@ -487,7 +487,7 @@ func TestSessionListPages(t *testing.T) {
 	}
 }
 
-func TestEventAppendTxIsAllOrNothing(t *testing.T) {
+func TestAppendTxIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
