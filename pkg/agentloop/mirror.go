@@ -14,6 +14,7 @@ type mirror struct {
 	log      *eventlog.Log
 	inbox    eventlog.Inbox
 	lastTurn int
+	turnSeq  int64 // seq of the last turn/start
 	header   *eventlog.ModelHeader    // the header of the last request/header
 	reqCtx   *eventlog.RequestContext // the data of the last request/context
 	snap     promptasm.Snapshotter
@@ -57,7 +58,7 @@ func (m *mirror) apply(ev eventlog.Event) error {
 		if err != nil {
 			return err
 		}
-		m.lastTurn = d.Turn
+		m.lastTurn, m.turnSeq = d.Turn, ev.Seq
 	case eventlog.TypeRequestHeader:
 		d, err := eventlog.Decode[eventlog.RequestHeader](ev)
 		if err != nil {

@@ -51,16 +51,8 @@ type stepEmitter struct {
 // the writer's pending batch is committed at once.
 func (e *stepEmitter) Commit(ctx context.Context, evs ...eventlog.NewEvent) ([]eventlog.Event, error) {
 	for _, ne := range evs {
-		if ne.Type == "" {
-			if p, ok := ne.Data.(eventlog.Payload); ok {
-				ne.Type = p.Type()
-			}
-		}
-		if eventlog.IsSurfaceType(ne.Type) || ne.SurfaceOp != nil || ne.SourceEventSeqs != nil {
-			return nil, fmt.Errorf("agentloop: a tool may not write %q events or cite events", ne.Type)
-		}
-		if !eventlog.KnownType(ne.Type) && !ne.Ignorable {
-			return nil, fmt.Errorf("agentloop: a tool may write an unknown event type (%q) only as ignorable", ne.Type)
+		if err := toolMayWrite(ne); err != nil {
+			return nil, err
 		}
 	}
 	e.mu.Lock()
@@ -82,6 +74,30 @@ func (e *stepEmitter) Commit(ctx context.Context, evs ...eventlog.NewEvent) ([]e
 		out[i] = ev
 	}
 	return out, nil
+}
+
+// CommitFunc implements registry.Recorder: build runs inside the append, on the runner's view of
+// the log brought up to date, after everything staged so far.
+func (e *stepEmitter) CommitFunc(ctx context.Context, build func(turn []eventlog.Event) ([]eventlog.NewEvent, error)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.r.w.stage(staged{fresh: true, expand: func(*eventlog.Head) ([]eventlog.NewEvent, error) {
+		evs, err := build(e.r.m.log.From(e.r.m.turnSeq))
+		if err != nil {
+			return nil, err
+		}
+		for _, ne := range evs {
+			if err := toolMayWrite(ne); err != nil {
+				return nil, err
+			}
+		}
+		return evs, nil
+	}})
+	if err := e.r.w.flush(ctx); err != nil {
+		e.logErr = err
+		return err
+	}
+	return nil
 }
 
 // ToolCall implements scheduler.Emitter.
@@ -182,4 +198,20 @@ func contentSize(blocks []llm.Block) int {
 		n += len(b.Text) + len(b.Data)
 	}
 	return n
+}
+
+// toolMayWrite checks an event a call writes while it runs: not a surface event, no citations,
+// and a type the vocabulary knows unless it is ignorable.
+func toolMayWrite(ne eventlog.NewEvent) error {
+	typ := ne.Type
+	if p, ok := ne.Data.(eventlog.Payload); ok && typ == "" {
+		typ = p.Type()
+	}
+	if eventlog.IsSurfaceType(typ) || ne.SurfaceOp != nil || ne.SourceEventSeqs != nil {
+		return fmt.Errorf("agentloop: a tool may not write %q events or cite events", typ)
+	}
+	if !eventlog.KnownType(typ) && !ne.Ignorable {
+		return fmt.Errorf("agentloop: a tool may write an unknown event type (%q) only as ignorable", typ)
+	}
+	return nil
 }

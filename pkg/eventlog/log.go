@@ -205,3 +205,15 @@ func (l *Log) At(seq int64) (Event, bool) {
 	}
 	return l.events[seq], true
 }
+
+// From returns the events with seq >= seq, in order. The slice is the log's own: read it only,
+// and only until the log is appended to again.
+func (l *Log) From(seq int64) []Event {
+	if seq < 0 {
+		seq = 0
+	}
+	if seq >= int64(len(l.events)) {
+		return nil
+	}
+	return l.events[seq:]
+}

@@ -40,7 +40,8 @@ type pendingCall struct {
 }
 
 // Closers returns the events that close a log whose last turn is still open (SES-14), in order:
-// a tool/result for every tool call of the open step's assistant message that has no result
+// an approval/decided {outcome: cancelled} for every approval of the open turn that has none
+// (the call that waited for it is gone), a tool/result for every tool call of the open step's assistant message that has no result
 // (TOOL_OUTCOME_UNKNOWN citing the tool/call seq when the call was logged, TOOL_NOT_STARTED
 // otherwise), step/end if a step is open, then turn/end {reason:{kind:'interrupted'}}. The
 // closers continue the seqs and reuse the time of the last event. A balanced or empty log gets
@@ -51,14 +52,21 @@ func Closers(events []Event) []Event {
 		inTurn     bool
 		inStep     bool
 		pending    []pendingCall
+		asked      []string // approvals of the open turn without a decision
 	)
 	for _, ev := range events {
 		switch ev.Type {
 		case TypeTurnStart:
 			d, _ := Decode[TurnStart](ev)
-			turn, inTurn, inStep, pending = d.Turn, true, false, nil
+			turn, inTurn, inStep, pending, asked = d.Turn, true, false, nil, nil
 		case TypeTurnEnd:
-			inTurn, inStep, pending = false, false, nil
+			inTurn, inStep, pending, asked = false, false, nil, nil
+		case TypeApprovalAsked:
+			d, _ := Decode[ApprovalAsked](ev)
+			asked = append(asked, d.ID)
+		case TypeApprovalDecided:
+			d, _ := Decode[ApprovalDecided](ev)
+			asked = slices.DeleteFunc(asked, func(id string) bool { return id == d.ID })
 		case TypeStepStart:
 			d, _ := Decode[StepStart](ev)
 			step, inStep = d.Step, true
@@ -91,6 +99,9 @@ func Closers(events []Event) []Event {
 		raw, _ := marshalPayload(p)
 		out = append(out, Event{Type: p.Type(), Seq: seq, Time: now, Data: raw, SurfaceOp: op, SourceEventSeqs: sources})
 		seq++
+	}
+	for _, id := range asked {
+		add(ApprovalDecided{ID: id, Outcome: ApprovalCancelled, Reason: "the turn was interrupted"}, nil, nil)
 	}
 	for _, p := range pending {
 		text, info, sources := NotStartedText, fault.Info{Name: "ToolNotStartedError", Code: fault.CodeToolNotStarted}, []int64(nil)

@@ -497,3 +497,30 @@ func TestReferenceLogsReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestSES14_CloserCancelsPendingApproval: crash repair decides an approval the interrupted call
+// waited for as cancelled (E1 extension of SES-14), before the call's result, and leaves decided
+// approvals alone.
+func TestSES14_CloserCancelsPendingApproval(t *testing.T) {
+	t.Parallel()
+	l := eventlog.NewLog(nil)
+	am := assistantMsg("a1", llm.ToolCallBlock("c1", "bash", `{}`))
+	mustAppend(t, l, turnStart(1), stepStart(1, 1), user("u1", "hi"), assistant(1, 1, am), toolCall(1, 1, "c1"),
+		eventlog.Of(eventlog.ApprovalAsked{ID: "done", ToolName: "bash", CallID: "c0"}),
+		eventlog.Of(eventlog.ApprovalDecided{ID: "done", Outcome: eventlog.ApprovalAllowedOnce}),
+		eventlog.Of(eventlog.ApprovalAsked{ID: "ap1", ToolName: "bash", CallID: "c1"}))
+	c := l.Closers()
+	if len(c) != 4 || c[0].Type != eventlog.TypeApprovalDecided || c[1].Type != eventlog.TypeToolResult {
+		t.Fatalf("closers %v", c)
+	}
+	d, err := eventlog.Decode[eventlog.ApprovalDecided](c[0])
+	if err != nil || d.ID != "ap1" || d.Outcome != eventlog.ApprovalCancelled {
+		t.Fatalf("decision %+v %v", d, err)
+	}
+	if err := l.AppendEvents(c...); err != nil {
+		t.Fatal(err)
+	}
+	if err := eventlog.CheckInvariants(l.Events()); err != nil {
+		t.Fatal(err)
+	}
+}

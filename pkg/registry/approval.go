@@ -16,12 +16,14 @@ const (
 	OutcomeUnavailable = "unavailable"
 )
 
-// ApprovalRequest is what an approver is asked (APR-3): it carries no tool arguments.
+// ApprovalRequest is what an approver is asked (APR-3). Exec is the call waiting for the answer:
+// its arguments (dshd shows them to the person deciding, E1) and its session log (Commit).
 type ApprovalRequest struct {
 	Agent    string
 	ToolName string
 	CallID   string
 	Reason   string
+	Exec     *Execution
 }
 
 // Approver resolves an `ask`. It returns one of the four outcomes; it should return
@@ -62,7 +64,7 @@ func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow 
 		return false, denied(fmt.Sprintf("tool %q requires approval, but the call has no agent to route it through", e.Name),
 			NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
-	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason})
+	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason, Exec: e})
 	if errors.Is(err, ErrNoApprovalService) {
 		return false, noApprovalService(e.Name, reason), PrepPostResult
 	}

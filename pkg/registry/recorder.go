@@ -13,8 +13,14 @@ import (
 // clients) can see them while the call still runs. Surface events are refused (the loop writes
 // those); unknown types need Ignorable. Implementations are safe for concurrent use by the bodies
 // of parallel calls.
+//
+// CommitFunc is Commit of what build returns, called under the session's append lock with the
+// committed events of the running turn (from its turn/start): a writer that must not write twice
+// what another may have written meanwhile (an approval's decision) looks there first. build may
+// be called more than once and returns no events to write nothing.
 type Recorder interface {
 	Commit(ctx context.Context, evs ...eventlog.NewEvent) ([]eventlog.Event, error)
+	CommitFunc(ctx context.Context, build func(turn []eventlog.Event) ([]eventlog.NewEvent, error)) error
 }
 
 // ErrNoSession is returned by Execution.Commit for a call that runs outside a session (its input

@@ -1,0 +1,228 @@
+// Package approval resolves the `ask` decisions of tool calls through the session log (APR
+// rules, extension E1, docs/rules.md): an ask commits `approval/asked` (with the call's
+// arguments) while the call waits, a person answers over HTTP on any replica, which commits
+// `approval/decided`, and the waiting call takes the decision when the replica running its turn
+// sees it (Deliver). An unanswered ask is decided `cancelled` after its timeout, and when the turn
+// is cancelled; crash repair decides the asks of an interrupted turn `cancelled`. A decision is
+// written once: whoever writes second finds the first.
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// DefaultTimeout is how long an ask waits for an answer when Config.TimeoutFunc gives none.
+const DefaultTimeout = 5 * time.Minute
+
+// Config configures a Service. The zero value is valid.
+type Config struct {
+	// TimeoutFunc returns how long an ask of the agent (session) waits for an answer before it
+	// is decided `cancelled` (the preset's approval.timeoutMs). Nil or a non-positive result:
+	// DefaultTimeout.
+	TimeoutFunc func(agent string) time.Duration
+	// NewID returns approval ids. Default: random UUIDs.
+	NewID func() string
+}
+
+// Service is the approval service of one replica. It is safe for concurrent use.
+type Service struct {
+	cfg   Config
+	mu    sync.Mutex
+	waits map[string]chan eventlog.ApprovalDecided // by approval id, the asks waiting here
+}
+
+// New returns a Service.
+func New(cfg Config) *Service {
+	if cfg.NewID == nil {
+		cfg.NewID = uuid.NewString
+	}
+	return &Service{cfg: cfg, waits: map[string]chan eventlog.ApprovalDecided{}}
+}
+
+// ErrNoTurn is the failure of an ask outside a session's turn (APR-2): nothing is appended.
+var ErrNoTurn = errors.New("approval: the call runs outside a session turn; an approval needs one")
+
+// Approve implements registry.Approver: it commits `approval/asked`, waits for the decision, the
+// timeout or the call's cancellation, and returns the outcome (APR-1, APR-3, APR-4).
+func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
+	exec := req.Exec
+	if exec == nil || exec.Recorder() == nil {
+		return "", ErrNoTurn
+	}
+	id := s.cfg.NewID()
+	ch := s.register(id)
+	defer s.unregister(id)
+	asked := eventlog.ApprovalAsked{ID: id, ToolName: req.ToolName, CallID: req.CallID, Reason: req.Reason,
+		Arguments: exec.Args}
+	if _, err := exec.Commit(context.WithoutCancel(ctx), eventlog.Of(asked)); err != nil {
+		return "", fmt.Errorf("approval: ask: %w", err)
+	}
+	timer := time.NewTimer(s.timeout(req.Agent))
+	defer timer.Stop()
+	var why string
+	select {
+	case d := <-ch:
+		return d.Outcome, nil
+	case <-timer.C:
+		why = "no answer before the approval's timeout"
+	case <-ctx.Done():
+		why = "the call was cancelled"
+	}
+	return s.decide(ctx, exec, id, why)
+}
+
+// decide writes `approval/decided {cancelled}` for id unless a decision is already in the turn
+// (an answer that arrived meanwhile), and returns the outcome in force.
+func (s *Service) decide(ctx context.Context, exec *registry.Execution, id, why string) (string, error) {
+	outcome := eventlog.ApprovalCancelled
+	err := exec.Recorder().CommitFunc(context.WithoutCancel(ctx), func(turn []eventlog.Event) ([]eventlog.NewEvent, error) {
+		if d, ok := Decision(turn, id); ok {
+			outcome = d.Outcome
+			return nil, nil
+		}
+		outcome = eventlog.ApprovalCancelled
+		return []eventlog.NewEvent{eventlog.Of(eventlog.ApprovalDecided{ID: id, Outcome: outcome, Reason: why})}, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("approval: decide: %w", err)
+	}
+	return outcome, nil
+}
+
+func (s *Service) timeout(agent string) time.Duration {
+	if s.cfg.TimeoutFunc != nil {
+		if d := s.cfg.TimeoutFunc(agent); d > 0 {
+			return d
+		}
+	}
+	return DefaultTimeout
+}
+
+func (s *Service) register(id string) chan eventlog.ApprovalDecided {
+	ch := make(chan eventlog.ApprovalDecided, 1)
+	s.mu.Lock()
+	s.waits[id] = ch
+	s.mu.Unlock()
+	return ch
+}
+
+func (s *Service) unregister(id string) {
+	s.mu.Lock()
+	delete(s.waits, id)
+	s.mu.Unlock()
+}
+
+// Deliver hands a committed decision to the call waiting for it on this replica, if any (the
+// worker follows the log of the sessions it runs and calls Deliver for every approval/decided).
+// It never blocks.
+func (s *Service) Deliver(d eventlog.ApprovalDecided) {
+	s.mu.Lock()
+	ch := s.waits[d.ID]
+	s.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- d:
+		default:
+		}
+	}
+}
+
+// Decision returns the first approval/decided of id among evs.
+func Decision(evs []eventlog.Event, id string) (eventlog.ApprovalDecided, bool) {
+	for _, ev := range evs {
+		if ev.Type != eventlog.TypeApprovalDecided {
+			continue
+		}
+		if d, err := eventlog.Decode[eventlog.ApprovalDecided](ev); err == nil && d.ID == id {
+			return d, true
+		}
+	}
+	return eventlog.ApprovalDecided{}, false
+}
+
+// Pending returns the approvals of evs (a log, or a suffix of it) that were asked and not
+// decided, in the order they were asked.
+func Pending(evs []eventlog.Event) []eventlog.ApprovalAsked {
+	var out []eventlog.ApprovalAsked
+	for _, ev := range evs {
+		switch ev.Type {
+		case eventlog.TypeApprovalAsked:
+			if a, err := eventlog.Decode[eventlog.ApprovalAsked](ev); err == nil {
+				out = append(out, a)
+			}
+		case eventlog.TypeApprovalDecided:
+			if d, err := eventlog.Decode[eventlog.ApprovalDecided](ev); err == nil {
+				for i, a := range out {
+					if a.ID == d.ID {
+						out = append(out[:i], out[i+1:]...)
+						break
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Errors of Answer.
+var (
+	ErrNotPending = &fault.Error{Code: fault.NotFound, Message: "no such pending approval in this session"}
+	ErrAnswered   = &fault.Error{Code: fault.Conflict, Message: "the approval was already decided"}
+)
+
+// Answer records a person's decision on approval id of the session behind j (an unfenced
+// journal; any replica): outcome is allowed-once or rejected. It answers exactly once: a second
+// answer, or one after the timeout, fails with ErrAnswered; an unknown id with ErrNotPending.
+// read returns the session's approval events (asked and decided, in order).
+func Answer(ctx context.Context, j eventlog.Journal, read func(ctx context.Context) ([]eventlog.Event, error), id, outcome, reason string) (eventlog.Event, error) {
+	if outcome != eventlog.ApprovalAllowedOnce && outcome != eventlog.ApprovalRejected {
+		return eventlog.Event{}, fault.New(fault.Invalid, `outcome must be "allowed-once" or "rejected"`)
+	}
+	if len(reason) > 4096 {
+		return eventlog.Event{}, fault.New(fault.Invalid, "reason must be at most 4096 bytes")
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		evs, err := read(ctx)
+		if err != nil {
+			return eventlog.Event{}, err
+		}
+		if _, done := Decision(evs, id); done {
+			return eventlog.Event{}, ErrAnswered
+		}
+		asked := false
+		for _, a := range Pending(evs) {
+			asked = asked || a.ID == id
+		}
+		if !asked {
+			return eventlog.Event{}, ErrNotPending
+		}
+		last := int64(-1)
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].Seq
+		}
+		out, err := j.Append(ctx, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+			if h.Last() < last {
+				return nil, eventlog.ErrStale
+			}
+			return []eventlog.NewEvent{eventlog.Of(eventlog.ApprovalDecided{ID: id, Outcome: outcome, Reason: reason})}, nil
+		})
+		if errors.Is(err, eventlog.ErrStale) {
+			continue
+		}
+		if err != nil {
+			return eventlog.Event{}, err
+		}
+		return out[0], nil
+	}
+	return eventlog.Event{}, fault.New(fault.Conflict, "the session kept moving; answer again")
+}
