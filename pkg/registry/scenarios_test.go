@@ -193,6 +193,12 @@ func TestScenario08_ApprovalOutcomes(t *testing.T) {
 		if contentText(r) != want {
 			t.Errorf("%s: got %q", outcome, contentText(r))
 		}
+		if len(asked) == 1 {
+			if asked[0].Exec == nil || asked[0].Exec.CallID != "c9" {
+				t.Errorf("%s: the request lacks the waiting execution", outcome)
+			}
+			asked[0].Exec = nil
+		}
 		if len(asked) != 1 || asked[0] != (ApprovalRequest{Agent: "a1", ToolName: "echo", CallID: "c9", Reason: "why"}) {
 			t.Errorf("%s: request %+v", outcome, asked)
 		}
