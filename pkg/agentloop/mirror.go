@@ -14,7 +14,7 @@ type mirror struct {
 	log      *eventlog.Log
 	inbox    eventlog.Inbox
 	lastTurn int
-	turnSeq  int64 // seq of the last turn/start
+	turnSeq  int64                    // seq of the last turn/start
 	header   *eventlog.ModelHeader    // the header of the last request/header
 	reqCtx   *eventlog.RequestContext // the data of the last request/context
 	snap     promptasm.Snapshotter
