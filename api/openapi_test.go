@@ -155,6 +155,17 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("GET", "/v1/tools", e.do(t, "GET", "/v1/tools", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/tools", e.do(t, "GET", "/v1/tools", "", nil).want(t, 401))
 
+	// Approvals: one asked in the open turn 2 of s.
+	e.appendEvents(sid, eventlog.Of(eventlog.ApprovalAsked{ID: "ap1", ToolName: "echo", CallID: "c1",
+		Arguments: []byte(`{"text":"x"}`)}))
+	aps := "/v1/sessions/" + s.ID + "/approvals"
+	c.check("GET", "/v1/sessions/{id}/approvals", e.do(t, "GET", aps, e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/sessions/{id}/approvals", e.do(t, "GET", aps, e.keyB, nil).want(t, 404))
+	c.check("POST", "/v1/sessions/{id}/approvals/{approvalId}", e.do(t, "POST", aps+"/ap1", e.keyA, `{"outcome":"often"}`).want(t, 400))
+	c.check("POST", "/v1/sessions/{id}/approvals/{approvalId}", e.do(t, "POST", aps+"/ap1", e.keyA, `{"outcome":"rejected"}`).want(t, 200))
+	c.check("POST", "/v1/sessions/{id}/approvals/{approvalId}", e.do(t, "POST", aps+"/ap1", e.keyA, `{"outcome":"rejected"}`).want(t, 409))
+	c.check("POST", "/v1/sessions/{id}/approvals/{approvalId}", e.do(t, "POST", aps+"/ap2", e.keyA, `{"outcome":"rejected"}`).want(t, 404))
+
 	c.check("DELETE", "/v1/sessions/{id}", e.do(t, "DELETE", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 204))
 	c.check("DELETE", "/v1/sessions/{id}", e.do(t, "DELETE", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 404))
 	c.check("DELETE", "/v1/presets/{id}", e.do(t, "DELETE", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 204))

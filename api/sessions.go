@@ -29,6 +29,8 @@ func (rs sessionResource) routes() chi.Router {
 	r.Post("/{id}/messages", rs.handleMessageCreate)
 	r.Post("/{id}/cancel", rs.handleSessionCancel)
 	r.Get("/{id}/prompt", rs.handleSessionPrompt)
+	r.Get("/{id}/approvals", rs.handleApprovalList)
+	r.Post("/{id}/approvals/{approvalId}", rs.handleApprovalAnswer)
 	return r
 }
 

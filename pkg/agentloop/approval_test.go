@@ -53,8 +53,11 @@ func askedOnce(t *testing.T, h *harness) eventlog.ApprovalAsked {
 	return eventlog.ApprovalAsked{}
 }
 
-func readAll(j *eventlog.MemJournal) func(context.Context) ([]eventlog.Event, error) {
-	return func(context.Context) ([]eventlog.Event, error) { return j.Events(), nil }
+func readAll(j *eventlog.MemJournal) approval.ReadFunc {
+	return func(context.Context) ([]eventlog.Event, int64, error) {
+		evs := j.Events()
+		return evs, int64(len(evs)) - 1, nil
+	}
 }
 
 // TestAPR3_AskedThenDecidedInTheTurn: the ask commits approval/asked with the call's arguments

@@ -180,11 +180,15 @@ var (
 	ErrAnswered   = &fault.Error{Code: fault.Conflict, Message: "the approval was already decided"}
 )
 
+// ReadFunc returns the session's approval events (asked and decided, in order; any other events
+// may be among them) and the seq the log ended at when they were read (read it first).
+type ReadFunc func(ctx context.Context) (evs []eventlog.Event, last int64, err error)
+
 // Answer records a person's decision on approval id of the session behind j (an unfenced
 // journal; any replica): outcome is allowed-once or rejected. It answers exactly once: a second
-// answer, or one after the timeout, fails with ErrAnswered; an unknown id with ErrNotPending.
-// read returns the session's approval events (asked and decided, in order).
-func Answer(ctx context.Context, j eventlog.Journal, read func(ctx context.Context) ([]eventlog.Event, error), id, outcome, reason string) (eventlog.Event, error) {
+// answer, or one after the timeout, fails with ErrAnswered; an unknown id with ErrNotPending. The
+// decision is appended only if the log has not moved since read saw it (else it reads again).
+func Answer(ctx context.Context, j eventlog.Journal, read ReadFunc, id, outcome, reason string) (eventlog.Event, error) {
 	if outcome != eventlog.ApprovalAllowedOnce && outcome != eventlog.ApprovalRejected {
 		return eventlog.Event{}, fault.New(fault.Invalid, `outcome must be "allowed-once" or "rejected"`)
 	}
@@ -192,7 +196,7 @@ func Answer(ctx context.Context, j eventlog.Journal, read func(ctx context.Conte
 		return eventlog.Event{}, fault.New(fault.Invalid, "reason must be at most 4096 bytes")
 	}
 	for attempt := 0; attempt < 8; attempt++ {
-		evs, err := read(ctx)
+		evs, last, err := read(ctx)
 		if err != nil {
 			return eventlog.Event{}, err
 		}
@@ -206,12 +210,8 @@ func Answer(ctx context.Context, j eventlog.Journal, read func(ctx context.Conte
 		if !asked {
 			return eventlog.Event{}, ErrNotPending
 		}
-		last := int64(-1)
-		if len(evs) > 0 {
-			last = evs[len(evs)-1].Seq
-		}
 		out, err := j.Append(ctx, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
-			if h.Last() < last {
+			if h.Last() != last {
 				return nil, eventlog.ErrStale
 			}
 			return []eventlog.NewEvent{eventlog.Of(eventlog.ApprovalDecided{ID: id, Outcome: outcome, Reason: reason})}, nil
