@@ -15,16 +15,18 @@ import (
 	"github.com/dshd/dshd/pkg/preset"
 )
 
-// bigPreset returns a scripted preset with n prompt variables and n sections using them,
-// without validation (a stored version may predate the limits).
-func bigPreset(n int) preset.Preset {
+// bigPreset returns a scripted preset with vars prompt variables and sections sections using
+// them, without validation (a stored version may predate the limits).
+func bigPreset(vars, sections int) preset.Preset {
 	b := preset.Body{Name: "big", Model: preset.Model{Provider: preset.ProviderScripted, Model: "m"}}
-	b.Prompt.Variables = make(map[string]string, n)
-	for i := range n {
-		order := float64(i)
+	b.Prompt.Variables = make(map[string]string, vars)
+	for i := range vars {
 		b.Prompt.Variables[fmt.Sprintf("v%d", i)] = fmt.Sprintf("value %d", i)
+	}
+	for i := range sections {
+		order := float64(i)
 		b.Prompt.Sections = append(b.Prompt.Sections, preset.Section{Name: fmt.Sprintf("s%d", i), Order: &order,
-			Text: fmt.Sprintf("{{v%d}}", i)})
+			Text: fmt.Sprintf("{{v%d}}", i%max(vars, 1))})
 	}
 	b.Normalize()
 	return preset.Preset{ID: uuid.New(), Version: 1, Body: b}
@@ -50,7 +52,7 @@ func allocated(f func()) uint64 {
 func TestFinding1_PresetSetupIsLinear(t *testing.T) {
 	a := newAgentsWith(t, func(c *agents.Config) { c.MaxIdleScopes = -1 }) // release disposes
 	cost := func(n int) uint64 {
-		p := bigPreset(n)
+		p := bigPreset(n, n)
 		return allocated(func() {
 			_, release, err := agentOf(a, p)
 			if err != nil {
@@ -73,7 +75,7 @@ func BenchmarkPresetSetup(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			a := newAgentsWith(b, func(c *agents.Config) { c.MaxIdleScopes = -1 })
-			p := bigPreset(n)
+			p := bigPreset(n, n)
 			b.ReportAllocs()
 			for b.Loop() {
 				_, release, err := agentOf(a, p)
@@ -93,7 +95,10 @@ func BenchmarkPresetSetup(b *testing.B) {
 func TestFinding1_SetupDoesNotBlockOtherPresets(t *testing.T) {
 	t.Parallel()
 	a := newAgentsWith(t, func(*agents.Config) {})
-	big := bigPreset(5000)
+	big := bigPreset(preset.MaxVariables, preset.MaxSections) // huge, but valid
+	if err := (preset.Rules{}).Validate(&big.Body); err != nil {
+		t.Fatal(err)
+	}
 	bigKey := fmt.Sprintf("preset:%s@%d", big.ID, big.Version)
 	entered, hold := make(chan struct{}), make(chan struct{})
 	var setups atomic.Int32
