@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -185,6 +187,13 @@ func New(cfg Config) (*Agents, error) {
 	return a, nil
 }
 
+// Rules returns the preset validation rules of what these agents can run: a preset they accept
+// gets a model provider (its baseUrl host is among Config.ModelHosts, with their default; it is
+// not scripted while Config.ScriptedDisabled). The server validates presets with them.
+func (a *Agents) Rules() preset.Rules {
+	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled}
+}
+
 // Registry returns the tool registry (for the catalogue).
 func (a *Agents) Registry() *registry.Registry { return a.reg }
 
@@ -211,14 +220,21 @@ type Session struct {
 // configuration's scope stays set up until release is called (once, when the runner built from
 // it is dropped; calling it again does nothing). A preset version whose setup failed (for
 // example a restriction naming a tool that does not exist) still yields a configuration: its
-// prompt assembly fails, so every turn ends with that error and no step. While the
-// configuration is held, Settings(s.ID.String()) returns the agent's settings. On an error,
-// release is a no-op.
+// prompt assembly fails, so every turn ends with that error and no step. So does one whose model
+// provider cannot be built (a baseUrl host no longer in Config.ModelHosts, a scripted preset
+// while Config.ScriptedDisabled; Rules refuses both when a preset is written): every model call
+// fails at once with that *llm.Error (code NO_ADAPTER, not retried), so every turn ends with
+// turn/end {kind: error, error: {code: NO_ADAPTER}} after one step; Prompt returns the error.
+// Agent itself returns no error for either, so a caller (the worker) runs such turns to their end
+// instead of retrying the session's job. While the configuration is held,
+// Settings(s.ID.String()) returns the agent's settings. On an error, release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
 	prov, defaults, err := a.provider(p.Model)
 	if err != nil {
-		return agentloop.Config{}, func() {}, err
+		a.cfg.Logger.Warn("the preset's model provider cannot be built: its turns end with the error",
+			"preset", s.Preset.ID, "version", s.Preset.Version, "session", s.ID, "err", err)
+		prov = unavailable{err}
 	}
 	sc := a.acquire(s.Preset)
 	cfg := a.cfg.Loop
@@ -457,6 +473,12 @@ func failing(setupErr error) *promptasm.Registry {
 	return pr
 }
 
+// unavailable is the model provider of a preset whose provider cannot be built: every call fails
+// with err.
+type unavailable struct{ err error }
+
+func (u unavailable) Stream(context.Context, llm.Request) (llm.Stream, error) { return nil, u.err }
+
 // provider returns the model client of a preset's model settings and the defaults the
 // provider declares: deepseek DeepSeek's (openai.DeepSeekDefaults), openai and scripted none.
 // deepseek and openai share the OpenAI wire and its clients, and the rules of the operator's key.
@@ -465,14 +487,14 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, llm.Defaults, error) {
 	switch m.Provider {
 	case preset.ProviderScripted:
 		if a.cfg.ScriptedDisabled {
-			return nil, defaults, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server")
+			return nil, defaults, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server (DSHD_SCRIPTED_MODEL=0)")
 		}
 		return a.cfg.Scripted, defaults, nil
 	case preset.ProviderDeepSeek:
 		defaults = openai.DeepSeekDefaults()
 	case preset.ProviderOpenAI:
 	default:
-		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
+		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", clip(m.Provider))
 	}
 	p, err := a.openAIClient(m)
 	return p, defaults, err
@@ -484,7 +506,7 @@ func (a *Agents) openAIClient(m preset.Model) (llm.Provider, error) {
 	if m.BaseURL != "" {
 		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
 		if err != nil {
-			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %v", err)
+			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %s", clip(err.Error()))
 		}
 		baseURL = u.String() // the URL that was checked, not a differently-read spelling of it
 		if !openai.IsDeepSeekEndpoint(u) {
@@ -521,7 +543,24 @@ func (a *Agents) Prompt(ctx context.Context, s Session) (promptasm.Result, error
 		return promptasm.Result{}, err
 	}
 	defer release()
+	if u, ok := cfg.Provider.(unavailable); ok {
+		return promptasm.Result{}, u.err
+	}
 	in := cfg.PromptInput
 	in.Provider, in.Model = cfg.Model.Provider, cfg.Model.Model
 	return cfg.Prompt.Assemble(ctx, in)
+}
+
+// clip returns s for an error message or log line: at most 256 bytes, cut at a rune boundary
+// and marked with "…" when cut. What a preset names is repeated in errors only through it.
+func clip(s string) string {
+	const limit = 256
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

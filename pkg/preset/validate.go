@@ -21,6 +21,10 @@ type Rules struct {
 	// A host without a port allows the default port of the URL's scheme only; the rules are
 	// openai.AllowedBaseURL's, the same the agents apply when they build the model client.
 	ModelHosts []string
+	// ScriptedDisabled refuses presets of the scripted provider (DSHD_SCRIPTED_MODEL=0). The
+	// server takes its Rules from its agents (agents.Agents.Rules), so that a preset it accepts is
+	// one its agents can run.
+	ScriptedDisabled bool
 }
 
 // Problem is one reason a preset body is invalid. Field is the JSON path of the offending value.
@@ -60,7 +64,7 @@ func (r Rules) Validate(b *Body) error {
 	b.Normalize()
 	var v validator
 	v.name(b.Name)
-	v.model(b.Model, r.ModelHosts)
+	v.model(b.Model, r)
 	v.tools(b.Tools)
 	v.prompt(b.Prompt)
 	v.approval(b.Approval)
@@ -123,9 +127,13 @@ func (v *validator) name(name string) {
 // reasoningEfforts are the values model.reasoningEffort accepts ("off" disables reasoning).
 var reasoningEfforts = []string{"off", "minimal", "low", "medium", "high", "max"}
 
-func (v *validator) model(m Model, hosts []string) {
+func (v *validator) model(m Model, r Rules) {
 	switch m.Provider {
-	case ProviderDeepSeek, ProviderOpenAI, ProviderScripted:
+	case ProviderDeepSeek, ProviderOpenAI:
+	case ProviderScripted:
+		if r.ScriptedDisabled {
+			v.add("model.provider", `the scripted provider is disabled on this server (DSHD_SCRIPTED_MODEL=0)`)
+		}
 	default:
 		v.add("model.provider", `unknown provider %q (want "deepseek", "openai" or "scripted")`, echo(m.Provider))
 	}
@@ -152,7 +160,7 @@ func (v *validator) model(m Model, hosts []string) {
 		v.size("model.baseUrl", m.BaseURL, MaxBaseURLBytes)
 		return
 	}
-	if _, err := openai.AllowedBaseURL(m.BaseURL, hosts); errors.Is(err, openai.ErrHostNotAllowed) {
+	if _, err := openai.AllowedBaseURL(m.BaseURL, r.ModelHosts); errors.Is(err, openai.ErrHostNotAllowed) {
 		v.add("model.baseUrl", "host %q is not allowed (the server's DSHD_MODEL_HOSTS lists the allowed hosts; "+
 			"a host without a port allows only the scheme's default port)", echo(hostOf(m.BaseURL)))
 	} else if err != nil {
