@@ -1,12 +1,18 @@
 package promptasm
 
-import "unicode/utf8"
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
 
 // Bounds of what an error message repeats of its input: a registration's names and texts come
 // from presets, and an assembly error is logged and written to the log on every turn.
 const (
 	// clipBytes bounds one echoed name or value.
 	clipBytes = 64
+	// listNames bounds the names one message lists.
+	listNames = 10
 )
 
 // clip returns s for an error message: at most clipBytes bytes, cut at a rune boundary and
@@ -20,4 +26,18 @@ func clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// nameList joins at most listNames names, each clipped and formatted by quote, and says how many
+// more there are.
+func nameList(names []string, quote func(string) string) string {
+	n := min(len(names), listNames)
+	parts := make([]string, n, n+1)
+	for i := range n {
+		parts[i] = quote(clip(names[i]))
+	}
+	if more := len(names) - n; more > 0 {
+		parts = append(parts, "and "+strconv.Itoa(more)+" more")
+	}
+	return strings.Join(parts, ", ")
 }
