@@ -19,7 +19,6 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/pgstore"
-	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -70,7 +69,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger})
-	presets := pgstore.NewPresets(m.pool, preset.Rules{ModelHosts: m.Config.ModelHosts})
 	tools, err := agents.BuiltinTools(m.Config.DemoTools)
 	if err != nil {
 		return err
@@ -82,6 +80,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Presets are validated by what the agents can run (model hosts, scripted on or off).
+	presets := pgstore.NewPresets(m.pool, ag.Rules())
 	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
 		MaxTenantTurns: m.Config.TenantMaxTurns, Logger: m.Logger})

@@ -8,14 +8,22 @@
 // disposed when they fall out of it: every registration made for them (restrictions,
 // presentation mode, approval guards, prompt sections and variables) is undone, and the next
 // Agent call of that version sets it up again. Model clients are cached by base URL, bounded.
+//
+// Setting a scope up and disposing it take time linear in the preset's size (its prompt is one
+// promptasm bundle) and run outside the lock the agents share: a large preset being set up
+// delays only the sessions of that preset version (its first Agent call sets it up, later ones
+// wait for that setup), never another preset's.
 package agents
 
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -89,29 +97,36 @@ type Agents struct {
 	reg    *registry.Registry
 	prompt *promptasm.Registry
 
-	// mu guards the scopes and clients. Setup and disposal run under it, so a version is never
-	// set up again while its previous scope is still being undone.
+	// mu guards the scopes, their reference counts and the clients. It is held for map and list
+	// operations only: a scope is set up and disposed without it (see acquire and release).
 	mu      sync.Mutex
-	scopes  map[string]*scope // by preset version key: the scopes in use and the idle ones
-	idle    *list.List        // of *scope with no references, most recently released first
+	scopes  map[string]*scope        // by preset version key: the scopes in use and the idle ones
+	idle    *list.List               // of *scope with no references, most recently released first
+	gone    map[string]chan struct{} // keys whose evicted scope is being disposed; closed when done
 	clients map[string]*list.Element
 	lru     *list.List // of *client, most recently used first
+
+	// setupHook, when set (by tests, before any Agent call), is called in the middle of every
+	// scope's setup, outside mu.
+	setupHook func(key string)
 
 	heldMu sync.RWMutex
 	held   map[string]*held // by agent (session id): the agents whose configuration is held
 }
 
-// scope is the set-up state of one preset version.
+// scope is the set-up state of one preset version. Its fields other than refs and elem are
+// written by the one setup, before ready is closed, and only read after.
 type scope struct {
 	key      string
+	ready    chan struct{} // closed when the setup is done
 	sched    *scheduler.Scheduler
 	settings Settings
 	err      error // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
 	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, guards)
 	undo     []func()      // the promptasm registrations
-	refs     int
-	elem     *list.Element // in idle when refs is 0
+	refs     int           // under Agents.mu
+	elem     *list.Element // in idle when refs is 0; under Agents.mu
 }
 
 // client is a cached model client.
@@ -152,7 +167,7 @@ func New(cfg Config) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{cfg: cfg, k: k, reg: reg, scopes: map[string]*scope{}, idle: list.New(),
+	a := &Agents{cfg: cfg, k: k, reg: reg, scopes: map[string]*scope{}, idle: list.New(), gone: map[string]chan struct{}{},
 		clients: map[string]*list.Element{}, lru: list.New(), held: map[string]*held{}}
 	reg.MountApprover(registry.ApproverFunc(a.approve))
 	g := k.Fiber("builtin-tools", nil)
@@ -170,6 +185,13 @@ func New(cfg Config) (*Agents, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// Rules returns the preset validation rules of what these agents can run: a preset they accept
+// gets a model provider (its baseUrl host is among Config.ModelHosts, with their default; it is
+// not scripted while Config.ScriptedDisabled). The server validates presets with them.
+func (a *Agents) Rules() preset.Rules {
+	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled}
 }
 
 // Registry returns the tool registry (for the catalogue).
@@ -198,14 +220,21 @@ type Session struct {
 // configuration's scope stays set up until release is called (once, when the runner built from
 // it is dropped; calling it again does nothing). A preset version whose setup failed (for
 // example a restriction naming a tool that does not exist) still yields a configuration: its
-// prompt assembly fails, so every turn ends with that error and no step. While the
-// configuration is held, Settings(s.ID.String()) returns the agent's settings. On an error,
-// release is a no-op.
+// prompt assembly fails, so every turn ends with that error and no step. So does one whose model
+// provider cannot be built (a baseUrl host no longer in Config.ModelHosts, a scripted preset
+// while Config.ScriptedDisabled; Rules refuses both when a preset is written): every model call
+// fails at once with that *llm.Error (code NO_ADAPTER, not retried), so every turn ends with
+// turn/end {kind: error, error: {code: NO_ADAPTER}} after one step; Prompt returns the error.
+// Agent itself returns no error for either, so a caller (the worker) runs such turns to their end
+// instead of retrying the session's job. While the configuration is held,
+// Settings(s.ID.String()) returns the agent's settings. On an error, release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
 	prov, defaults, err := a.provider(p.Model)
 	if err != nil {
-		return agentloop.Config{}, func() {}, err
+		a.cfg.Logger.Warn("the preset's model provider cannot be built: its turns end with the error",
+			"preset", s.Preset.ID, "version", s.Preset.Version, "session", s.ID, "err", err)
+		prov = unavailable{err}
 	}
 	sc := a.acquire(s.Preset)
 	cfg := a.cfg.Loop
@@ -251,50 +280,93 @@ func toolOrder(o []string) []string {
 }
 
 // acquire returns the scope of a preset version with one more reference, setting it up when it
-// is not (or no longer) set up.
+// is not (or no longer) set up. The setup runs outside a.mu: the first caller of a version sets
+// it up, and later callers of that version wait for it (ready); callers of other versions do
+// not. A version whose evicted scope is still being disposed is set up again once that is done.
 func (a *Agents) acquire(p preset.Preset) *scope {
 	key := fmt.Sprintf("preset:%s@%d", p.ID, p.Version)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if sc, ok := a.scopes[key]; ok {
-		if sc.elem != nil {
-			a.idle.Remove(sc.elem)
-			sc.elem = nil
+	for {
+		a.mu.Lock()
+		if sc, ok := a.scopes[key]; ok {
+			if sc.elem != nil {
+				a.idle.Remove(sc.elem)
+				sc.elem = nil
+			}
+			sc.refs++
+			a.mu.Unlock()
+			<-sc.ready
+			return sc
 		}
-		sc.refs++
+		if done, ok := a.gone[key]; ok {
+			a.mu.Unlock()
+			<-done
+			continue
+		}
+		sc := &scope{key: key, refs: 1, ready: make(chan struct{})}
+		a.scopes[key] = sc
+		a.mu.Unlock()
+		a.build(sc, p)
 		return sc
 	}
-	sc := &scope{key: key, refs: 1, settings: settingsOf(p.Body)}
-	sc.err = a.setup(sc, p.Body)
+}
+
+// build sets sc up for p and closes sc.ready, also when the setup panics (the scope then fails
+// its turns with errSetupIncomplete).
+func (a *Agents) build(sc *scope, p preset.Preset) {
+	completed := false
+	defer func() {
+		if !completed {
+			sc.err, sc.failing = errSetupIncomplete, failing(errSetupIncomplete)
+		}
+		close(sc.ready)
+	}()
+	sc.settings = settingsOf(p.Body)
 	cap := preset.DefaultMaxParallelToolCalls
 	if p.Tools.MaxParallelToolCalls != nil {
 		cap = *p.Tools.MaxParallelToolCalls
 	}
 	sc.sched = scheduler.New(a.reg, scheduler.Config{Logger: a.cfg.Logger,
 		MaxParallelToolCallsFunc: func() int { return cap }})
+	sc.err = a.setup(sc, p.Body)
+	completed = true
 	if sc.err != nil {
 		a.cfg.Logger.Warn("preset setup failed", "preset", p.ID, "version", p.Version, "err", sc.err)
 		sc.failing = failing(sc.err)
 	}
-	a.scopes[key] = sc
-	return sc
 }
 
+// errSetupIncomplete is the setup failure of a scope whose setup did not return (a panic).
+var errSetupIncomplete = errors.New("the preset's setup did not complete")
+
 // release drops a reference to sc. A scope nobody uses joins the idle LRU; the least recently
-// released idle scopes beyond Config.MaxIdleScopes are disposed.
+// released idle scopes beyond Config.MaxIdleScopes are disposed, outside a.mu. An idle scope's
+// setup is done: every reference is taken by an acquire that returns only after it.
 func (a *Agents) release(sc *scope) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	sc.refs--
-	if sc.refs > 0 {
-		return
+	type evicted struct {
+		sc   *scope
+		done chan struct{}
 	}
-	sc.elem = a.idle.PushFront(sc)
-	for a.idle.Len() > a.cfg.MaxIdleScopes {
-		old := a.idle.Remove(a.idle.Back()).(*scope)
-		old.elem = nil
-		delete(a.scopes, old.key)
-		a.dispose(old)
+	var out []evicted
+	a.mu.Lock()
+	sc.refs--
+	if sc.refs == 0 {
+		sc.elem = a.idle.PushFront(sc)
+		for a.idle.Len() > a.cfg.MaxIdleScopes {
+			old := a.idle.Remove(a.idle.Back()).(*scope)
+			old.elem = nil
+			delete(a.scopes, old.key)
+			done := make(chan struct{})
+			a.gone[old.key] = done
+			out = append(out, evicted{old, done})
+		}
+	}
+	a.mu.Unlock()
+	for _, e := range out {
+		a.dispose(e.sc)
+		a.mu.Lock()
+		delete(a.gone, e.sc.key)
+		a.mu.Unlock()
+		close(e.done)
 	}
 }
 
@@ -310,9 +382,9 @@ func (a *Agents) dispose(sc *scope) {
 	}
 }
 
-// setup declares the scope and registers the preset's restrictions, mode, sections and
-// variables, keeping in sc what undoes them (also after a failure: dispose undoes what was
-// registered before it).
+// setup declares the scope and registers the preset's restrictions, mode, approval guards, and
+// its persona, sections and variables as one promptasm bundle, keeping in sc what undoes them
+// (also after a failure: dispose undoes what was registered before it).
 func (a *Agents) setup(sc *scope, p preset.Body) error {
 	key := sc.key
 	s, err := a.k.Scopes().Declare(key, nil)
@@ -321,6 +393,9 @@ func (a *Agents) setup(sc *scope, p preset.Body) error {
 	}
 	f := a.k.Fiber(key, s)
 	sc.fiber = f
+	if a.setupHook != nil {
+		a.setupHook(key)
+	}
 	if len(p.Tools.Allow) > 0 || len(p.Tools.Deny) > 0 {
 		rs := registry.Restriction{Deny: p.Tools.Deny}
 		if len(p.Tools.Allow) > 0 {
@@ -340,33 +415,33 @@ func (a *Agents) setup(sc *scope, p preset.Body) error {
 			return err
 		}
 	}
-	if p.Prompt.Persona != "" {
-		undo, err := a.prompt.Section(key, promptasm.Section{Name: "deployment:persona", Order: 0, Text: p.Prompt.Persona})
-		if err != nil {
-			return err
-		}
-		sc.undo = append(sc.undo, undo)
+	undo, err := a.prompt.RegisterBundle(key, promptBundle(p.Prompt))
+	if err != nil {
+		return err
 	}
-	for _, sec := range p.Prompt.Sections {
+	sc.undo = append(sc.undo, undo)
+	return nil
+}
+
+// promptBundle is the persona, sections and variables of a preset, for its scope's layer.
+func promptBundle(p preset.Prompt) promptasm.Bundle {
+	b := promptasm.Bundle{Sections: make([]promptasm.Section, 0, len(p.Sections)+1),
+		Variables: make([]promptasm.Variable, 0, len(p.Variables))}
+	if p.Persona != "" {
+		b.Sections = append(b.Sections, promptasm.Section{Name: promptasm.SectionPersona, Order: promptasm.OrderPersona, Text: p.Persona})
+	}
+	for _, sec := range p.Sections {
 		order := 0.0
 		if sec.Order != nil {
 			order = *sec.Order
 		}
-		undo, err := a.prompt.Section(key, promptasm.Section{Name: sec.Name, Order: order, Text: sec.Text, Complete: sec.Complete})
-		if err != nil {
-			return err
-		}
-		sc.undo = append(sc.undo, undo)
+		b.Sections = append(b.Sections, promptasm.Section{Name: sec.Name, Order: order, Text: sec.Text, Complete: sec.Complete})
 	}
-	for name, value := range p.Prompt.Variables {
-		v := value
-		undo, err := a.prompt.Variable(key, name, func(context.Context, promptasm.Input) (string, bool) { return v, true })
-		if err != nil {
-			return err
-		}
-		sc.undo = append(sc.undo, undo)
+	for name, value := range p.Variables {
+		b.Variables = append(b.Variables, promptasm.Variable{Name: name,
+			Func: func(context.Context, promptasm.Input) (string, bool) { return value, true }})
 	}
-	return nil
+	return b
 }
 
 // askFor makes calls of the named tools, in the preset's scope, ask for approval (PIPE-4). Until
@@ -398,6 +473,12 @@ func failing(setupErr error) *promptasm.Registry {
 	return pr
 }
 
+// unavailable is the model provider of a preset whose provider cannot be built: every call fails
+// with err.
+type unavailable struct{ err error }
+
+func (u unavailable) Stream(context.Context, llm.Request) (llm.Stream, error) { return nil, u.err }
+
 // provider returns the model client of a preset's model settings and the defaults the
 // provider declares: deepseek DeepSeek's (openai.DeepSeekDefaults), openai and scripted none.
 // deepseek and openai share the OpenAI wire and its clients, and the rules of the operator's key.
@@ -406,14 +487,14 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, llm.Defaults, error) {
 	switch m.Provider {
 	case preset.ProviderScripted:
 		if a.cfg.ScriptedDisabled {
-			return nil, defaults, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server")
+			return nil, defaults, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server (DSHD_SCRIPTED_MODEL=0)")
 		}
 		return a.cfg.Scripted, defaults, nil
 	case preset.ProviderDeepSeek:
 		defaults = openai.DeepSeekDefaults()
 	case preset.ProviderOpenAI:
 	default:
-		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", m.Provider)
+		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", clip(m.Provider))
 	}
 	p, err := a.openAIClient(m)
 	return p, defaults, err
@@ -425,7 +506,7 @@ func (a *Agents) openAIClient(m preset.Model) (llm.Provider, error) {
 	if m.BaseURL != "" {
 		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
 		if err != nil {
-			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %v", err)
+			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %s", clip(err.Error()))
 		}
 		baseURL = u.String() // the URL that was checked, not a differently-read spelling of it
 		if !openai.IsDeepSeekEndpoint(u) {
@@ -462,7 +543,24 @@ func (a *Agents) Prompt(ctx context.Context, s Session) (promptasm.Result, error
 		return promptasm.Result{}, err
 	}
 	defer release()
+	if u, ok := cfg.Provider.(unavailable); ok {
+		return promptasm.Result{}, u.err
+	}
 	in := cfg.PromptInput
 	in.Provider, in.Model = cfg.Model.Provider, cfg.Model.Model
 	return cfg.Prompt.Assemble(ctx, in)
+}
+
+// clip returns s for an error message or log line: at most 256 bytes, cut at a rune boundary
+// and marked with "…" when cut. What a preset names is repeated in errors only through it.
+func clip(s string) string {
+	const limit = 256
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -139,7 +139,7 @@ func TestModelHostsGuardBaseURL(t *testing.T) {
 	t.Parallel()
 	a := newAgents(t)
 	p := presetOf(t, `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"http://169.254.169.254/v1"}}`)
-	if _, _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
+	if err := runnable(a, p); llm.ErrorCode(err) != llm.CodeNoAdapter {
 		t.Fatalf("err %v, want NO_ADAPTER", err)
 	}
 }
@@ -151,13 +151,20 @@ func TestScriptedDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`)
-	if _, _, err := a.Agent(agents.Session{ID: uuid.New(), Preset: p}); llm.ErrorCode(err) != llm.CodeNoAdapter {
+	if err := runnable(a, p); llm.ErrorCode(err) != llm.CodeNoAdapter {
 		t.Fatalf("err %v, want NO_ADAPTER", err)
 	}
 	// On by default.
-	if _, _, err := newAgents(t).Agent(agents.Session{ID: uuid.New(), Preset: p}); err != nil {
+	if err := runnable(newAgents(t), p); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runnable reports whether the agents can run p: the error of a prompt of a new session of p
+// (an unrunnable preset's agent is built, but its prompt and turns fail with the reason).
+func runnable(a *agents.Agents, p preset.Preset) error {
+	_, err := a.Prompt(context.Background(), agents.Session{ID: uuid.New(), Preset: p})
+	return err
 }
 
 // TestModelHostsSameRuleAsValidation: the run-time check is openai.AllowedBaseURL, the rule
@@ -187,7 +194,7 @@ func TestModelHostsSameRuleAsValidation(t *testing.T) {
 		body := `{"name":"p","model":{"provider":"openai","model":"m","baseUrl":"` + url + `"}}`
 		b := presetOf(t, body).Body
 		verr := preset.Rules{ModelHosts: hosts}.Validate(&b)
-		_, _, aerr := agentOf(a, presetOf(t, body))
+		aerr := runnable(a, presetOf(t, body))
 		if (verr == nil) != ok || (aerr == nil) != ok {
 			t.Errorf("%s: validation %v, agent %v; want ok=%v", url, verr, aerr, ok)
 		}

@@ -24,3 +24,7 @@ func (a *Agents) ClientCount() int {
 func (a *Agents) Approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
 	return a.approve(ctx, req)
 }
+
+// SetSetupHook sets the func called in the middle of every scope's setup, outside the agents'
+// lock. Call it before any Agent call.
+func (a *Agents) SetSetupHook(f func(key string)) { a.setupHook = f }

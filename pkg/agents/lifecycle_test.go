@@ -18,7 +18,7 @@ import (
 	"github.com/dshd/dshd/pkg/llm/openai"
 )
 
-func newAgentsWith(t *testing.T, edit func(*agents.Config)) *agents.Agents {
+func newAgentsWith(t testing.TB, edit func(*agents.Config)) *agents.Agents {
 	t.Helper()
 	tools, err := agents.BuiltinTools(true)
 	if err != nil {

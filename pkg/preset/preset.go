@@ -35,8 +35,7 @@ const (
 // DefaultMaxSteps), declared here only.
 const (
 	DefaultProvider             = ProviderDeepSeek
-	DefaultModelRetries         = 2 // retries of a failed model call within its step
-	MaxModelRetries             = 10
+	DefaultModelRetries         = 2 // retries of a failed model call within its step (at most MaxModelRetries)
 	DefaultMode                 = ModeNative
 	DefaultMaxParallelToolCalls = 10 // SCHED: the pool cap of parallel tool bodies
 	DefaultMaxParallelSubCalls  = 10 // PRS-1: the pool cap of run_code sub-calls

@@ -172,11 +172,11 @@ func collectTools(ctx context.Context, in Input, layers []layer, dropRunCode boo
 			for _, t := range set.Schemas {
 				switch {
 				case t.Name == ToolOrderRest:
-					return nil, nil, fmt.Errorf("%w: a tool provider returned %q, which is reserved for toolOrder", ErrReservedToolName, t.Name)
+					return nil, nil, fmt.Errorf("%w: a tool provider returned %q, which is reserved for toolOrder", ErrReservedToolName, clip(t.Name))
 				case dropRunCode && t.Name == RunCodeTool:
 					continue
 				case seen[t.Name]:
-					return nil, nil, fmt.Errorf("%w: %q is provided more than once", ErrDuplicateTool, t.Name)
+					return nil, nil, fmt.Errorf("%w: %q is provided more than once", ErrDuplicateTool, clip(t.Name))
 				}
 				seen[t.Name] = true
 				tools = append(tools, reduceTool(t))

@@ -30,6 +30,17 @@ func (es entries[T]) remove(id uint64) entries[T] {
 	return slices.Concat(es[:i], es[i+1:])
 }
 
+// removeRange returns the list without the entries whose ids are in [lo, hi], in one pass.
+func (es entries[T]) removeRange(lo, hi uint64) entries[T] {
+	out := make(entries[T], 0, len(es))
+	for _, e := range es {
+		if e.id < lo || e.id > hi {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // layer holds the registrations of the global layer or of one scope key.
 type layer struct {
 	sections    entries[Section]

@@ -49,7 +49,7 @@ func (in Input) mode() (Mode, error) {
 		return m, nil
 	case ModeCode, ModeBoth:
 	default:
-		return "", fmt.Errorf("%w: %q (want native, code or both)", ErrInvalidMode, m)
+		return "", fmt.Errorf("%w: %q (want native, code or both)", ErrInvalidMode, clip(string(m)))
 	}
 	rt := in.CodeRuntime
 	switch {

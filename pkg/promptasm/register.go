@@ -19,7 +19,7 @@ func (r *Registry) Section(scope string, s Section) (func(), error) {
 	}
 	return r.register(scope, func(l *layer) (uint64, error) {
 		if l.sections.has(s.Name) {
-			return 0, fmt.Errorf("prompt section %q: %w", s.Name, ErrDuplicate)
+			return 0, fmt.Errorf("prompt section %q: %w", clip(s.Name), ErrDuplicate)
 		}
 		e := entryOf(r, s.Name, s)
 		l.sections = l.sections.add(e)
@@ -35,7 +35,7 @@ func (r *Registry) RuntimeContext(scope string, c ContextEntry) (func(), error) 
 	}
 	return r.register(scope, func(l *layer) (uint64, error) {
 		if l.contexts.has(c.Name) {
-			return 0, fmt.Errorf("prompt context %q: %w", c.Name, ErrDuplicate)
+			return 0, fmt.Errorf("prompt context %q: %w", clip(c.Name), ErrDuplicate)
 		}
 		e := entryOf(r, c.Name, c)
 		l.contexts = l.contexts.add(e)
@@ -46,14 +46,14 @@ func (r *Registry) RuntimeContext(scope string, c ContextEntry) (func(), error) 
 // Variable registers a {{name}} variable (PRM-3). The name must match [a-z][a-z0-9_]*.
 func (r *Registry) Variable(scope, name string, fn VariableFunc) (func(), error) {
 	if !validVariableName(name) {
-		return nil, fmt.Errorf("prompt variable %q must match [a-z][a-z0-9_]*: %w", name, ErrInvalidName)
+		return nil, fmt.Errorf("prompt variable %q must match [a-z][a-z0-9_]*: %w", clip(name), ErrInvalidName)
 	}
 	if fn == nil {
-		return nil, fmt.Errorf("prompt variable %q: nil VariableFunc", name)
+		return nil, fmt.Errorf("prompt variable %q: nil VariableFunc", clip(name))
 	}
 	return r.register(scope, func(l *layer) (uint64, error) {
 		if l.variables.has(name) {
-			return 0, fmt.Errorf("prompt variable %q: %w", name, ErrDuplicate)
+			return 0, fmt.Errorf("prompt variable %q: %w", clip(name), ErrDuplicate)
 		}
 		e := entryOf(r, name, fn)
 		l.variables = l.variables.add(e)
@@ -192,7 +192,7 @@ func checkNamed(kind, name string, order float64) error {
 		return fmt.Errorf("%s name must be non-empty: %w", kind, ErrInvalidName)
 	}
 	if math.IsNaN(order) || math.IsInf(order, 0) {
-		return fmt.Errorf("%s %q: %w", kind, name, ErrInvalidOrder)
+		return fmt.Errorf("%s %q: %w", kind, clip(name), ErrInvalidOrder)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func renderAll(kind string, pieces []SectionText, vars map[string]Value) ([]Sect
 	for _, p := range pieces {
 		text, err := interpolate(p.Text, vars)
 		if err != nil {
-			return nil, fmt.Errorf("%s %q: %w", kind, p.Name, err)
+			return nil, fmt.Errorf("%s %q: %w", kind, clip(p.Name), err)
 		}
 		if text != "" {
 			out = append(out, SectionText{Name: p.Name, Order: p.Order, Text: text})
@@ -73,14 +73,14 @@ func interpolate(text string, vars map[string]Value) (string, error) {
 			continue
 		}
 		if !validVariableName(name) {
-			return "", fmt.Errorf("%w %q (names match [a-z][a-z0-9_]*)", ErrMalformedReference, "{{"+name+"}}")
+			return "", fmt.Errorf("%w %q (names match [a-z][a-z0-9_]*)", ErrMalformedReference, "{{"+clip(name)+"}}")
 		}
 		v, known := vars[name]
 		switch {
 		case !known:
-			return "", fmt.Errorf("%w %q; registered variables: %s", ErrUnknownVariable, "{{"+name+"}}", variableList(vars))
+			return "", fmt.Errorf("%w %q; registered variables: %s", ErrUnknownVariable, "{{"+clip(name)+"}}", variableList(vars))
 		case v.Absent:
-			return "", fmt.Errorf("%w: %q has no value in this assembly", ErrNoValue, "{{"+name+"}}")
+			return "", fmt.Errorf("%w: %q has no value in this assembly", ErrNoValue, "{{"+clip(name)+"}}")
 		}
 		b.WriteString(text[last:open])
 		b.WriteString(v.Text)
@@ -133,5 +133,5 @@ func variableList(vars map[string]Value) string {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	return strings.Join(names, ", ")
+	return nameList(names, func(s string) string { return s })
 }

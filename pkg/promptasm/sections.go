@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
+	"strconv"
 )
 
 // evalSections merges the sections (base first, then the layers; a nearer name shadows a farther
@@ -22,18 +22,18 @@ func evalSections(ctx context.Context, in Input, base []Section, layers []layer)
 	var completes []string
 	for _, e := range merged {
 		if e.v.Complete {
-			completes = append(completes, fmt.Sprintf("%q", e.name))
+			completes = append(completes, e.name)
 		}
 	}
 	if len(completes) > 1 {
-		return nil, nil, fmt.Errorf("%w: %s", ErrMultipleComplete, strings.Join(completes, ", "))
+		return nil, nil, fmt.Errorf("%w: %s", ErrMultipleComplete, nameList(completes, strconv.Quote))
 	}
 	out := make([]SectionText, 0, len(merged))
 	var complete *SectionText
 	for _, e := range merged {
 		text, err := evalText(ctx, in, e.v.Text, e.v.TextFunc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("prompt section %q: %w", e.name, err)
+			return nil, nil, fmt.Errorf("prompt section %q: %w", clip(e.name), err)
 		}
 		st := SectionText{Name: e.name, Order: e.v.Order, Text: text}
 		if e.v.Complete {
@@ -56,7 +56,7 @@ func evalContexts(ctx context.Context, in Input, layers []layer) ([]SectionText,
 	for _, e := range merged {
 		text, err := evalText(ctx, in, e.v.Text, e.v.TextFunc)
 		if err != nil {
-			return nil, fmt.Errorf("prompt context %q: %w", e.name, err)
+			return nil, fmt.Errorf("prompt context %q: %w", clip(e.name), err)
 		}
 		out = append(out, SectionText{Name: e.name, Order: e.v.Order, Text: text})
 	}

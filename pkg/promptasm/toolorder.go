@@ -3,6 +3,7 @@ package promptasm
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/dshd/dshd/pkg/llm"
@@ -19,7 +20,7 @@ func ValidateToolOrder(order []string) error {
 	seen := make(map[string]bool, len(order))
 	for _, name := range order {
 		if seen[name] {
-			return fmt.Errorf("%w: %q is listed more than once", ErrInvalidToolOrder, name)
+			return fmt.Errorf("%w: %q is listed more than once", ErrInvalidToolOrder, clip(name))
 		}
 		seen[name] = true
 	}
@@ -44,11 +45,11 @@ func orderTools(tools []llm.ToolSchema, order []string, known map[string]bool) (
 	var unknown []string
 	for _, name := range order {
 		if name != ToolOrderRest && !known[name] {
-			unknown = append(unknown, fmt.Sprintf("%q", name))
+			unknown = append(unknown, name)
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, fmt.Errorf("%w: %s; known tools: %s", ErrUnknownTool, strings.Join(unknown, ", "), knownList(known))
+		return nil, fmt.Errorf("%w: %s; known tools: %s", ErrUnknownTool, nameList(unknown, strconv.Quote), knownList(known))
 	}
 	listed := make(map[string]bool, len(order))
 	for _, name := range order {

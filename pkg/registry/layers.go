@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dshd/dshd/pkg/kernel"
 )
@@ -184,8 +186,8 @@ func (r *Registry) Restrict(f *kernel.Fiber, rs Restriction) (kernel.Disposer, e
 				r.mu.Unlock()
 				return nil, fmt.Errorf("registry: restrict cannot name %q", RunCodeName)
 			}
-			if !slices.Contains(known, n) {
-				unknown = append(unknown, fmt.Sprintf("%q", n))
+			if _, ok := slices.BinarySearch(known, n); !ok {
+				unknown = append(unknown, n)
 			}
 		}
 	}
@@ -195,7 +197,7 @@ func (r *Registry) Restrict(f *kernel.Fiber, rs Restriction) (kernel.Disposer, e
 		if k == "" {
 			k = "(none)"
 		}
-		return nil, fmt.Errorf("registry: restrict names tools that are not inherited by scope %q: %s; known tools: %s", scope.Key(), strings.Join(unknown, ", "), k)
+		return nil, fmt.Errorf("registry: restrict names tools that are not inherited by scope %q: %s; known tools: %s", scope.Key(), quotedNames(unknown), k)
 	}
 	for _, n := range rs.Allow {
 		compiled.allow[n] = true
@@ -215,6 +217,29 @@ func (r *Registry) Restrict(f *kernel.Fiber, rs Restriction) (kernel.Disposer, e
 		}
 	}
 	return r.commitChange(f, Change{Kind: "restrict", Scope: scope.Key()}, undo, "unrestrict")
+}
+
+// quotedNames lists names in an error message: at most the first 10, each quoted and clipped to
+// 64 bytes, then how many more there are. A restriction's names come from presets: its error is
+// logged and ends every turn of the preset.
+func quotedNames(names []string) string {
+	const most, clip = 10, 64
+	n := min(len(names), most)
+	parts := make([]string, n, n+1)
+	for i, name := range names[:n] {
+		if len(name) > clip {
+			cut := clip
+			for cut > 0 && !utf8.RuneStart(name[cut]) {
+				cut--
+			}
+			name = name[:cut] + "…"
+		}
+		parts[i] = strconv.Quote(name)
+	}
+	if len(names) > n {
+		parts = append(parts, fmt.Sprintf("and %d more", len(names)-n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // inheritedNamesLocked lists, sorted, the tools scope inherits before restrictions: global and

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -159,5 +160,22 @@ func TestSCP8_ScopesAreNotAuthority(t *testing.T) {
 	e.r.Restrict(s, Restriction{Deny: []string{"a"}})
 	if r := e.r.Execute(e.ctx, Input{CallID: "c", Name: "a", Args: json.RawMessage(`{}`), Scope: "", Agent: "agent:s"}); r.IsError {
 		t.Fatal("the view is chosen by Input.Scope only")
+	}
+}
+
+// TestFinding11_RestrictErrorEchoesLittle (issue 9, finding 11): a restriction naming many
+// unknown tools fails with an error that lists the first few, clipped, and counts the others.
+func TestFinding11_RestrictErrorEchoesLittle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	e.register(e.g, rawTool("g", `1`, nil))
+	f := e.scope("agent:a", "")
+	var ghosts []string
+	for i := range 1000 {
+		ghosts = append(ghosts, fmt.Sprintf("ghost_%d_%s", i, strings.Repeat("x", 200)))
+	}
+	_, err := e.r.Restrict(f, Restriction{Allow: ghosts})
+	if err == nil || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "and 990 more") {
+		t.Fatalf("%d bytes: %.300v", len(fmt.Sprint(err)), err)
 	}
 }
