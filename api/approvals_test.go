@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -44,4 +46,59 @@ func TestApprovalsOverHTTP(t *testing.T) {
 	}
 	// Another tenant sees nothing of it.
 	e.do(t, "GET", path, e.keyB, nil).wantProblem(t, http.StatusNotFound, "not_found")
+}
+
+// TestAPR_ApprovalAcrossReplicas: a preset that asks before echo; the model calls it; the message
+// stream shows approval/asked with the call's arguments while the call waits; a client that was
+// not following lists the pending approval on another replica and answers it there; the tool runs
+// and its result reaches the model; a second answer is 409.
+func TestAPR_ApprovalAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	other := e.newReplica()
+	sid := e.sessionOfPreset(t, e.keyA, `{"name":"ask","model":{"provider":"scripted","model":"s"},
+		"approval":{"policy":"ask","ask":["echo"],"timeoutMs":60000}}`)
+	s := postStream(t, e.replica, sid, e.keyA, `{"content":"tool:echo args:{\"text\":\"approved\"}"}`)
+	var asked eventlog.ApprovalAsked
+	for asked.ID == "" {
+		var ev eventlog.Event
+		if err := json.Unmarshal([]byte(s.next(t).data), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == "tool/result" {
+			t.Fatalf("tool/result before approval/asked")
+		}
+		if ev.Type == eventlog.TypeApprovalAsked {
+			if err := json.Unmarshal(ev.Data, &asked); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if asked.ToolName != "echo" || string(asked.Arguments) != `{"text":"approved"}` {
+		t.Fatalf("asked %+v", asked)
+	}
+	path := "/v1/sessions/" + sid + "/approvals"
+	var list struct{ Items []struct{ ID string } }
+	other.do(t, "GET", path, e.keyA, nil).want(t, http.StatusOK).json(t, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != asked.ID {
+		t.Fatalf("pending on the other replica: %+v", list)
+	}
+	other.do(t, "POST", path+"/"+asked.ID, e.keyA, map[string]string{"outcome": "allowed-once"}).want(t, http.StatusOK)
+	rest := s.untilEnd(t)
+	var result eventlog.ToolResult
+	for _, ev := range rest {
+		if ev.Type == "tool/result" {
+			_ = json.Unmarshal(ev.Data, &result)
+		}
+	}
+	if result.Message.Content == nil || result.Message.Content[0].IsError || result.Message.Content[0].Content[0].Text != "approved" {
+		t.Fatalf("result %+v", result)
+	}
+	if last := rest[len(rest)-1]; last.Type != "turn/end" || !strings.Contains(string(last.Data), "completed") {
+		t.Fatalf("turn ended %s", last.Data)
+	}
+	other.do(t, "POST", path+"/"+asked.ID, e.keyA, map[string]string{"outcome": "rejected"}).wantProblem(t, http.StatusConflict, "conflict")
+	if err := eventlog.CheckInvariants(e.allEvents(t, sid)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
@@ -108,12 +109,14 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	}
 	tools = append(tools, e.tools...)
 	quiet := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ag, err := agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet,
+	var ag *agents.Agents
+	approvals := approval.New(approval.Config{TimeoutFunc: func(a string) time.Duration { return ag.ApprovalTimeout(a) }})
+	ag, err = agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet, Approvals: approvals,
 		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wk, err := worker.New(worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag,
+	wk, err := worker.New(worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag, Approvals: approvals,
 		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

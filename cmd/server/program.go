@@ -18,6 +18,7 @@ import (
 	"github.com/dshd/dshd/migrations"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -73,7 +74,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ag, err := agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey,
+	var ag *agents.Agents
+	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) }})
+	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
 		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()),
 		Logger:               m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
@@ -84,7 +87,7 @@ func (m *Main) Run(ctx context.Context) error {
 	presets := pgstore.NewPresets(m.pool, ag.Rules())
 	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
-		MaxTenantTurns: m.Config.TenantMaxTurns, Logger: m.Logger})
+		MaxTenantTurns: m.Config.TenantMaxTurns, Approvals: approvals, Logger: m.Logger})
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,10 @@ import (
 type Config struct {
 	// Tools are the built-in tools, registered globally.
 	Tools []*registry.Tool
+	// Approvals resolves the asks of agents whose approval policy is `ask` (pkg/approval, over
+	// the session log). Nil: such asks are denied as with no approval service (APR-1); `never`
+	// is resolved here either way (APR-4).
+	Approvals registry.Approver
 	// DeepSeekAPIKey is the operator's key for DeepSeek. It is sent only to the default DeepSeek
 	// endpoint: a deepseek or openai preset without a baseUrl, or with an https baseUrl on host
 	// api.deepseek.com and the default port (openai.IsDeepSeekEndpoint). A preset pointing

@@ -98,14 +98,16 @@ func (a *Agents) hold(agent string, sc *scope) func() {
 	}
 }
 
-// approve is the approval service the agents' registry has mounted (APR-1), as far as it exists:
-// the asks of an agent under policy `never` resolve `rejected` without an answer (APR-4 step 2;
-// `cancelled` when the call's signal is already aborted, step 1). Every other ask is passed on
-// (registry.ErrNoApprovalService) and denied as without an approval service, until the durable
-// one (pkg/approval) is built: it will take over here, reading Settings (policy, timeout).
-// Unlike it, this logs no `approval/asked` or `approval/decided` (APR-3).
+// approve is the approver the agents' registry has mounted (APR-1): the asks of an agent under
+// policy `never` resolve `rejected` without an answer (APR-4 step 2; `cancelled` when the call's
+// signal is already aborted, step 1); the others go to Config.Approvals (pkg/approval: asked and
+// decided through the session log, with the agent's timeout, ApprovalTimeout), or, without one,
+// are passed on (registry.ErrNoApprovalService) and denied as without an approval service.
 func (a *Agents) approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
 	s, ok := a.Settings(req.Agent)
+	if ok && s.Approval.Policy != preset.PolicyNever && a.cfg.Approvals != nil {
+		return a.cfg.Approvals.Approve(ctx, req)
+	}
 	if !ok || s.Approval.Policy != preset.PolicyNever {
 		return "", registry.ErrNoApprovalService
 	}
@@ -113,4 +115,14 @@ func (a *Agents) approve(ctx context.Context, req registry.ApprovalRequest) (str
 		return registry.OutcomeCancelled, nil
 	}
 	return registry.OutcomeRejected, nil
+}
+
+// ApprovalTimeout returns how long an ask of agent waits for an answer (the preset's
+// approval.timeoutMs), 0 when the agent is not held. pkg/approval's Config.TimeoutFunc.
+func (a *Agents) ApprovalTimeout(agent string) time.Duration {
+	s, ok := a.Settings(agent)
+	if !ok {
+		return 0
+	}
+	return s.Approval.Timeout
 }

@@ -224,7 +224,8 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 	}
 }
 
-// watch delivers cancel requests written by other writers to the running turn: it follows the
+// watch delivers cancel requests and approval decisions written by other writers to the running
+// turn: it follows the
 // log (eventlog.Follow) past what the runner's journal has seen, so the runner's own appends are
 // neither waited for nor read back.
 func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner, j *pgstore.Journal, from int64) {
@@ -237,11 +238,18 @@ func (w *turnWorker) watch(ctx context.Context, a TurnArgs, r *agentloop.Runner,
 	_ = eventlog.Follow(ctx, cfg.Store.Journal(cfg.Hub, a.TenantID, a.SessionID, uuid.Nil), cursor,
 		func(evs []eventlog.Event) error {
 			for _, ev := range evs {
-				if ev.Seq <= read || ev.Type != eventlog.TypeAgentCancel {
+				if ev.Seq <= read {
 					continue
 				}
-				if d, err := eventlog.Decode[eventlog.AgentCancel](ev); err == nil {
-					r.Interrupt(d.Reason)
+				switch ev.Type {
+				case eventlog.TypeAgentCancel:
+					if d, err := eventlog.Decode[eventlog.AgentCancel](ev); err == nil {
+						r.Interrupt(d.Reason)
+					}
+				case eventlog.TypeApprovalDecided:
+					if d, err := eventlog.Decode[eventlog.ApprovalDecided](ev); err == nil && cfg.Approvals != nil {
+						cfg.Approvals.Deliver(d)
+					}
 				}
 			}
 			read = max(read, evs[len(evs)-1].Seq)

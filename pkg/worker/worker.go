@@ -26,6 +26,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
@@ -41,6 +42,9 @@ type Config struct {
 	Hub     *pgstore.Hub
 	Presets *pgstore.Presets
 	Agents  *agents.Agents
+	// Approvals, when set, is told of every approval/decided written to a session this replica
+	// serves (the answer may come from any replica), so that the call waiting for it continues.
+	Approvals *approval.Service
 	// Owner identifies this replica (in logs). Default: a random UUID. Leases use a fresh
 	// identity per served job.
 	Owner uuid.UUID
