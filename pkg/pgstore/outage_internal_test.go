@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/tenant"
@@ -138,5 +139,80 @@ func TestTransientErrorsAreUnavailable(t *testing.T) {
 	}
 	if _, err := NewPresets(refused, preset.Rules{}).PresetGet(ctx, uuid.New(), uuid.New()); !errors.Is(err, fault.ErrUnavailable) {
 		t.Errorf("PresetGet: %v", err)
+	}
+}
+
+// TestAppendOutcomeReadBack: the read-back of an append whose reply was lost tells a batch that
+// committed from one that did not, also when another writer's event took the seq.
+func TestAppendOutcomeReadBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	st := NewStore(pool, StoreConfig{})
+	tn, _, err := NewTenants(pool).TenantCreate(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := st.SessionCreate(ctx, tn.ID, SessionParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := uuid.New()
+	if ok, _, err := st.LeaseAcquire(ctx, tn.ID, sess.ID, owner, time.Minute); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	batch := func(h eventlog.Head, tag string) appendParams {
+		t.Helper()
+		p, err := st.buildAt(ctx, pool, tn.ID, sess.ID, h, &owner, eventlog.Batch(
+			eventlog.NewEvent{Type: "todo/write", Data: map[string]any{"todos": []any{}, "tag": tag}},
+			eventlog.NewEvent{Type: "todo/write", Data: map[string]any{"todos": []any{}, "tag": tag + "'"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	outcome := func(p appendParams) bool {
+		t.Helper()
+		ok, held, err := appendOutcome(ctx, pool, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held == nil || *held != owner {
+			t.Errorf("lease owner %v, want %v", held, owner)
+		}
+		return ok
+	}
+	h, err := st.SessionHead(ctx, tn.ID, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := batch(h, "a")
+	if outcome(p) {
+		t.Fatal("a batch never sent reads back as committed")
+	}
+	if _, err := appendRows(ctx, pool, p); err != nil {
+		t.Fatal(err)
+	}
+	if !outcome(p) {
+		t.Fatal("a committed batch reads back as not committed")
+	}
+	// A batch built for the same head, with other data or another time, did not commit: the seq
+	// holds another batch's event.
+	if outcome(batch(h, "b")) {
+		t.Fatal("another batch at the same seq reads back as committed")
+	}
+	q := p
+	q.Batch = append([]eventlog.Event(nil), p.Batch...)
+	q.Batch[0].Time++
+	if outcome(q) {
+		t.Fatal("an event with another time reads back as committed")
+	}
+	// Past the end of the log.
+	h2, err := st.SessionHead(ctx, tn.ID, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outcome(batch(h2, "c")) {
+		t.Fatal("a batch past the end of the log reads back as committed")
 	}
 }

@@ -42,7 +42,16 @@ type StoreConfig struct {
 	// whole log of the session for each append, so it is meant for tests and debugging. Default
 	// false.
 	CheckInvariants bool
+	// RetryUnavailable is how long a fenced append (a turn runner's) keeps retrying while the
+	// database is unavailable (connection refused or lost, the server shutting down or starting
+	// up) before it fails: an outage shorter than this only pauses a running turn. An append whose
+	// outcome is unknown (the connection was lost before the reply) is read back, never written
+	// twice. Default DefaultRetryUnavailable; negative: no retry.
+	RetryUnavailable time.Duration
 }
+
+// DefaultRetryUnavailable is StoreConfig.RetryUnavailable's default.
+const DefaultRetryUnavailable = 30 * time.Second
 
 // Store is the PostgreSQL session log. It is safe for concurrent use; the per-session counter row
 // serializes concurrent appends to one session.
@@ -51,6 +60,7 @@ type Store struct {
 	now    func() time.Time
 	logger *slog.Logger
 	check  bool
+	retry  time.Duration // StoreConfig.RetryUnavailable, 0 for none
 	commit atomic.Pointer[CommitFunc]
 }
 
@@ -80,7 +90,13 @@ func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 // NewStore returns a store over pool, which must point at a database migrated with
 // migrations.Up.
 func NewStore(pool *pgxpool.Pool, cfg StoreConfig) *Store {
-	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants}
+	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable}
+	switch {
+	case s.retry == 0:
+		s.retry = DefaultRetryUnavailable
+	case s.retry < 0:
+		s.retry = 0
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
