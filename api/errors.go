@@ -62,6 +62,10 @@ type Problem struct {
 	Detail string `json:"detail"`
 }
 
+// retryAfterUnavailable is the Retry-After (seconds) of an unavailable answer: the database is
+// unreachable, and a short outage (a restart, a failover) is over in seconds.
+const retryAfterUnavailable = "2"
+
 func errorf(code, detail string) *fault.Error { return &fault.Error{Code: code, Message: detail} }
 
 // classify turns any error into a problem code and a detail safe to show: the code and message
@@ -96,6 +100,9 @@ func writeProblem(w http.ResponseWriter, code, detail string) {
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
+	if code == CodeUnavailable {
+		w.Header().Set("Retry-After", retryAfterUnavailable)
+	}
 	w.WriteHeader(entry.status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

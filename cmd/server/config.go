@@ -43,6 +43,10 @@ type Config struct {
 	// renewal: after a replica dies, another takes over its sessions within about this long.
 	// Default 10s.
 	LeaseTTL time.Duration
+	// DBRetry (DSHD_DB_RETRY, a Go duration) is how long a running turn's write to the log keeps
+	// retrying while the database is unavailable (refused or lost connections, a restart) before
+	// the turn fails: a shorter outage only pauses running turns. Default 30s.
+	DBRetry time.Duration
 	// MaxTurns (DSHD_MAX_TURNS) is how many turns this replica runs at once. Default 100.
 	MaxTurns int
 	// TenantMaxTurns (DSHD_TENANT_MAX_TURNS) is how many turns one tenant runs at once on all
@@ -93,6 +97,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("DSHD_MAX_BODY_BYTES must be a positive integer")
 	}
 	if c.LeaseTTL, err = parseDuration("DSHD_LEASE_TTL", env("DSHD_LEASE_TTL", "10s")); err != nil {
+		return Config{}, err
+	}
+	if c.DBRetry, err = parseDuration("DSHD_DB_RETRY", env("DSHD_DB_RETRY", "30s")); err != nil {
 		return Config{}, err
 	}
 	if c.MaxTurns, err = strconv.Atoi(env("DSHD_MAX_TURNS", "100")); err != nil || c.MaxTurns < 1 {

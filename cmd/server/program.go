@@ -69,7 +69,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger})
+	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger, RetryUnavailable: m.Config.DBRetry})
 	tools, err := agents.BuiltinTools(m.Config.DemoTools)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ var client = &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleC
 // reply is a finished HTTP exchange, or the error that prevented it.
 type reply struct {
 	status int
+	header http.Header
 	body   []byte
 	err    error
 }
@@ -52,7 +53,7 @@ func (r *replica) call(ctx context.Context, method, path, key string, body any, 
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, body: data, err: err}
+	return reply{status: resp.StatusCode, header: resp.Header, body: data, err: err}
 }
 
 // decode checks the status and decodes the JSON body into v (when v is not nil).

@@ -38,8 +38,18 @@ type replica struct {
 // preset on the mock model. leaseTTL is the replicas' DSHD_LEASE_TTL.
 func newCluster(t *testing.T, n int, leaseTTL time.Duration) *cluster {
 	t.Helper()
+	return newClusterOn(t, n, leaseTTL, "")
+}
+
+// newClusterOn is newCluster over the migrated database at dbURL ("": a fresh one of the test
+// process's shared PostgreSQL).
+func newClusterOn(t *testing.T, n int, leaseTTL time.Duration, dbURL string) *cluster {
+	t.Helper()
 	serverBin, mockBin := buildBinaries(t)
-	c := &cluster{t: t, serverBin: serverBin, dbURL: pgtest.URL(t), leaseTTL: leaseTTL}
+	if dbURL == "" {
+		dbURL = pgtest.URL(t)
+	}
+	c := &cluster{t: t, serverBin: serverBin, dbURL: dbURL, leaseTTL: leaseTTL}
 	c.startMock(mockBin)
 	for range n {
 		c.startReplica()

@@ -93,7 +93,7 @@ func (w *writer) flush(ctx context.Context) error {
 	}
 	// The log is written whatever happens to the turn: a cancel must not leave it half done. A
 	// write that hangs is bounded instead.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout())
 	defer cancel()
 	var evs []eventlog.Event
 	var err error
@@ -137,6 +137,22 @@ func (w *writer) flush(ctx context.Context) error {
 // writeTimeout bounds one write or read of the log.
 const writeTimeout = 30 * time.Second
 
+// retryBounder is the optional part of a journal that retries a write or read for a while when
+// its database is unavailable (pgstore's fenced journal), so that a short outage only pauses the
+// turn.
+type retryBounder interface {
+	RetryBound() time.Duration
+}
+
+// timeout bounds one write or read of the log: writeTimeout, plus however long the journal
+// retries while its database is unavailable.
+func (w *writer) timeout() time.Duration {
+	if r, ok := w.j.(retryBounder); ok {
+		return writeTimeout + r.RetryBound()
+	}
+	return writeTimeout
+}
+
 func (w *writer) resetIdx() {
 	for _, p := range w.pending {
 		p.h.idx = -1
@@ -154,7 +170,7 @@ func (w *writer) catchUp(ctx context.Context) error {
 // refresh folds every committed event the mirror has not seen. Like writes, it is not
 // cancelled with the turn.
 func (w *writer) refresh(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout())
 	defer cancel()
 	evs, err := w.j.Since(ctx, w.m.cursor())
 	if err != nil {

@@ -120,4 +120,7 @@ var (
 	ErrConflict  = &Error{Code: Conflict}
 	ErrLeaseLost = &Error{Code: LeaseLost}
 	ErrStale     = &Error{Code: Stale}
+	// ErrUnavailable matches the errors of an operation that failed because the database was
+	// unreachable (a retry may succeed).
+	ErrUnavailable = &Error{Code: Unavailable}
 )

@@ -187,16 +187,52 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, tenantID, sessionID uui
 // appendAt builds, checks and appends a batch at head h (which q holds locked, or which the
 // statement's conditions prove current). errNoRow when the statement matched nothing.
 func (s *Store) appendAt(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, h eventlog.Head, owner *uuid.UUID, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+	p, err := s.buildAt(ctx, q, tenantID, sessionID, h, owner, build)
+	if err != nil || len(p.Batch) == 0 {
+		return nil, err
+	}
+	if _, err = appendRows(ctx, q, p); err != nil {
+		return nil, err
+	}
+	return p.Batch, nil
+}
+
+// buildAt builds and checks a batch at head h: the append to run (no batch when build returned
+// no events).
+func (s *Store) buildAt(ctx context.Context, q querier, tenantID, sessionID uuid.UUID, h eventlog.Head, owner *uuid.UUID, build eventlog.BuildFunc) (appendParams, error) {
 	evs, err := build(h)
 	if err != nil || len(evs) == 0 {
-		return nil, err
+		return appendParams{}, err
 	}
 	batch, lens, err := s.prepare(ctx, q, sessionID, h, evs)
 	if err != nil {
-		return nil, err
+		return appendParams{}, err
 	}
-	if _, err = appendRows(ctx, q, appendParams{Tenant: tenantID, Session: sessionID, Head: h, Batch: batch, Inbox: lens, Owner: owner}); err != nil {
-		return nil, err
+	return appendParams{Tenant: tenantID, Session: sessionID, Head: h, Batch: batch, Inbox: lens, Owner: owner}, nil
+}
+
+// appendOutcomeSQL reads the event at a seq (none: nulls) and the session's run lease owner.
+const appendOutcomeSQL = `
+SELECT e.type, e.time, e.data::text, c.run_owner
+FROM session_counters c LEFT JOIN events e ON e.session_id = c.session_id AND e.seq = $2
+WHERE c.session_id = $1`
+
+// appendOutcome tells whether the append p committed, when its statement failed without saying
+// (the connection was lost before the reply): it did exactly when the log holds the batch's first
+// event at the seq it was stamped for, with the same type, time and data (a batch commits whole or
+// not at all, and its first event is its own: another writer's event at that seq has another
+// time or data). owner is the session's run lease owner now (nil: free), for a batch that
+// released it.
+func appendOutcome(ctx context.Context, q querier, p appendParams) (committed bool, owner *uuid.UUID, err error) {
+	first := p.Batch[0]
+	var (
+		typ, data *string
+		at        *int64
+	)
+	err = q.QueryRow(ctx, appendOutcomeSQL, p.Session, first.Seq).Scan(&typ, &at, &data, &owner)
+	if err != nil {
+		return false, nil, translate(err, "read back an append")
 	}
-	return batch, nil
+	committed = typ != nil && *typ == first.Type && *at == first.Time && *data == string(first.Data)
+	return committed, owner, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 )
 
 // Journal is one session's eventlog.Journal over the store. A journal opened with an owner is a
@@ -102,13 +105,37 @@ func (j *Journal) Close() {
 func (j *Journal) Seen() int64 { return j.next.Load() - 1 }
 
 // Append implements eventlog.Journal.
+//
+// A fenced journal (a turn runner's) retries an append that failed because the database was
+// unavailable, with backoff, for up to the store's StoreConfig.RetryUnavailable: an outage
+// shorter than that only pauses the turn. When the failed statement may have committed (the
+// connection was lost before its reply), the batch is read back before anything else is sent:
+// when the log holds it, it committed; otherwise the same batch is sent again, for the same
+// head (the statement's conditions refuse it if the log moved meanwhile, and a late commit of
+// the lost statement is recognized by a second read-back). A batch is never written twice.
 func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
-	var out []eventlog.Event
-	var err error
-	if j.known {
-		out, err = j.appendOptimistic(ctx, build)
-	} else {
-		out, err = j.appendLocked(ctx, build)
+	var (
+		out  []eventlog.Event
+		sent *appendParams // a batch whose statement failed with its outcome unknown
+		err  error
+	)
+	r := j.retrier()
+	for {
+		switch {
+		case sent != nil:
+			out, sent, err = j.resend(ctx, *sent)
+		case j.known:
+			out, sent, err = j.appendOptimistic(ctx, build)
+		default:
+			out, sent, err = j.appendLocked(ctx, build)
+		}
+		if err == nil {
+			r.done("append")
+			break
+		}
+		if !r.again(ctx, err, "append") {
+			break
+		}
 	}
 	if err != nil || len(out) == 0 {
 		return nil, err
@@ -119,52 +146,129 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 	return out, nil
 }
 
-func (j *Journal) appendOptimistic(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+// appendOptimistic appends at the known head. sent is the batch when its statement failed with a
+// transient error (it may have committed).
+func (j *Journal) appendOptimistic(ctx context.Context, build eventlog.BuildFunc) (_ []eventlog.Event, sent *appendParams, _ error) {
 	h := j.head
-	evs, err := build(h)
-	if err != nil || len(evs) == 0 {
-		return nil, err
+	p, err := j.store.buildAt(ctx, j.store.pool, j.tenant, j.session, h, j.owner, build)
+	if err != nil || len(p.Batch) == 0 {
+		return nil, nil, err
 	}
-	batch, lens, err := j.store.prepare(ctx, j.store.pool, j.session, h, evs)
-	if err != nil {
-		return nil, err
-	}
+	p.Release = j.releaseAtTurnEnd && endsTurn(p.Batch)
 	// The seqs this append takes are known before it runs: publish them first, so that the
 	// notification of the commit, which may arrive before the append returns, reads as this
 	// journal's own and not as news (Seen).
-	j.next.Store(h.Next + int64(len(batch)))
-	released, err := appendRows(ctx, j.store.pool, appendParams{Tenant: j.tenant, Session: j.session, Head: h,
-		Batch: batch, Inbox: lens, Owner: j.owner, Release: j.releaseAtTurnEnd && endsTurn(batch)})
+	j.next.Store(h.Next + int64(len(p.Batch)))
+	released, err := appendRows(ctx, j.store.pool, p)
 	if err == nil {
 		if released {
 			j.released.Store(true)
 		}
-		return batch, nil
+		return p.Batch, nil, nil
 	}
 	j.next.Store(h.Next)
+	if transient(err) {
+		return nil, &p, err
+	}
 	if !errors.Is(err, errNoRow) {
-		return nil, err
+		return nil, nil, err
 	}
-	cur, err := j.store.head(ctx, j.store.pool, j.tenant, j.session, false)
-	if err != nil {
-		return nil, err
-	}
-	if err := j.fence(cur); err != nil {
-		return nil, err
-	}
-	if cur.Next != h.Next {
-		return nil, fmt.Errorf("%w (the log ends at %d, not %d)", eventlog.ErrStale, cur.Last(), h.Last())
-	}
-	return nil, &eventlog.ValidationError{Seq: h.Next, Rule: "LOOP-1", Reason: "the batch's inbox splices do not fit the inbox"}
+	return nil, nil, j.refused(ctx, h)
 }
 
-func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) ([]eventlog.Event, error) {
+// refused tells why an append at h matched no counter row: the lease is another's, the log moved
+// on, or the batch's inbox splices do not fit.
+func (j *Journal) refused(ctx context.Context, h eventlog.Head) error {
+	cur, err := j.store.head(ctx, j.store.pool, j.tenant, j.session, false)
+	if err != nil {
+		return err
+	}
+	if err := j.fence(cur); err != nil {
+		return err
+	}
+	if cur.Next != h.Next {
+		return fmt.Errorf("%w (the log ends at %d, not %d)", eventlog.ErrStale, cur.Last(), h.Last())
+	}
+	return &eventlog.ValidationError{Seq: h.Next, Rule: "LOOP-1", Reason: "the batch's inbox splices do not fit the inbox"}
+}
+
+// resend finishes an append whose statement failed with its outcome unknown: it reads the batch
+// back and, when it did not commit, sends it again for the same head.
+func (j *Journal) resend(ctx context.Context, p appendParams) (_ []eventlog.Event, sent *appendParams, _ error) {
+	h := p.Head
+	j.next.Store(h.Next + int64(len(p.Batch)))
+	out, err := j.committedAs(ctx, p)
+	if out != nil || err != nil {
+		if err != nil {
+			j.next.Store(h.Next)
+			return nil, &p, err
+		}
+		return out, nil, nil
+	}
+	released, err := appendRows(ctx, j.store.pool, p)
+	switch {
+	case err == nil:
+		if released {
+			j.released.Store(true)
+		}
+		return j.adopt(p), nil, nil
+	case transient(err):
+		j.next.Store(h.Next)
+		return nil, &p, err
+	case errors.Is(err, errNoRow):
+		// Refused: another writer got in first, the lease is another's, or the lost statement
+		// committed after all (since the read-back).
+		if out, err := j.committedAs(ctx, p); out != nil || err != nil {
+			if err != nil {
+				j.next.Store(h.Next)
+				return nil, &p, err
+			}
+			return out, nil, nil
+		}
+		j.next.Store(h.Next)
+		return nil, nil, j.refused(ctx, h)
+	default:
+		j.next.Store(h.Next)
+		return nil, nil, err
+	}
+}
+
+// committedAs reads the batch of p back: its events when it committed, nil when not.
+func (j *Journal) committedAs(ctx context.Context, p appendParams) ([]eventlog.Event, error) {
+	ok, owner, err := appendOutcome(ctx, j.store.pool, p)
+	if err != nil || !ok {
+		return nil, err
+	}
+	// A batch that was to release the lease did when its owner no longer holds it (a followup
+	// waiting after it keeps the lease with its owner).
+	if p.Release && (owner == nil || j.owner == nil || *owner != *j.owner) {
+		j.released.Store(true)
+	}
+	j.store.logger.Info("eventlog: an append whose reply was lost had committed",
+		"session", j.session, "seq", p.Head.Next, "events", len(p.Batch))
+	return j.adopt(p), nil
+}
+
+// adopt makes the head of a batch committed by resend the journal's known head (when it was not:
+// the first append, of appendLocked).
+func (j *Journal) adopt(p appendParams) []eventlog.Event {
+	if !j.known && j.owner != nil {
+		j.head, j.known = p.Head, true
+	}
+	return p.Batch
+}
+
+// appendLocked locks the counter row, reads the head, builds and appends in one transaction.
+// sent is the batch when the transaction's commit failed with a transient error (it may have
+// committed); a failure before the commit leaves nothing committed.
+func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) (_ []eventlog.Event, sent *appendParams, _ error) {
 	var (
-		out  []eventlog.Event
-		head eventlog.Head
-		own  error // the fence's or the build's error: returned as is, not as a database error
+		p       appendParams
+		written bool  // the append statement ran: only the commit remained
+		own     error // the fence's or the build's error: returned as is, not as a database error
 	)
 	err := j.store.inTx(ctx, "append", func(tx pgx.Tx) error {
+		written = false
 		h, err := j.store.head(ctx, tx, j.tenant, j.session, true)
 		if err != nil {
 			return err
@@ -172,26 +276,107 @@ func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) ([
 		if own = j.fence(h); own != nil {
 			return own
 		}
-		head = h
-		out, err = j.store.appendAt(ctx, tx, j.tenant, j.session, h, j.owner, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+		p, err = j.store.buildAt(ctx, tx, j.tenant, j.session, h, j.owner, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			evs, err := build(h)
 			own = err
 			return evs, err
 		})
-		return err
+		if err != nil || len(p.Batch) == 0 {
+			return err
+		}
+		if _, err = appendRows(ctx, tx, p); err != nil {
+			return err
+		}
+		written = true
+		return nil
 	})
 	if own != nil {
-		return nil, own
+		return nil, nil, own
 	}
 	if err != nil {
-		return nil, err
+		if written && transient(err) {
+			return nil, &p, err
+		}
+		return nil, nil, err
 	}
-	if len(out) > 0 && j.owner != nil {
+	if len(p.Batch) > 0 && j.owner != nil {
 		// A runner's journal knows the head from here on; an unfenced writer stays pessimistic
 		// (it cannot know what the runner appends).
-		j.head, j.known = head, true
+		j.head, j.known = p.Head, true
 	}
-	return out, nil
+	return p.Batch, nil, nil
+}
+
+// RetryBound is how long an append or read of the journal may keep retrying while the database
+// is unavailable (0 for an unfenced journal, which does not retry): a caller that bounds a write
+// adds it to its bound.
+func (j *Journal) RetryBound() time.Duration {
+	if j.owner == nil {
+		return 0
+	}
+	return j.store.retry
+}
+
+// retrier returns the retry policy of one append or read: a fenced journal's retries transient
+// errors for the store's RetryUnavailable, an unfenced journal's does not retry.
+func (j *Journal) retrier() *retrier {
+	return &retrier{bound: j.RetryBound(), logger: j.store.logger, session: j.session}
+}
+
+// Bounds of the backoff between retries while the database is unavailable.
+const (
+	retryFirst = 50 * time.Millisecond
+	retryMax   = time.Second
+)
+
+// retrier paces the retries of one operation while the database is unavailable.
+type retrier struct {
+	bound   time.Duration
+	logger  *slog.Logger
+	session uuid.UUID
+	since   time.Time // the first failure
+	wait    time.Duration
+	tries   int
+}
+
+// again waits before another try of what failed with err, and reports whether to try: only when
+// err is transient (fault.Unavailable), ctx is not done and the bound has not passed since the
+// first failure.
+func (r *retrier) again(ctx context.Context, err error, what string) bool {
+	if r.bound <= 0 || !errors.Is(err, fault.ErrUnavailable) || ctx.Err() != nil {
+		return false
+	}
+	if r.tries == 0 {
+		r.since = time.Now()
+		r.logger.Warn("eventlog: database unavailable; retrying", "what", what, "session", r.session,
+			"for", r.bound, "error", err)
+	}
+	r.tries++
+	if time.Since(r.since) >= r.bound {
+		r.logger.Error("eventlog: database unavailable; giving up", "what", what, "session", r.session,
+			"after", time.Since(r.since).Round(time.Millisecond), "tries", r.tries, "error", err)
+		return false
+	}
+	r.wait = min(max(2*r.wait, retryFirst), retryMax)
+	d := r.wait/2 + rand.N(r.wait/2+1) // jitter: replicas do not retry in step
+	t := time.NewTimer(min(d, r.bound-time.Since(r.since)+time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// done logs the recovery of an operation that was retried, once it succeeded.
+func (r *retrier) done(what string) {
+	if r.tries == 0 {
+		return
+	}
+	r.logger.Info("eventlog: database available again", "what", what, "session", r.session,
+		"after", time.Since(r.since).Round(time.Millisecond), "tries", r.tries)
+	r.tries, r.wait = 0, 0
 }
 
 func (j *Journal) fence(h eventlog.Head) error {
@@ -232,11 +417,16 @@ func (j *Journal) Since(ctx context.Context, after int64) ([]eventlog.Event, err
 		j.head, j.known = eventlog.Head{}, true
 	}
 	var out []eventlog.Event
+	r := j.retrier()
 	for {
 		page, err := j.store.EventList(ctx, j.tenant, j.session, ListQuery{After: after, Limit: readPage})
 		if err != nil {
+			if r.again(ctx, err, "read") {
+				continue
+			}
 			return nil, err
 		}
+		r.done("read")
 		out = append(out, page...)
 		if len(page) < readPage {
 			break

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/dshd/dshd/pkg/tenant"
@@ -19,7 +18,7 @@ func (s *Tenants) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, er
 		return "", tenant.ErrNotFound
 	}
 	if err != nil {
-		return "", fmt.Errorf("tenant: key create: %w", err)
+		return "", dbError(err, "tenant: key create")
 	}
 	return secret, nil
 }
@@ -38,7 +37,7 @@ func (s *Tenants) KeyAuthenticate(ctx context.Context, secret string) (uuid.UUID
 		return uuid.Nil, tenant.ErrNotFound
 	}
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("tenant: key authenticate: %w", err)
+		return uuid.Nil, dbError(err, "tenant: key authenticate")
 	}
 	return id, nil
 }
@@ -49,7 +48,7 @@ func (s *Tenants) KeyRevoke(ctx context.Context, tenantID uuid.UUID, secret stri
 	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = now()
 		WHERE tenant_id = $1 AND key_hash = $2 AND revoked_at IS NULL`, tenantID, hash)
 	if err != nil {
-		return fmt.Errorf("tenant: key revoke: %w", err)
+		return dbError(err, "tenant: key revoke")
 	}
 	if tag.RowsAffected() == 0 {
 		return tenant.ErrNotFound

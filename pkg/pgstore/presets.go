@@ -42,7 +42,7 @@ func (s *Presets) PresetCreate(ctx context.Context, tenantID uuid.UUID, b preset
 		return versionInsert(ctx, tx, tenantID, p)
 	})
 	if err != nil {
-		return preset.Preset{}, fmt.Errorf("preset: create: %w", err)
+		return preset.Preset{}, dbError(err, "preset: create")
 	}
 	return p, nil
 }
@@ -68,7 +68,7 @@ func (s *Presets) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b pr
 		return preset.Preset{}, preset.ErrNotFound
 	}
 	if err != nil {
-		return preset.Preset{}, fmt.Errorf("preset: update: %w", err)
+		return preset.Preset{}, dbError(err, "preset: update")
 	}
 	return p, nil
 }
@@ -107,7 +107,7 @@ func (s *Presets) PresetDelete(ctx context.Context, tenantID, id uuid.UUID) erro
 	tag, err := s.pool.Exec(ctx, `UPDATE presets SET deleted_at = now()
 		WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, id, tenantID)
 	if err != nil {
-		return fmt.Errorf("preset: delete: %w", err)
+		return dbError(err, "preset: delete")
 	}
 	if tag.RowsAffected() == 0 {
 		return preset.ErrNotFound
@@ -126,11 +126,11 @@ func (s *Presets) PresetList(ctx context.Context, tenantID uuid.UUID, cursor str
 		WHERE p.tenant_id = $1 AND p.deleted_at IS NULL AND (p.created_at, p.id) > ($2, $3)
 		ORDER BY p.created_at, p.id LIMIT $4`, tenantID, after, afterID, limit+1)
 	if err != nil {
-		return nil, "", fmt.Errorf("preset: list: %w", err)
+		return nil, "", dbError(err, "preset: list")
 	}
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (preset.Preset, error) { return scan(r) })
 	if err != nil {
-		return nil, "", fmt.Errorf("preset: list: %w", err)
+		return nil, "", dbError(err, "preset: list")
 	}
 	next := ""
 	if len(items) > limit {
@@ -147,7 +147,7 @@ func scanOne(row pgx.Row) (preset.Preset, error) {
 		return preset.Preset{}, preset.ErrNotFound
 	}
 	if err != nil {
-		return preset.Preset{}, fmt.Errorf("preset: get: %w", err)
+		return preset.Preset{}, dbError(err, "preset: get")
 	}
 	return p, nil
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
@@ -37,7 +42,16 @@ type StoreConfig struct {
 	// whole log of the session for each append, so it is meant for tests and debugging. Default
 	// false.
 	CheckInvariants bool
+	// RetryUnavailable is how long a fenced append (a turn runner's) keeps retrying while the
+	// database is unavailable (connection refused or lost, the server shutting down or starting
+	// up) before it fails: an outage shorter than this only pauses a running turn. An append whose
+	// outcome is unknown (the connection was lost before the reply) is read back, never written
+	// twice. Default DefaultRetryUnavailable; negative: no retry.
+	RetryUnavailable time.Duration
 }
+
+// DefaultRetryUnavailable is StoreConfig.RetryUnavailable's default.
+const DefaultRetryUnavailable = 30 * time.Second
 
 // Store is the PostgreSQL session log. It is safe for concurrent use; the per-session counter row
 // serializes concurrent appends to one session.
@@ -46,6 +60,7 @@ type Store struct {
 	now    func() time.Time
 	logger *slog.Logger
 	check  bool
+	retry  time.Duration // StoreConfig.RetryUnavailable, 0 for none
 	commit atomic.Pointer[CommitFunc]
 }
 
@@ -75,7 +90,13 @@ func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 // NewStore returns a store over pool, which must point at a database migrated with
 // migrations.Up.
 func NewStore(pool *pgxpool.Pool, cfg StoreConfig) *Store {
-	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants}
+	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable}
+	switch {
+	case s.retry == 0:
+		s.retry = DefaultRetryUnavailable
+	case s.retry < 0:
+		s.retry = 0
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -93,10 +114,14 @@ type querier interface {
 }
 
 // translate maps pgx errors to the package's sentinels (nothing above this package inspects a
-// pgx error) and wraps the rest with what was being done.
+// pgx error) and wraps the rest with what was being done. A transient error (see transient) is a
+// fault.Unavailable error.
 func translate(err error, what string) error {
 	if err == nil {
 		return nil
+	}
+	if transient(err) {
+		return unavailable(err, "eventlog: "+what)
 	}
 	var pgErr *pgconn.PgError
 	switch {
@@ -115,6 +140,61 @@ func translate(err error, what string) error {
 		return err
 	}
 	return fmt.Errorf("eventlog: %s: %w", what, err)
+}
+
+// unavailable wraps a transient error as a fault.Unavailable error (the API answers 503).
+func unavailable(err error, what string) error {
+	if errors.Is(err, fault.ErrUnavailable) {
+		return err
+	}
+	return &fault.Error{Code: fault.Unavailable, Message: "the database is unavailable; retry later",
+		Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// dbError is translate for the stores whose not-found and conflict errors are their own
+// (tenants, presets): a transient error is a fault.Unavailable error, anything else is wrapped
+// with what was being done.
+func dbError(err error, what string) error {
+	if transient(err) {
+		return unavailable(err, what)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// transient reports whether err says the database could not be reached or dropped the
+// connection, so that the same operation may succeed later: the server refused or reset the
+// connection, closed it (shutdown: 57P01, crash of another backend: 57P02), is starting up or
+// shutting down (57P03), a connection exception (class 08), the connection was lost mid-statement
+// (EOF), or no connection was had in time (a pool acquire or connect timeout). A cancelled
+// context is not transient: the caller gave up.
+func transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, fault.ErrUnavailable) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08") // connection_exception and its subclasses
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	switch {
+	case errors.As(err, &connErr), errors.As(err, &netErr):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return true // no connection in time (pool acquire, connect) or no answer in time
+	}
+	return false
 }
 
 // inTx runs fn in a transaction of the pool, committing when it returns nil.

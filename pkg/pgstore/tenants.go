@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/dshd/dshd/pkg/tenant"
@@ -39,7 +38,7 @@ func (s *Tenants) TenantCreate(ctx context.Context, name string) (tenant.Tenant,
 		return err
 	})
 	if err != nil {
-		return tenant.Tenant{}, "", fmt.Errorf("tenant: create: %w", err)
+		return tenant.Tenant{}, "", dbError(err, "tenant: create")
 	}
 	return t, secret, nil
 }
@@ -53,7 +52,7 @@ func (s *Tenants) TenantGet(ctx context.Context, id uuid.UUID) (tenant.Tenant, e
 		return tenant.Tenant{}, tenant.ErrNotFound
 	}
 	if err != nil {
-		return tenant.Tenant{}, fmt.Errorf("tenant: get: %w", err)
+		return tenant.Tenant{}, dbError(err, "tenant: get")
 	}
 	return t, nil
 }

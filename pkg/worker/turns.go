@@ -198,11 +198,24 @@ func (w *turnWorker) release(a TurnArgs, owner uuid.UUID) {
 	_, _ = w.s.cfg.Store.LeaseRelease(ctx, a.TenantID, a.SessionID, owner)
 }
 
-// renew extends the lease every third of its TTL; losing it stops the runner at once.
+// renewRetry is the longest pause between renewals while they fail.
+const renewRetry = 250 * time.Millisecond
+
+// renew extends the lease every third of its TTL; losing it (another owner took it) stops the
+// runner at once. A renewal that fails otherwise (the database unavailable) never stops the turn:
+// it is retried every renewRetry (at most a third of the TTL), each try bounded by a third of the
+// TTL, however long the outage lasts. The lease may expire meanwhile, but appends and renewals are
+// fenced by the lease's owner only: a lease that expired and was not taken over is still this
+// runner's, and the first renewal that reaches the database extends it again, before a sweeper
+// that also waited for the database is likely to take the session over. One that was taken over
+// answers ErrLeaseLost (the renewal, or the runner's next append), and the runner stops.
 func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, j *pgstore.Journal, cancel context.CancelCauseFunc) {
 	cfg := w.s.cfg
-	t := time.NewTicker(cfg.LeaseTTL / 3)
+	every := cfg.LeaseTTL / 3
+	t := time.NewTimer(every)
 	defer t.Stop()
+	renewed := time.Now() // the lease runs until about renewed + LeaseTTL
+	failing, expired := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -212,14 +225,37 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 		if j.Released() {
 			return
 		}
-		err := cfg.Store.LeaseRenew(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
-		if errors.Is(err, eventlog.ErrLeaseLost) {
+		try, stop := context.WithTimeout(ctx, every)
+		err := cfg.Store.LeaseRenew(try, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
+		stop()
+		switch {
+		case errors.Is(err, eventlog.ErrLeaseLost):
+			if j.Released() {
+				return // the turn's last append released it meanwhile
+			}
 			r.Interrupt(agentloop.Cause{Kind: "disposed", Reason: "lease lost"})
 			cancel(errLeaseLost)
 			return
-		}
-		if err != nil && ctx.Err() == nil {
-			cfg.Logger.Warn("lease renewal failed", "session", a.SessionID, "err", err)
+		case err == nil:
+			if failing {
+				cfg.Logger.Info("lease renewed again", "session", a.SessionID,
+					"after", time.Since(renewed).Round(time.Millisecond))
+			}
+			renewed, failing, expired = time.Now(), false, false
+			t.Reset(every)
+		case ctx.Err() != nil:
+			return
+		default:
+			if !failing {
+				cfg.Logger.Warn("lease renewal failed; retrying", "session", a.SessionID, "err", err)
+			}
+			if !expired && time.Since(renewed) > cfg.LeaseTTL {
+				cfg.Logger.Warn("lease may have expired; still renewing: it stays this runner's unless another replica takes it",
+					"session", a.SessionID, "err", err)
+				expired = true
+			}
+			failing = true
+			t.Reset(min(every, renewRetry))
 		}
 	}
 }
