@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -13,36 +15,36 @@ import (
 func TestSES1_LosslessDataAndContiguousSeq(t *testing.T) {
 	t.Parallel()
 	bad := map[string]eventlog.NewEvent{
-		"negative zero":            raw("turn/start", `{"turn":1,"x":-0}`),
-		"negative zero fraction":   raw("turn/start", `{"turn":1,"x":-0.0}`),
-		"negative zero exponent":   raw("turn/start", `{"turn":1,"x":-0e0}`),
-		"underflow to -0":          raw("turn/start", `{"turn":1,"x":-1e-400}`),
-		"overflow":                 raw("turn/start", `{"turn":1,"x":1e400}`),
-		"nested negative zero":     raw("todo/write", `{"todos":[],"deep":[{"a":[-0]}]}`),
-		"invalid JSON":             raw("turn/start", `{"turn":1`),
-		"trailing data":            raw("turn/start", `{"turn":1} {}`),
-		"invalid UTF-8":            raw("turn/start", "{\"turn\":1,\"s\":\"\xff\"}"),
-		"lone surrogate":           raw("turn/start", `{"turn":1,"s":"\ud800"}`),
-		"lone low surrogate":       raw("turn/start", `{"turn":1,"s":"\udc00x"}`),
-		"duplicate keys":           raw("turn/start", `{"turn":1,"turn":2}`),
-		"duplicate escaped keys":   raw("turn/start", `{"turn":1,"t\u0075rn":2}`),
-		"NaN (Go float)":           ne("turn/start", map[string]any{"turn": 1, "x": math.NaN()}),
-		"negative zero (Go float)": ne("turn/start", map[string]any{"turn": 1, "x": math.Copysign(0, -1)}),
-		"array data":               raw("turn/start", `[1]`),
-		"string data":              raw("turn/start", `"x"`),
+		"negative zero":            et.Raw("turn/start", `{"turn":1,"x":-0}`),
+		"negative zero fraction":   et.Raw("turn/start", `{"turn":1,"x":-0.0}`),
+		"negative zero exponent":   et.Raw("turn/start", `{"turn":1,"x":-0e0}`),
+		"underflow to -0":          et.Raw("turn/start", `{"turn":1,"x":-1e-400}`),
+		"overflow":                 et.Raw("turn/start", `{"turn":1,"x":1e400}`),
+		"nested negative zero":     et.Raw("todo/write", `{"todos":[],"deep":[{"a":[-0]}]}`),
+		"invalid JSON":             et.Raw("turn/start", `{"turn":1`),
+		"trailing data":            et.Raw("turn/start", `{"turn":1} {}`),
+		"invalid UTF-8":            et.Raw("turn/start", "{\"turn\":1,\"s\":\"\xff\"}"),
+		"lone surrogate":           et.Raw("turn/start", `{"turn":1,"s":"\ud800"}`),
+		"lone low surrogate":       et.Raw("turn/start", `{"turn":1,"s":"\udc00x"}`),
+		"duplicate keys":           et.Raw("turn/start", `{"turn":1,"turn":2}`),
+		"duplicate escaped keys":   et.Raw("turn/start", `{"turn":1,"t\u0075rn":2}`),
+		"NaN (Go float)":           et.NE("turn/start", map[string]any{"turn": 1, "x": math.NaN()}),
+		"negative zero (Go float)": et.NE("turn/start", map[string]any{"turn": 1, "x": math.Copysign(0, -1)}),
+		"array data":               et.Raw("turn/start", `[1]`),
+		"string data":              et.Raw("turn/start", `"x"`),
 		"no data":                  {Type: "turn/start"},
 	}
 	for name, ev := range bad {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			l := eventlog.NewLog(nil)
-			mustAppend(t, l, turnStart(1))
-			_, err := l.Append(stepStart(1, 1), ev)
+			et.MustAppend(t, l, et.TurnStart(1))
+			_, err := l.Append(et.StepStart(1, 1), ev)
 			if err == nil {
 				t.Fatal("append succeeded")
 			}
 			if !strings.HasPrefix(name, "array") && !strings.HasPrefix(name, "string") {
-				wantRule(t, err, "SES-1")
+				et.WantRule(t, err, "SES-1")
 			}
 			if l.Len() != 1 {
 				t.Fatalf("log has %d events after a failing append, want 1", l.Len())
@@ -50,8 +52,8 @@ func TestSES1_LosslessDataAndContiguousSeq(t *testing.T) {
 		})
 	}
 	l := eventlog.NewLog(nil)
-	evs := mustAppend(t, l, raw("turn/start", "{ \"turn\" : 1, \"big\": 123456789012345678901234567890, \"s\": \"\\ud83d\\ude00 é\" }"),
-		stepStart(1, 1))
+	evs := et.MustAppend(t, l, et.Raw("turn/start", "{ \"turn\" : 1, \"big\": 123456789012345678901234567890, \"s\": \"\\ud83d\\ude00 é\" }"),
+		et.StepStart(1, 1))
 	if got := string(evs[0].Data); got != `{"turn":1,"big":123456789012345678901234567890,"s":"\ud83d\ude00 é"}` {
 		t.Fatalf("data = %s, want compact and otherwise byte-exact", got)
 	}
@@ -68,7 +70,7 @@ func TestSES1_LosslessDataAndContiguousSeq(t *testing.T) {
 func TestSES2_SurfaceMarkers(t *testing.T) {
 	t.Parallel()
 	cases := map[string]eventlog.NewEvent{
-		"user/message without surfaceOp":       {Type: "user/message", Data: userMsg("m1", "hi")},
+		"user/message without surfaceOp":       {Type: "user/message", Data: et.UserMsg("m1", "hi")},
 		"turn/start with surfaceOp":            {Type: "turn/start", Data: map[string]int{"turn": 1}, SurfaceOp: eventlog.Append},
 		"turn/start with sourceEventSeqs":      {Type: "turn/start", Data: map[string]int{"turn": 1}, SourceEventSeqs: []int64{0}},
 		"tool/call with empty sourceEventSeqs": {Type: "tool/call", Data: map[string]any{"turn": 1, "step": 1, "callId": "c", "name": "n", "arguments": ""}, SourceEventSeqs: []int64{}},
@@ -77,7 +79,7 @@ func TestSES2_SurfaceMarkers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, err := eventlog.NewLog(nil).Append(ev)
-			wantRule(t, err, "SES-2")
+			et.WantRule(t, err, "SES-2")
 		})
 	}
 	var op eventlog.SurfaceOp
@@ -92,10 +94,10 @@ func TestSES3_SourceEventSeqs(t *testing.T) {
 	t.Parallel()
 	base := func(t *testing.T) *eventlog.Log {
 		l := eventlog.NewLog(nil)
-		mustAppend(t, l, turnStart(1), stepStart(1, 1), user("m1", "a"), user("m2", "b"), user("m3", "c"))
+		et.MustAppend(t, l, et.TurnStart(1), et.StepStart(1, 1), et.User("m1", "a"), et.User("m2", "b"), et.User("m3", "c"))
 		return l // surface nodes 2, 3, 4
 	}
-	msg := userMsg("s1", "summary")
+	msg := et.UserMsg("s1", "summary")
 	bad := map[string]eventlog.NewEvent{
 		"duplicate":            {Type: "user/message", Data: msg, SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{2, 2}},
 		"negative":             {Type: "user/message", Data: msg, SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{-1}},
@@ -111,15 +113,15 @@ func TestSES3_SourceEventSeqs(t *testing.T) {
 			t.Parallel()
 			l := base(t)
 			_, err := l.Append(ev)
-			wantRule(t, err, "SES-3")
+			et.WantRule(t, err, "SES-3")
 			if l.Len() != 5 || l.ReplaceGeneration() != 0 {
 				t.Fatalf("log changed: len %d, generation %d", l.Len(), l.ReplaceGeneration())
 			}
 		})
 	}
 	l := base(t)
-	mustAppend(t, l, assistant(1, 1, assistantMsg("a1", llm.TextBlock("x")))) // [] allowed on assistant/message
-	mustAppend(t, l, eventlog.NewEvent{Type: "user/message", Data: msg, SurfaceOp: eventlog.ReplaceOp(2, 3), SourceEventSeqs: []int64{2, 3}})
+	et.MustAppend(t, l, et.Assistant(1, 1, et.AssistantMsg("a1", llm.TextBlock("x")))) // [] allowed on assistant/message
+	et.MustAppend(t, l, eventlog.NewEvent{Type: "user/message", Data: msg, SurfaceOp: eventlog.ReplaceOp(2, 3), SourceEventSeqs: []int64{2, 3}})
 	if got := l.Surface(); len(got) != 3 || got[0] != 6 || got[1] != 4 || got[2] != 5 {
 		t.Fatalf("surface = %v, want [6 4 5]", got)
 	}
@@ -132,11 +134,11 @@ func TestSES3_SourceEventSeqs(t *testing.T) {
 // (assistant), 5 (result c1), 7 (result c2).
 func toolLog(t *testing.T) *eventlog.Log {
 	l := eventlog.NewLog(nil)
-	mustAppend(t, l, turnStart(1), stepStart(1, 1), user("m1", "go"),
-		assistant(1, 1, assistantMsg("a1", llm.ToolCallBlock("c1", "echo", "{}"), llm.ToolCallBlock("c2", "echo", "{}"))),
-		toolCall(1, 1, "c1"))
-	mustAppend(t, l, toolResult(1, 1, "r1", "c1", "long output", 4), toolCall(1, 1, "c2"))
-	mustAppend(t, l, toolResult(1, 1, "r2", "c2", "other", 6))
+	et.MustAppend(t, l, et.TurnStart(1), et.StepStart(1, 1), et.User("m1", "go"),
+		et.Assistant(1, 1, et.AssistantMsg("a1", llm.ToolCallBlock("c1", "echo", "{}"), llm.ToolCallBlock("c2", "echo", "{}"))),
+		et.ToolCall(1, 1, "c1"))
+	et.MustAppend(t, l, et.ToolResult(1, 1, "r1", "c1", "long output", 4), et.ToolCall(1, 1, "c2"))
+	et.MustAppend(t, l, et.ToolResult(1, 1, "r2", "c2", "other", 6))
 	return l // surface: 2, 3, 5, 7
 }
 
@@ -166,11 +168,11 @@ func TestSES4_ToolResultReplacement(t *testing.T) {
 			t.Parallel()
 			l := toolLog(t)
 			_, err := l.Append(ev)
-			wantRule(t, err, "SES-4")
+			et.WantRule(t, err, "SES-4")
 		})
 	}
 	l := toolLog(t)
-	mustAppend(t, l, replace(5, 5, pruned, nil))
+	et.MustAppend(t, l, replace(5, 5, pruned, nil))
 	msgs, err := l.DeriveMessages()
 	if err != nil {
 		t.Fatal(err)
@@ -183,8 +185,8 @@ func TestSES4_ToolResultReplacement(t *testing.T) {
 func TestSES5_DeriveMessages(t *testing.T) {
 	t.Parallel()
 	l := toolLog(t)
-	mustAppend(t, l, stepEnd(1, 1), stepStart(1, 2), assistant(1, 2, assistantMsg("a-empty")),
-		assistant(1, 2, assistantMsg("a2", llm.TextBlock("done"))), stepEnd(1, 2), turnEnd(1))
+	et.MustAppend(t, l, et.StepEnd(1, 1), et.StepStart(1, 2), et.Assistant(1, 2, et.AssistantMsg("a-empty")),
+		et.Assistant(1, 2, et.AssistantMsg("a2", llm.TextBlock("done"))), et.StepEnd(1, 2), et.TurnEnd(1))
 	msgs, err := l.DeriveMessages()
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +199,7 @@ func TestSES5_DeriveMessages(t *testing.T) {
 		t.Fatalf("derived ids = %v, want the empty assistant message skipped", ids)
 	}
 	// After a replacement the cache is rebuilt.
-	mustAppend(t, l, eventlog.NewEvent{Type: "user/message", Data: userMsg("sum", "summary"),
+	et.MustAppend(t, l, eventlog.NewEvent{Type: "user/message", Data: et.UserMsg("sum", "summary"),
 		SurfaceOp: eventlog.ReplaceOp(2, 7), SourceEventSeqs: []int64{2, 3, 5, 7}})
 	msgs, _ = l.DeriveMessages()
 	ids = ids[:0]
@@ -215,16 +217,16 @@ func TestSES5_DeriveMessages(t *testing.T) {
 
 func TestSES6_MessageShapes(t *testing.T) {
 	t.Parallel()
-	noProvider := assistantMsg("a1", llm.TextBlock("x"))
+	noProvider := et.AssistantMsg("a1", llm.TextBlock("x"))
 	noProvider.Source.Provider = ""
 	mismatch := llm.NewToolResultMessage("r1", "c1", nil, false)
 	mismatch.Content[0].ToolCallID = "c2"
 	cases := map[string]eventlog.NewEvent{
-		"user message without id":          {Type: "user/message", Data: userMsg("", "x"), SurfaceOp: eventlog.Append},
-		"user message with role assistant": {Type: "user/message", Data: assistantMsg("a", llm.TextBlock("x")), SurfaceOp: eventlog.Append},
-		"user message without content":     raw("user/message", `{"id":"m","role":"user","source":{"kind":"user"}}`),
-		"assistant without provider":       assistant(1, 1, noProvider),
-		"assistant with user role":         {Type: "assistant/message", SurfaceOp: eventlog.Append, Data: map[string]any{"turn": 1, "step": 1, "message": userMsg("u", "x")}},
+		"user message without id":          {Type: "user/message", Data: et.UserMsg("", "x"), SurfaceOp: eventlog.Append},
+		"user message with role assistant": {Type: "user/message", Data: et.AssistantMsg("a", llm.TextBlock("x")), SurfaceOp: eventlog.Append},
+		"user message without content":     et.Raw("user/message", `{"id":"m","role":"user","source":{"kind":"user"}}`),
+		"assistant without provider":       et.Assistant(1, 1, noProvider),
+		"assistant with user role":         {Type: "assistant/message", SurfaceOp: eventlog.Append, Data: map[string]any{"turn": 1, "step": 1, "message": et.UserMsg("u", "x")}},
 	}
 	cases["user message without content"] = eventlog.NewEvent{Type: "user/message", SurfaceOp: eventlog.Append,
 		Data: json.RawMessage(`{"id":"m","role":"user","source":{"kind":"user"}}`)}
@@ -232,12 +234,12 @@ func TestSES6_MessageShapes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, err := eventlog.NewLog(nil).Append(ev)
-			wantRule(t, err, "SES-6")
+			et.WantRule(t, err, "SES-6")
 		})
 	}
 	_, err := eventlog.NewLog(nil).Append(eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.Append,
 		SourceEventSeqs: []int64{0}, Data: map[string]any{"turn": 1, "step": 1, "message": mismatch}})
-	wantRule(t, err, "SES-7")
+	et.WantRule(t, err, "SES-7")
 }
 
 func TestSES7_ToolResultShape(t *testing.T) {
@@ -245,7 +247,7 @@ func TestSES7_ToolResultShape(t *testing.T) {
 	ok := llm.NewToolResultMessage("r1", "c1", []llm.Block{llm.TextBlock("x")}, true)
 	cases := map[string]map[string]any{
 		"error without code":  {"turn": 1, "step": 1, "message": ok, "error": map[string]string{"name": "E"}},
-		"user-sourced result": {"turn": 1, "step": 1, "message": userMsg("u", "x")},
+		"user-sourced result": {"turn": 1, "step": 1, "message": et.UserMsg("u", "x")},
 		"no message":          {"turn": 1, "step": 1},
 		"no step":             {"turn": 1, "message": ok},
 	}
@@ -254,59 +256,59 @@ func TestSES7_ToolResultShape(t *testing.T) {
 			t.Parallel()
 			_, err := eventlog.NewLog(nil).Append(eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.Append,
 				SourceEventSeqs: []int64{0}, Data: data})
-			wantRule(t, err, "SES-7")
+			et.WantRule(t, err, "SES-7")
 		})
 	}
 	l := eventlog.NewLog(nil)
-	mustAppend(t, l, turnStart(1))
-	mustAppend(t, l, eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{0},
+	et.MustAppend(t, l, et.TurnStart(1))
+	et.MustAppend(t, l, eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{0},
 		Data: map[string]any{"turn": 1, "step": 1, "message": ok, "error": map[string]string{"name": "ToolTimeoutError", "code": "TOOL_TIMEOUT"}}})
 }
 
 func TestSES8_CoreDataShapes(t *testing.T) {
 	t.Parallel()
 	bad := map[string]eventlog.NewEvent{
-		"turn/start turn 0":             raw("turn/start", `{"turn":0}`),
-		"turn/start fractional turn":    raw("turn/start", `{"turn":1.5}`),
-		"turn/end without reason":       raw("turn/end", `{"turn":1}`),
-		"step/start without step":       raw("step/start", `{"turn":1}`),
-		"assistant/chunk without chunk": raw("assistant/chunk", `{"turn":1,"step":1}`),
-		"tool/call without arguments":   raw("tool/call", `{"turn":1,"step":1,"callId":"c","name":"n"}`),
-		"tool/call object arguments":    raw("tool/call", `{"turn":1,"step":1,"callId":"c","name":"n","arguments":{}}`),
-		"tool/call without callId":      raw("tool/call", `{"turn":1,"step":1,"name":"n","arguments":""}`),
-		"todo/write bad todo":           raw("todo/write", `{"todos":[{"content":"x"}]}`),
-		"request/context without model": raw("request/context", `{"provider":"p"}`),
-		"inbox splice bad target":       raw("agent/inbox/spliced", `{"target":"later","start":0,"inserted":[]}`),
-		"code-dispatch without ids":     raw("tool/code-dispatch", `{"name":"echo","arguments":{},"isError":false,"content":[]}`),
-		"approval/asked without tool":   raw("approval/asked", `{"id":"a"}`),
-		"approval/decided numeric id":   raw("approval/decided", `{"id":1,"outcome":"rejected"}`),
-		"session/end-seed array":        raw("session/end-seed", `[]`),
-		"llm/retry without step":        raw("llm/retry", `{"turn":1,"attempt":1,"code":"SERVER","delayMs":250}`),
-		"llm/retry negative delay":      raw("llm/retry", `{"turn":1,"step":1,"attempt":1,"code":"SERVER","delayMs":-1}`),
-		"llm/retry without code":        raw("llm/retry", `{"turn":1,"step":1,"attempt":1,"delayMs":250}`),
+		"turn/start turn 0":             et.Raw("turn/start", `{"turn":0}`),
+		"turn/start fractional turn":    et.Raw("turn/start", `{"turn":1.5}`),
+		"turn/end without reason":       et.Raw("turn/end", `{"turn":1}`),
+		"step/start without step":       et.Raw("step/start", `{"turn":1}`),
+		"assistant/chunk without chunk": et.Raw("assistant/chunk", `{"turn":1,"step":1}`),
+		"tool/call without arguments":   et.Raw("tool/call", `{"turn":1,"step":1,"callId":"c","name":"n"}`),
+		"tool/call object arguments":    et.Raw("tool/call", `{"turn":1,"step":1,"callId":"c","name":"n","arguments":{}}`),
+		"tool/call without callId":      et.Raw("tool/call", `{"turn":1,"step":1,"name":"n","arguments":""}`),
+		"todo/write bad todo":           et.Raw("todo/write", `{"todos":[{"content":"x"}]}`),
+		"request/context without model": et.Raw("request/context", `{"provider":"p"}`),
+		"inbox splice bad target":       et.Raw("agent/inbox/spliced", `{"target":"later","start":0,"inserted":[]}`),
+		"code-dispatch without ids":     et.Raw("tool/code-dispatch", `{"name":"echo","arguments":{},"isError":false,"content":[]}`),
+		"approval/asked without tool":   et.Raw("approval/asked", `{"id":"a"}`),
+		"approval/decided numeric id":   et.Raw("approval/decided", `{"id":1,"outcome":"rejected"}`),
+		"session/end-seed array":        et.Raw("session/end-seed", `[]`),
+		"llm/retry without step":        et.Raw("llm/retry", `{"turn":1,"attempt":1,"code":"SERVER","delayMs":250}`),
+		"llm/retry negative delay":      et.Raw("llm/retry", `{"turn":1,"step":1,"attempt":1,"code":"SERVER","delayMs":-1}`),
+		"llm/retry without code":        et.Raw("llm/retry", `{"turn":1,"step":1,"attempt":1,"delayMs":250}`),
 	}
 	for name, ev := range bad {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, err := eventlog.NewLog(nil).Append(ev)
-			wantRule(t, err, "SES-8")
+			et.WantRule(t, err, "SES-8")
 		})
 	}
 	l := eventlog.NewLog(nil)
-	mustAppend(t, l, raw("session/end-seed", `{}`), raw("compact/start", `{"x":1}`), raw("team/spawned", `{}`),
-		raw("agent/inbox/spliced", `{"target":"next-step","start":0,"removedCount":1,"inserted":[]}`),
-		raw("approval/asked", `{"id":"a","toolName":"echo"}`), raw("approval/decided", `{"id":"a","outcome":"allowed-once"}`),
+	et.MustAppend(t, l, et.Raw("session/end-seed", `{}`), et.Raw("compact/start", `{"x":1}`), et.Raw("team/spawned", `{}`),
+		et.Raw("agent/inbox/spliced", `{"target":"next-step","start":0,"removedCount":1,"inserted":[]}`),
+		et.Raw("approval/asked", `{"id":"a","toolName":"echo"}`), et.Raw("approval/decided", `{"id":"a","outcome":"allowed-once"}`),
 		// llm/retry as dshd writes it and as the reference does.
-		raw("llm/retry", `{"turn":1,"step":1,"provider":"deepseek","attempt":1,"maxRetries":2,"delayMs":250,"code":"SERVER","message":"HTTP 500","status":500}`),
-		raw("llm/retry", `{"retryId":"r1","turn":1,"step":1,"provider":"deepseek-official","mode":"normal","policyKey":"k","retry":1,"maxRetries":5,"delayMs":1000,"failure":{"message":"m","code":"RATE_LIMIT","status":429}}`))
+		et.Raw("llm/retry", `{"turn":1,"step":1,"provider":"deepseek","attempt":1,"maxRetries":2,"delayMs":250,"code":"SERVER","message":"HTTP 500","status":500}`),
+		et.Raw("llm/retry", `{"retryId":"r1","turn":1,"step":1,"provider":"deepseek-official","mode":"normal","policyKey":"k","retry":1,"maxRetries":5,"delayMs":1000,"failure":{"message":"m","code":"RATE_LIMIT","status":429}}`))
 }
 
 func TestSES9_UnknownTypesAndVersion(t *testing.T) {
 	t.Parallel()
 	l := eventlog.NewLog(nil)
-	_, err := l.Append(raw("future/thing", `{}`))
-	wantRule(t, err, "SES-9")
-	mustAppend(t, l, eventlog.NewEvent{Type: "future/thing", Data: json.RawMessage(`[1,2]`), Ignorable: true})
+	_, err := l.Append(et.Raw("future/thing", `{}`))
+	et.WantRule(t, err, "SES-9")
+	et.MustAppend(t, l, eventlog.NewEvent{Type: "future/thing", Data: json.RawMessage(`[1,2]`), Ignorable: true})
 	if _, err := eventlog.LoadLog([]eventlog.Event{{Type: "future/thing", Seq: 0, Data: json.RawMessage(`{}`)}}); err == nil {
 		t.Fatal("a log with an unknown, non-ignorable event was loaded")
 	}
@@ -326,32 +328,32 @@ func TestSES10_CheckInvariants(t *testing.T) {
 	t.Parallel()
 	build := func(evs ...eventlog.NewEvent) []eventlog.Event {
 		l := eventlog.NewLog(nil)
-		return mustAppend(t, l, evs...)
+		return et.MustAppend(t, l, evs...)
 	}
 	bad := map[string][]eventlog.Event{
-		"nested turns":            build(turnStart(1), turnStart(2)),
-		"turn numbers skip":       build(turnStart(1), turnEnd(1), turnStart(3)),
-		"turn/end with open step": build(turnStart(1), stepStart(1, 1), turnEnd(1)),
-		"turn/end wrong turn":     build(turnStart(1), turnEnd(2)),
-		"step not from 1":         build(turnStart(1), stepStart(1, 2)),
-		"chunk outside step":      build(turnStart(1), raw("assistant/chunk", `{"turn":1,"step":1,"chunk":{}}`)),
-		"result without call":     build(turnStart(1), stepStart(1, 1), toolResult(1, 1, "r", "c1", "x", 1)),
-		"result of other step":    build(turnStart(1), stepStart(1, 1), toolCall(1, 1, "c1"), stepEnd(1, 1), stepStart(1, 2), toolResult(1, 2, "r", "c1", "x", 2)),
-		"header outside turn": build(raw("request/header",
+		"nested turns":            build(et.TurnStart(1), et.TurnStart(2)),
+		"turn numbers skip":       build(et.TurnStart(1), et.TurnEnd(1), et.TurnStart(3)),
+		"turn/end with open step": build(et.TurnStart(1), et.StepStart(1, 1), et.TurnEnd(1)),
+		"turn/end wrong turn":     build(et.TurnStart(1), et.TurnEnd(2)),
+		"step not from 1":         build(et.TurnStart(1), et.StepStart(1, 2)),
+		"chunk outside step":      build(et.TurnStart(1), et.Raw("assistant/chunk", `{"turn":1,"step":1,"chunk":{}}`)),
+		"result without call":     build(et.TurnStart(1), et.StepStart(1, 1), et.ToolResult(1, 1, "r", "c1", "x", 1)),
+		"result of other step":    build(et.TurnStart(1), et.StepStart(1, 1), et.ToolCall(1, 1, "c1"), et.StepEnd(1, 1), et.StepStart(1, 2), et.ToolResult(1, 2, "r", "c1", "x", 2)),
+		"header outside turn": build(et.Raw("request/header",
 			`{"header":{"config":{"provider":"p","model":"m"}},"reason":"initial"}`)),
-		"todo outside turn": build(raw("todo/write", `{"todos":[]}`)),
+		"todo outside turn": build(et.Raw("todo/write", `{"todos":[]}`)),
 	}
 	for name, evs := range bad {
 		if err := eventlog.CheckInvariants(evs); err == nil {
 			t.Errorf("%s: no violation found", name)
 		}
 	}
-	good := build(turnStart(1), stepStart(1, 1), toolCall(1, 1, "c1"), toolResult(1, 1, "r", "c1", "x", 2),
-		stepEnd(1, 1), stepStart(1, 2), stepEnd(1, 2), turnEnd(1), turnStart(2), turnEnd(2))
+	good := build(et.TurnStart(1), et.StepStart(1, 1), et.ToolCall(1, 1, "c1"), et.ToolResult(1, 1, "r", "c1", "x", 2),
+		et.StepEnd(1, 1), et.StepStart(1, 2), et.StepEnd(1, 2), et.TurnEnd(1), et.TurnStart(2), et.TurnEnd(2))
 	if err := eventlog.CheckInvariants(good); err != nil {
 		t.Fatal(err)
 	}
-	for name, evs := range referenceLogs(t) {
+	for name, evs := range et.ReferenceLogs(t, "testdata") {
 		if err := eventlog.CheckInvariants(evs); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -407,9 +409,9 @@ func TestSES13_RequestHeader(t *testing.T) {
 		t.Fatal("markers or system are ignored")
 	}
 	l := eventlog.NewLog(nil)
-	mustAppend(t, l, turnStart(1),
-		raw("request/header", `{"header":{"config":{"provider":"p","model":"m1"},"system":""},"reason":"initial"}`),
-		raw("request/header", `{"header":{"config":{"provider":"p","model":"m2"},"tools":[]},"reason":"change"}`))
+	et.MustAppend(t, l, et.TurnStart(1),
+		et.Raw("request/header", `{"header":{"config":{"provider":"p","model":"m1"},"system":""},"reason":"initial"}`),
+		et.Raw("request/header", `{"header":{"config":{"provider":"p","model":"m2"},"tools":[]},"reason":"change"}`))
 	h, ok := eventlog.HeaderInForce(l.Events())
 	if !ok || h.Config.Model != "m2" || len(h.Tools) != 0 {
 		t.Fatalf("header in force = %+v, %v", h, ok)
@@ -468,7 +470,7 @@ func TestReferenceLogsReplay(t *testing.T) {
 		"tools-4.jsonl":   "m1,m2,m3,m4,m5,m6,m7",
 		"code-mode.jsonl": "m1,m2,m3,m4",
 	}
-	for name, evs := range referenceLogs(t) {
+	for name, evs := range et.ReferenceLogs(t, "testdata") {
 		l, err := eventlog.LoadLog(evs)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -490,7 +492,7 @@ func TestReferenceLogsReplay(t *testing.T) {
 		// Re-appending the same events through Append gives the same log.
 		again := eventlog.NewLog(nil)
 		for _, ev := range evs {
-			got := mustAppend(t, again, asNew(ev))
+			got := et.MustAppend(t, again, et.AsNew(ev))
 			if string(got[0].Data) != string(ev.Data) {
 				t.Fatalf("%s seq %d: data changed: %s", name, ev.Seq, got[0].Data)
 			}
@@ -504,8 +506,8 @@ func TestReferenceLogsReplay(t *testing.T) {
 func TestSES14_CloserCancelsPendingApproval(t *testing.T) {
 	t.Parallel()
 	l := eventlog.NewLog(nil)
-	am := assistantMsg("a1", llm.ToolCallBlock("c1", "bash", `{}`))
-	mustAppend(t, l, turnStart(1), stepStart(1, 1), user("u1", "hi"), assistant(1, 1, am), toolCall(1, 1, "c1"),
+	am := et.AssistantMsg("a1", llm.ToolCallBlock("c1", "bash", `{}`))
+	et.MustAppend(t, l, et.TurnStart(1), et.StepStart(1, 1), et.User("u1", "hi"), et.Assistant(1, 1, am), et.ToolCall(1, 1, "c1"),
 		eventlog.Of(eventlog.ApprovalAsked{ID: "done", ToolName: "bash", CallID: "c0"}),
 		eventlog.Of(eventlog.ApprovalDecided{ID: "done", Outcome: eventlog.ApprovalAllowedOnce}),
 		eventlog.Of(eventlog.ApprovalAsked{ID: "ap1", ToolName: "bash", CallID: "c1"}))

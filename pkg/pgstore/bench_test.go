@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -32,7 +34,7 @@ func BenchmarkAppend(b *testing.B) {
 	}
 	var next, rawSeq atomic.Int64
 	for _, n := range []int{1, 10} {
-		batch := slices.Repeat([]eventlog.NewEvent{raw("assistant/chunk", benchChunk)}, n)
+		batch := slices.Repeat([]eventlog.NewEvent{et.Raw("assistant/chunk", benchChunk)}, n)
 		b.Run(fmt.Sprintf("eventlog/batch=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -103,7 +105,7 @@ func BenchmarkCommitToWake(b *testing.B) {
 			}()
 		}
 	}
-	ev := raw("assistant/chunk", benchChunk)
+	ev := et.Raw("assistant/chunk", benchChunk)
 	lat := make([]time.Duration, 0, b.N*perSession)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/dshd/dshd/pkg/pgstore"
 )
 
@@ -47,11 +49,11 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	defer cancelB()
 
 	// A commit on another connection wakes the session's subscriber, and only it.
-	if _, err := appendEvents(st, ctx, tenant, a.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, a.ID, et.TurnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeA, "after a commit")
-	if _, err := appendEvents(st, ctx, tenant, b.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, b.ID, et.TurnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeB, "after a commit to b")
@@ -62,11 +64,11 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	// Five commits while the subscriber is not reading coalesce into one pending wake. The wake of
 	// b, sent after them, proves the hub has processed all five.
 	for i := range 5 {
-		if _, err := appendEvents(st, ctx, tenant, a.ID, stepStart(1, i+1)); err != nil {
+		if _, err := appendEvents(st, ctx, tenant, a.ID, et.StepStart(1, i+1)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := appendEvents(st, ctx, tenant, b.ID, stepStart(1, 1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, b.ID, et.StepStart(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeB, "sentinel")
@@ -84,17 +86,17 @@ func TestHubWakesCoalescesAndReconnects(t *testing.T) {
 	}
 	await(t, wakeA, "after the listener reconnected")
 	await(t, wakeB, "after the listener reconnected (b)")
-	if _, err := appendEvents(st, ctx, tenant, a.ID, turnEnd(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, a.ID, et.TurnEnd(1)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeA, "after a commit on the new listener connection")
 
 	// A cancelled subscription is not woken; Stop is idempotent.
 	cancelB()
-	if _, err := appendEvents(st, ctx, tenant, b.ID, stepEnd(1, 1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, b.ID, et.StepEnd(1, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := appendEvents(st, ctx, tenant, a.ID, turnStart(2)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, a.ID, et.TurnStart(2)); err != nil {
 		t.Fatal(err)
 	}
 	await(t, wakeA, "sentinel after cancel")

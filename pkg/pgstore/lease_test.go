@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/google/uuid"
 )
@@ -24,7 +26,7 @@ func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 			if ok, _, err := st.LeaseAcquire(ctx, tenant, sess.ID, owner, time.Minute); err != nil || !ok {
 				t.Fatalf("acquire: %v %v", ok, err)
 			}
-			insertion := ne("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "inserted": []any{userMsg("m1", "hi")}})
+			insertion := et.NE("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "inserted": []any{et.UserMsg("m1", "hi")}})
 			if _, err := appendEvents(st, ctx, tenant, sess.ID, insertion); err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +43,7 @@ func TestLeaseReleaseKeptWhileFollowupsWait(t *testing.T) {
 			if h, err := st.SessionHead(ctx, tenant, sess.ID); err != nil || h.Lease.Owner != owner.String() {
 				t.Fatalf("head after a refused release: %+v, %v", h, err)
 			}
-			removal := ne("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "removedCount": 1, "inserted": []any{}})
+			removal := et.NE("agent/inbox/spliced", map[string]any{"target": target, "start": 0, "removedCount": 1, "inserted": []any{}})
 			if _, err := appendEvents(st, ctx, tenant, sess.ID, removal); err != nil {
 				t.Fatal(err)
 			}
@@ -60,8 +62,8 @@ func TestSES15_ForkStartsWithAnEmptyInbox(t *testing.T) {
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	ins := ne("agent/inbox/spliced", map[string]any{"target": "next-turn", "start": 0, "inserted": []any{userMsg("m1", "hi")}})
-	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1), turnEnd(1), ins); err != nil {
+	ins := et.NE("agent/inbox/spliced", map[string]any{"target": "next-turn", "start": 0, "inserted": []any{et.UserMsg("m1", "hi")}})
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(1), et.TurnEnd(1), ins); err != nil {
 		t.Fatal(err)
 	}
 	child, err := st.Fork(ctx, tenant, sess.ID, nil, nil)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -70,7 +72,7 @@ func leasedJournal(t *testing.T, st *pgstore.Store, tenant uuid.UUID) (*pgstore.
 func marked(batch, n int) eventlog.BuildFunc {
 	evs := make([]eventlog.NewEvent, n)
 	for i := range evs {
-		evs[i] = raw("todo/write", fmt.Sprintf(`{"todos":[],"batch":%d,"i":%d}`, batch, i))
+		evs[i] = et.Raw("todo/write", fmt.Sprintf(`{"todos":[],"batch":%d,"i":%d}`, batch, i))
 	}
 	return eventlog.Batch(evs...)
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
@@ -32,23 +34,23 @@ func TestScenario36_AppendRejectsBadEvents(t *testing.T) {
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]eventlog.NewEvent{
-		"user/message without surfaceOp": {Type: "user/message", Data: userMsg("m", "x")},
+		"user/message without surfaceOp": {Type: "user/message", Data: et.UserMsg("m", "x")},
 		"turn/start with surfaceOp":      {Type: "turn/start", Data: map[string]int{"turn": 2}, SurfaceOp: eventlog.Append},
-		"-0":                             raw("todo/write", `{"todos":[],"n":-0}`),
-		"-0.0":                           raw("todo/write", `{"todos":[],"n":-0.0}`),
-		"-0e0":                           raw("todo/write", `{"todos":[],"n":-0e0}`),
-		"invalid JSON":                   raw("todo/write", `{"todos":[`),
-		"non-object data":                raw("todo/write", `[]`),
-		"duplicate keys":                 raw("todo/write", `{"todos":[],"todos":[]}`),
-		"source not earlier":             {Type: "user/message", Data: userMsg("m", "x"), SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{2}},
+		"-0":                             et.Raw("todo/write", `{"todos":[],"n":-0}`),
+		"-0.0":                           et.Raw("todo/write", `{"todos":[],"n":-0.0}`),
+		"-0e0":                           et.Raw("todo/write", `{"todos":[],"n":-0e0}`),
+		"invalid JSON":                   et.Raw("todo/write", `{"todos":[`),
+		"non-object data":                et.Raw("todo/write", `[]`),
+		"duplicate keys":                 et.Raw("todo/write", `{"todos":[],"todos":[]}`),
+		"source not earlier":             {Type: "user/message", Data: et.UserMsg("m", "x"), SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{2}},
 	}
 	for name, ev := range bad {
 		// In a batch after a valid event: the whole batch is refused.
-		_, err := appendEvents(st, ctx, tenant, sess.ID, stepStart(1, 1), ev)
+		_, err := appendEvents(st, ctx, tenant, sess.ID, et.StepStart(1, 1), ev)
 		var ve *eventlog.ValidationError
 		if !errors.As(err, &ve) {
 			t.Errorf("%s: error = %v, want a ValidationError", name, err)
@@ -57,7 +59,7 @@ func TestScenario36_AppendRejectsBadEvents(t *testing.T) {
 			t.Fatalf("%s: log has %d events, want 1 (unchanged)", name, n)
 		}
 	}
-	got, err := appendEvents(st, ctx, tenant, sess.ID, stepStart(1, 1))
+	got, err := appendEvents(st, ctx, tenant, sess.ID, et.StepStart(1, 1))
 	if err != nil || got[0].Seq != 1 {
 		t.Fatalf("append after refusals = %v, %v; want seq 1", got, err)
 	}
@@ -68,25 +70,25 @@ func TestScenario37_SurfaceReplace(t *testing.T) {
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	_, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1), stepStart(1, 1), user("m1", "a"),
-		assistant(1, 1, assistantMsg("a1", llm.ToolCallBlock("c1", "echo", "{}"))), toolCall(1, 1, "c1"))
+	_, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(1), et.StepStart(1, 1), et.User("m1", "a"),
+		et.Assistant(1, 1, et.AssistantMsg("a1", llm.ToolCallBlock("c1", "echo", "{}"))), et.ToolCall(1, 1, "c1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := appendEvents(st, ctx, tenant, sess.ID, toolResult(1, 1, "r1", "c1", "big", 4), user("m2", "b")); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, et.ToolResult(1, 1, "r1", "c1", "big", 4), et.User("m2", "b")); err != nil {
 		t.Fatal(err)
 	}
 	// Surface: 2 (m1), 3 (a1), 5 (r1), 6 (m2).
-	missing := eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "sum"), SurfaceOp: eventlog.ReplaceOp(2, 5), SourceEventSeqs: []int64{2, 5}}
+	missing := eventlog.NewEvent{Type: "user/message", Data: et.UserMsg("s", "sum"), SurfaceOp: eventlog.ReplaceOp(2, 5), SourceEventSeqs: []int64{2, 5}}
 	_, err = appendEvents(st, ctx, tenant, sess.ID, missing)
-	wantRule(t, err, "SES-3")
+	et.WantRule(t, err, "SES-3")
 	changed := eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.ReplaceOp(5, 5), SourceEventSeqs: []int64{5},
 		Data: map[string]any{"turn": 1, "step": 2, "message": llm.NewToolResultMessage("r1", "c1", []llm.Block{llm.TextBlock("x")}, false)}}
 	_, err = appendEvents(st, ctx, tenant, sess.ID, changed)
-	wantRule(t, err, "SES-4")
+	et.WantRule(t, err, "SES-4")
 	pruned := eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.ReplaceOp(5, 5), SourceEventSeqs: []int64{5},
 		Data: map[string]any{"turn": 1, "step": 1, "message": llm.NewToolResultMessage("r1", "c1", []llm.Block{llm.TextBlock("[pruned]")}, false)}}
-	summary := eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "sum"), SurfaceOp: eventlog.ReplaceOp(2, 3), SourceEventSeqs: []int64{2, 3}}
+	summary := eventlog.NewEvent{Type: "user/message", Data: et.UserMsg("s", "sum"), SurfaceOp: eventlog.ReplaceOp(2, 3), SourceEventSeqs: []int64{2, 3}}
 	got, err := appendEvents(st, ctx, tenant, sess.ID, pruned, summary)
 	if err != nil {
 		t.Fatal(err)
@@ -118,8 +120,8 @@ func TestScenario38_CrashRepair(t *testing.T) {
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
-	calls := assistantMsg("a1", llm.ToolCallBlock("A", "echo", "{}"), llm.ToolCallBlock("B", "echo", "{}"))
-	evs, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1), stepStart(1, 1), user("m1", "go"), assistant(1, 1, calls), toolCall(1, 1, "A"))
+	calls := et.AssistantMsg("a1", llm.ToolCallBlock("A", "echo", "{}"), llm.ToolCallBlock("B", "echo", "{}"))
+	evs, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(1), et.StepStart(1, 1), et.User("m1", "go"), et.Assistant(1, 1, calls), et.ToolCall(1, 1, "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestScenario38_CrashRepair(t *testing.T) {
 func TestSES14_ClosersWithoutCallsOrStep(t *testing.T) {
 	t.Parallel()
 	l := eventlog.NewLog(nil)
-	mustAppend(t, l, turnStart(1), stepStart(1, 1), stepEnd(1, 1))
+	et.MustAppend(t, l, et.TurnStart(1), et.StepStart(1, 1), et.StepEnd(1, 1))
 	c := l.Closers()
 	if len(c) != 1 || c[0].Type != "turn/end" || c[0].Seq != 3 {
 		t.Fatalf("closers = %+v, want only turn/end at seq 3", c)
@@ -193,8 +195,8 @@ func TestScenario39_Fork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = appendEvents(st, ctx, tenant, src.ID, turnStart(1), stepStart(1, 1), user("m1", "a"), stepEnd(1, 1), turnEnd(1),
-		turnStart(2), stepStart(2, 1))
+	_, err = appendEvents(st, ctx, tenant, src.ID, et.TurnStart(1), et.StepStart(1, 1), et.User("m1", "a"), et.StepEnd(1, 1), et.TurnEnd(1),
+		et.TurnStart(2), et.StepStart(2, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,7 @@ func TestScenario39_Fork(t *testing.T) {
 		}
 	}
 	// The child is live: it takes appends after its seed.
-	if got, err := appendEvents(st, ctx, tenant, child.ID, turnStart(2)); err != nil || got[0].Seq != 6 {
+	if got, err := appendEvents(st, ctx, tenant, child.ID, et.TurnStart(2)); err != nil || got[0].Seq != 6 {
 		t.Fatalf("append to child = %v, %v", got, err)
 	}
 	// A fork of a prefix that ends with session/end-seed gets no second marker.
@@ -263,7 +265,7 @@ func TestSES12_SessionCreateWithSeed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})
-	seed := referenceLogs(t)["text.jsonl"]
+	seed := et.ReferenceLogs(t, "../eventlog/testdata")["text.jsonl"]
 	sess, err := st.SessionCreate(ctx, tenant, pgstore.SessionParams{Seed: seed})
 	if err != nil {
 		t.Fatal(err)
@@ -296,13 +298,13 @@ func TestReferenceLogsThroughStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{CheckInvariants: true})
-	for name, evs := range referenceLogs(t) {
+	for name, evs := range et.ReferenceLogs(t, "../eventlog/testdata") {
 		sess := newSession(t, st, tenant)
 		for i := 0; i < len(evs); {
 			n := min(1+rand.IntN(5), len(evs)-i)
 			batch := make([]eventlog.NewEvent, n)
 			for j := range batch {
-				batch[j] = asNew(evs[i+j])
+				batch[j] = et.AsNew(evs[i+j])
 			}
 			if _, err := appendEvents(st, ctx, tenant, sess.ID, batch...); err != nil {
 				t.Fatalf("%s at %d: %v", name, i, err)
@@ -342,10 +344,10 @@ func TestSES10_StoreCheckerRefusesBrokenRelations(t *testing.T) {
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{CheckInvariants: true})
 	sess := newSession(t, st, tenant)
-	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(1)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(2))
+	_, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(2))
 	var ie *eventlog.InvariantError
 	if !errors.As(err, &ie) || count(t, st, tenant, sess.ID) != 1 {
 		t.Fatalf("nested turn: %v", err)
@@ -372,7 +374,7 @@ func TestConcurrentWritersGaplessSeq(t *testing.T) {
 				}
 				batch := make([]eventlog.NewEvent, n)
 				for j := range batch {
-					batch[j] = raw("todo/write", fmt.Sprintf(`{"todos":[],"writer":%d,"i":%d}`, w, i))
+					batch[j] = et.Raw("todo/write", fmt.Sprintf(`{"todos":[],"writer":%d,"i":%d}`, w, i))
 				}
 				got, err := appendEvents(st, ctx, tenant, sess.ID, batch...)
 				if err != nil {
@@ -414,15 +416,15 @@ func TestCrossTenantReadsAreNotFound(t *testing.T) {
 	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	other := newTenant(t, pool)
 	sess := newSession(t, st, tenant)
-	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnStart(1)); err != nil {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnStart(1)); err != nil {
 		t.Fatal(err)
 	}
 	checks := map[string]error{}
 	_, checks["get"] = st.SessionGet(ctx, other, sess.ID)
 	_, checks["list events"] = st.EventList(ctx, other, sess.ID, pgstore.ListQuery{After: -1})
-	_, checks["append"] = appendEvents(st, ctx, other, sess.ID, turnEnd(1))
+	_, checks["append"] = appendEvents(st, ctx, other, sess.ID, et.TurnEnd(1))
 	_, checks["append with replace"] = appendEvents(st, ctx, other, sess.ID, eventlog.NewEvent{Type: "user/message",
-		Data: userMsg("x", "y"), SurfaceOp: eventlog.ReplaceOp(0, 0), SourceEventSeqs: []int64{0}})
+		Data: et.UserMsg("x", "y"), SurfaceOp: eventlog.ReplaceOp(0, 0), SourceEventSeqs: []int64{0}})
 	_, checks["derive"] = st.DeriveMessages(ctx, other, sess.ID)
 	_, checks["repair"] = repair(st, ctx, other, sess.ID)
 	checks["delete"] = st.SessionDelete(ctx, other, sess.ID)
@@ -444,7 +446,7 @@ func TestCrossTenantReadsAreNotFound(t *testing.T) {
 	if _, err := st.SessionGet(ctx, tenant, sess.ID); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("deleted session get: %v", err)
 	}
-	if _, err := appendEvents(st, ctx, tenant, sess.ID, turnEnd(1)); !errors.Is(err, eventlog.ErrNotFound) {
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, et.TurnEnd(1)); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("append to a deleted session: %v", err)
 	}
 	if _, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: -1}); !errors.Is(err, eventlog.ErrNotFound) {
@@ -493,19 +495,19 @@ func TestAppendTxIsAllOrNothing(t *testing.T) {
 	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	sess := newSession(t, st, tenant)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := appendTx(st, ctx, tx, tenant, sess.ID, turnStart(1), stepStart(1, 1)); err != nil {
+		if _, err := appendTx(st, ctx, tx, tenant, sess.ID, et.TurnStart(1), et.StepStart(1, 1)); err != nil {
 			return err
 		}
 		// A refused append leaves the transaction usable.
-		_, err := appendTx(st, ctx, tx, tenant, sess.ID, user("m", "x"), raw("todo/write", `{"x":-0}`))
-		wantRule(t, err, "SES-1")
-		_, err = appendTx(st, ctx, tx, tenant, sess.ID, eventlog.NewEvent{Type: "user/message", Data: userMsg("s", "x"),
+		_, err := appendTx(st, ctx, tx, tenant, sess.ID, et.User("m", "x"), et.Raw("todo/write", `{"x":-0}`))
+		et.WantRule(t, err, "SES-1")
+		_, err = appendTx(st, ctx, tx, tenant, sess.ID, eventlog.NewEvent{Type: "user/message", Data: et.UserMsg("s", "x"),
 			SurfaceOp: eventlog.ReplaceOp(9, 9), SourceEventSeqs: []int64{1}})
-		wantRule(t, err, "SES-3")
+		et.WantRule(t, err, "SES-3")
 		if n := count(t, st, tenant, sess.ID); n != 0 {
 			t.Errorf("uncommitted events visible outside the transaction: %d", n)
 		}
-		got, err := appendTx(st, ctx, tx, tenant, sess.ID, user("m", "x"))
+		got, err := appendTx(st, ctx, tx, tenant, sess.ID, et.User("m", "x"))
 		if err == nil && got[0].Seq != 2 {
 			err = fmt.Errorf("seq %d, want 2", got[0].Seq)
 		}

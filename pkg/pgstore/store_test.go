@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
+
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -49,7 +51,7 @@ func TestStoreAppendAndList(t *testing.T) {
 		t.Fatalf("new session = %+v", sess)
 	}
 	got, err := appendEvents(st, ctx, tenant, sess.ID, eventlog.NewEvent{Type: "turn/start", Data: map[string]int{"turn": 1}},
-		eventlog.NewEvent{Type: "user/message", Data: userMsg("m1", "hi"), SurfaceOp: eventlog.Append})
+		eventlog.NewEvent{Type: "user/message", Data: et.UserMsg("m1", "hi"), SurfaceOp: eventlog.Append})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package eventlog_test
+package eventlogtest
 
 import (
 	"bufio"
@@ -12,28 +12,31 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 )
 
-func userMsg(id, text string) llm.Message { return llm.NewUserMessage(id, text) }
+// Builders of the events the log tests append (the eventlog and pgstore rule tests share them),
+// and readers of the reference logs in pkg/eventlog/testdata.
 
-func ne(typ string, data any) eventlog.NewEvent { return eventlog.NewEvent{Type: typ, Data: data} }
+func UserMsg(id, text string) llm.Message { return llm.NewUserMessage(id, text) }
 
-func raw(typ, data string) eventlog.NewEvent {
+func NE(typ string, data any) eventlog.NewEvent { return eventlog.NewEvent{Type: typ, Data: data} }
+
+func Raw(typ, data string) eventlog.NewEvent {
 	return eventlog.NewEvent{Type: typ, Data: json.RawMessage(data)}
 }
 
-func turnStart(n int) eventlog.NewEvent { return ne("turn/start", map[string]int{"turn": n}) }
-func turnEnd(n int) eventlog.NewEvent {
-	return ne("turn/end", map[string]any{"turn": n, "reason": map[string]string{"kind": "completed"}})
+func TurnStart(n int) eventlog.NewEvent { return NE("turn/start", map[string]int{"turn": n}) }
+func TurnEnd(n int) eventlog.NewEvent {
+	return NE("turn/end", map[string]any{"turn": n, "reason": map[string]string{"kind": "completed"}})
 }
-func stepStart(t, s int) eventlog.NewEvent {
-	return ne("step/start", map[string]int{"turn": t, "step": s})
+func StepStart(t, s int) eventlog.NewEvent {
+	return NE("step/start", map[string]int{"turn": t, "step": s})
 }
-func stepEnd(t, s int) eventlog.NewEvent { return ne("step/end", map[string]int{"turn": t, "step": s}) }
+func StepEnd(t, s int) eventlog.NewEvent { return NE("step/end", map[string]int{"turn": t, "step": s}) }
 
-func user(id, text string) eventlog.NewEvent {
-	return eventlog.NewEvent{Type: "user/message", Data: userMsg(id, text), SurfaceOp: eventlog.Append}
+func User(id, text string) eventlog.NewEvent {
+	return eventlog.NewEvent{Type: "user/message", Data: UserMsg(id, text), SurfaceOp: eventlog.Append}
 }
 
-func assistantMsg(id string, blocks ...llm.Block) llm.Message {
+func AssistantMsg(id string, blocks ...llm.Block) llm.Message {
 	if blocks == nil {
 		blocks = []llm.Block{}
 	}
@@ -41,7 +44,7 @@ func assistantMsg(id string, blocks ...llm.Block) llm.Message {
 		Source: llm.Source{Kind: "model", Provider: "p", Model: "m"}}
 }
 
-func assistant(t, s int, m llm.Message, sources ...int64) eventlog.NewEvent {
+func Assistant(t, s int, m llm.Message, sources ...int64) eventlog.NewEvent {
 	if sources == nil {
 		sources = []int64{}
 	}
@@ -49,18 +52,18 @@ func assistant(t, s int, m llm.Message, sources ...int64) eventlog.NewEvent {
 		Data: map[string]any{"turn": t, "step": s, "message": m}}
 }
 
-func toolCall(t, s int, id string) eventlog.NewEvent {
-	return ne("tool/call", map[string]any{"turn": t, "step": s, "callId": id, "name": "echo", "arguments": "{}"})
+func ToolCall(t, s int, id string) eventlog.NewEvent {
+	return NE("tool/call", map[string]any{"turn": t, "step": s, "callId": id, "name": "echo", "arguments": "{}"})
 }
 
-func toolResult(t, s int, msgID, callID, text string, callSeq int64) eventlog.NewEvent {
+func ToolResult(t, s int, msgID, callID, text string, callSeq int64) eventlog.NewEvent {
 	return eventlog.NewEvent{Type: "tool/result", SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{callSeq},
 		Data: map[string]any{"turn": t, "step": s,
 			"message": llm.NewToolResultMessage(msgID, callID, []llm.Block{llm.TextBlock(text)}, false)}}
 }
 
 // mustAppend appends to an in-memory log and fails the test on error.
-func mustAppend(t testing.TB, l *eventlog.Log, evs ...eventlog.NewEvent) []eventlog.Event {
+func MustAppend(t testing.TB, l *eventlog.Log, evs ...eventlog.NewEvent) []eventlog.Event {
 	t.Helper()
 	out, err := l.Append(evs...)
 	if err != nil {
@@ -70,7 +73,7 @@ func mustAppend(t testing.TB, l *eventlog.Log, evs ...eventlog.NewEvent) []event
 }
 
 // wantRule asserts err is a *ValidationError for rule.
-func wantRule(t testing.TB, err error, rule string) {
+func WantRule(t testing.TB, err error, rule string) {
 	t.Helper()
 	var ve *eventlog.ValidationError
 	if !errors.As(err, &ve) {
@@ -82,9 +85,9 @@ func wantRule(t testing.TB, err error, rule string) {
 }
 
 // referenceLogs reads testdata/*.jsonl (logs written by the reference implementation).
-func referenceLogs(t testing.TB) map[string][]eventlog.Event {
+func ReferenceLogs(t testing.TB, dir string) map[string][]eventlog.Event {
 	t.Helper()
-	files, err := filepath.Glob("testdata/*.jsonl")
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no reference logs: %v", err)
 	}
@@ -109,7 +112,7 @@ func referenceLogs(t testing.TB) map[string][]eventlog.Event {
 }
 
 // asNew turns a stored event back into a NewEvent.
-func asNew(ev eventlog.Event) eventlog.NewEvent {
+func AsNew(ev eventlog.Event) eventlog.NewEvent {
 	return eventlog.NewEvent{Type: ev.Type, Data: ev.Data, SurfaceOp: ev.SurfaceOp,
 		SourceEventSeqs: ev.SourceEventSeqs, Ignorable: ev.Ignorable}
 }
