@@ -3,12 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,11 +64,11 @@ func TestChaos(t *testing.T) {
 
 	// The victim tenant's sessions, each followed by two followers that cut and resume.
 	sids := make([]string, size.sessions)
-	var followers []*chaosFollower
+	var followers []*follower
 	for i := range sids {
 		sids[i] = c.sessionCreate(t)
 		for range 2 {
-			followers = append(followers, chaosFollow(ctx, live, c.key, sids[i], rand.New(rand.NewPCG(uint64(i), rng.Uint64()))))
+			followers = append(followers, followLive(ctx, nil, live, c.key, sids[i], rand.New(rand.NewPCG(uint64(i), rng.Uint64()))))
 		}
 	}
 	posted := map[string][]string{} // session -> accepted message ids
@@ -296,93 +293,8 @@ func timeTurns(t *testing.T, r *replica, tn tenant, n int) []time.Duration {
 	return out
 }
 
-// chaosFollower is a follower that reconnects to any live replica, and treats a refused
-// connection, a 503 and a dropped stream alike: it pauses and resumes from its last seq.
-type chaosFollower struct {
-	follower
-	live func() *replica
-}
-
-func chaosFollow(ctx context.Context, live func() *replica, key, sid string, rng *rand.Rand) *chaosFollower {
-	f := &chaosFollower{follower: follower{key: key, sid: sid, rng: rng, changed: make(chan struct{}, 1), done: make(chan struct{})}, live: live}
-	go func() {
-		defer close(f.done)
-		for ctx.Err() == nil {
-			if err := f.connectAny(ctx); err != nil {
-				f.fail(err)
-				return
-			}
-		}
-	}()
-	return f
-}
-
-func (f *chaosFollower) connectAny(ctx context.Context) error {
-	f.r = f.live()
-	evs, _, _ := f.snapshot()
-	last := int64(-1)
-	if len(evs) > 0 {
-		last = evs[len(evs)-1].Seq
-	}
-	cctx, cut := context.WithCancel(ctx)
-	defer cut()
-	req, err := http.NewRequestWithContext(cctx, "GET", f.r.url+"/v1/sessions/"+f.sid+"/events", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+f.key)
-	req.Header.Set("Accept", "text/event-stream")
-	if last >= 0 {
-		req.Header.Set("Last-Event-ID", strconv.FormatInt(last, 10))
-	}
-	f.mu.Lock()
-	f.conns++
-	f.mu.Unlock()
-	resp, err := client.Do(req)
-	if err != nil {
-		return pause(ctx)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
-		return pause(ctx)
-	}
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("stream status %d: %s", resp.StatusCode, body)
-	}
-	cutAfter := 3 + f.rng.IntN(40)
-	// Cut after a while too, so followers of idle sessions keep resuming.
-	timer := time.AfterFunc(time.Duration(100+f.rng.IntN(500))*time.Millisecond, cut)
-	defer timer.Stop()
-	err = readFrames(resp.Body, func(id, typ, data string) error {
-		ev, err := parseEvent([]byte(data))
-		if err != nil {
-			return err
-		}
-		if ev.Seq != last+1 {
-			return fmt.Errorf("seq %d after %d over the stream (gap or duplicate)", ev.Seq, last)
-		}
-		last = ev.Seq
-		f.mu.Lock()
-		f.events = append(f.events, ev)
-		f.mu.Unlock()
-		f.notify()
-		if cutAfter--; cutAfter == 0 {
-			cut()
-		}
-		return nil
-	})
-	if err != nil && cctx.Err() == nil && err != io.EOF && !isDrop(err) {
-		return err
-	}
-	if cctx.Err() == nil {
-		return pause(ctx)
-	}
-	return nil
-}
-
 // waitFor waits until the follower holds n events or d has passed.
-func (f *chaosFollower) waitFor(n int, d time.Duration) {
+func (f *follower) waitFor(n int, d time.Duration) {
 	deadline := time.After(d)
 	for {
 		if evs, _, err := f.snapshot(); len(evs) >= n || err != nil {
@@ -397,7 +309,7 @@ func (f *chaosFollower) waitFor(n int, d time.Duration) {
 	}
 }
 
-func reconnects(fs []*chaosFollower) int {
+func reconnects(fs []*follower) int {
 	n := 0
 	for _, f := range fs {
 		_, c, _ := f.snapshot()

@@ -17,7 +17,11 @@ import (
 // It cuts its connection after a random number of events and reconnects with Last-Event-ID
 // (and reconnects the same way when a stream drops), so every follower exercises resume.
 type follower struct {
-	r       *replica
+	r *replica
+	// live, when set, picks the replica of each connection (the chaos test's replicas come and
+	// go); a refused connection, a 503 and a 429 then count as drops, and a connection is also
+	// cut after a random while, so followers of idle sessions keep resuming.
+	live    func() *replica
 	key     string
 	sid     string
 	rng     *rand.Rand
@@ -32,7 +36,12 @@ type follower struct {
 
 // follow starts a follower; it stops when ctx ends.
 func follow(ctx context.Context, r *replica, key, sid string, rng *rand.Rand) *follower {
-	f := &follower{r: r, key: key, sid: sid, rng: rng, changed: make(chan struct{}, 1), done: make(chan struct{})}
+	return followLive(ctx, r, nil, key, sid, rng)
+}
+
+// followLive is follow with live picking each connection's replica (see follower.live).
+func followLive(ctx context.Context, r *replica, live func() *replica, key, sid string, rng *rand.Rand) *follower {
+	f := &follower{r: r, live: live, key: key, sid: sid, rng: rng, changed: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		for ctx.Err() == nil {
@@ -71,6 +80,9 @@ func (f *follower) notify() {
 // connect reads one connection until it is cut, drops or ctx ends. A dropped connection is not
 // an error (the caller reconnects after a short pause); a broken frame or seq order is.
 func (f *follower) connect(ctx context.Context) error {
+	if f.live != nil {
+		f.r = f.live()
+	}
 	evs, _, _ := f.snapshot()
 	last := int64(-1)
 	if len(evs) > 0 {
@@ -95,11 +107,19 @@ func (f *follower) connect(ctx context.Context) error {
 		return pause(ctx)
 	}
 	defer resp.Body.Close()
+	if f.live != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) {
+		return pause(ctx)
+	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("stream status %d: %s", resp.StatusCode, body)
 	}
 	cutAfter := 5 + f.rng.IntN(60)
+	if f.live != nil {
+		cutAfter = 3 + f.rng.IntN(40)
+		timer := time.AfterFunc(time.Duration(100+f.rng.IntN(500))*time.Millisecond, cut)
+		defer timer.Stop()
+	}
 	err = readFrames(resp.Body, func(id, typ, data string) error {
 		ev, err := parseEvent([]byte(data))
 		if err != nil {
