@@ -316,9 +316,11 @@ func (s *session) log(line string) {
 
 // done receives the outcome of the program's main function (__dshd_done): status "ok" with the
 // result's JSON, "none" (returned undefined), "error" or "invalid-output" with a message. It
-// interrupts the engine, so that no JavaScript runs after it.
+// interrupts the engine, so that no JavaScript runs after it. An outcome that comes after a
+// failure (the interrupt of an output-limit failure rejecting the main promise) is ignored: the
+// failure stands. A failure after the outcome (a timer) is ignored in turn.
 func (s *session) done(status, text string) {
-	if s.finished {
+	if s.finished || s.reason.Load() != nil {
 		return
 	}
 	s.finished, s.status, s.text = true, status, text
@@ -328,8 +330,11 @@ func (s *session) done(status, text string) {
 // outcome is what the run produced.
 func (s *session) outcome() outcome {
 	out := outcome{logs: s.logs}
-	if e := s.reason.Load(); e != nil && !(s.finished && e.kind != KindWorkerExit) {
-		out.err = e
+	if !s.finished {
+		out.err = s.reason.Load()
+		if out.err == nil {
+			out.err = &runError{kind: KindWorkerExit, msg: "the program stopped before it finished"}
+		}
 		return out
 	}
 	switch s.status {

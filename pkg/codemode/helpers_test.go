@@ -32,6 +32,12 @@ const agentScope = "agent"
 
 func newFixture(t *testing.T, mode registry.PresentMode, cfg codemode.Config, extra ...*registry.Tool) *fixture {
 	t.Helper()
+	return newFixtureCap(t, mode, cfg, nil, extra...)
+}
+
+// newFixtureCap is newFixture with the agents' sub-call caps.
+func newFixtureCap(t *testing.T, mode registry.PresentMode, cfg codemode.Config, subCalls codemode.SubCallsFunc, extra ...*registry.Tool) *fixture {
+	t.Helper()
 	k := kernel.New(nil)
 	reg, err := registry.New(registry.Config{Scopes: k.Scopes()})
 	if err != nil {
@@ -51,7 +57,7 @@ func newFixture(t *testing.T, mode registry.PresentMode, cfg codemode.Config, ex
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.Install(g, reg, nil); err != nil {
+	if _, err := rt.Install(g, reg, subCalls); err != nil {
 		t.Fatal(err)
 	}
 	s, err := k.Scopes().Declare(agentScope, nil)
