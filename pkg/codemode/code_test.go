@@ -436,7 +436,8 @@ func TestCODE11_SettlementAbortsStragglersAndWaitsForThem(t *testing.T) {
 
 	t.Run("a binding called after the program returned is not dispatched", func(t *testing.T) {
 		fx := newFixture(t, registry.ModeCode, codemode.Config{})
-		res := fx.run(context.Background(), `Promise.resolve().then(() => tools.echo({text: "late"})); return 1;`)
+		res := fx.run(context.Background(), `let p = Promise.resolve(); for (let i = 0; i < 10; i++) p = p.then(() => 0);
+			p.then(() => tools.echo({text: "late"})); return 1;`)
 		if res.IsError || len(fx.dispatches()) != 0 {
 			t.Fatalf("%q, %v", text(res.Content), fx.dispatches())
 		}

@@ -35,7 +35,9 @@ type Config struct {
 	// kind) without being dispatched. Default DefaultMaxToolCalls (1000).
 	MaxToolCalls int
 
-	// MaxSourceBytes caps the size of a program's code. Default DefaultMaxSourceBytes (256 KiB).
+	// MaxSourceBytes caps the size of a program's code. Default DefaultMaxSourceBytes (64 KiB).
+	// esbuild parses on the goroutine's stack: long operator chains (`a=a=...`) cost a few KiB
+	// of stack per level, so a larger cap raises the memory a hostile program can take.
 	MaxSourceBytes int
 
 	// Logger receives failures of the dispatch log and contained listener failures. Default
@@ -50,7 +52,7 @@ const (
 	DefaultWallTimeout      = 2 * time.Minute
 	DefaultMaxOutputBytes   = 64 << 10
 	DefaultMaxToolCalls     = 1000
-	DefaultMaxSourceBytes   = 256 << 10
+	DefaultMaxSourceBytes   = 64 << 10
 )
 
 // LanguageTypeScript is the language of the runtime (Runtime.Language).

@@ -247,10 +247,17 @@ func (s *session) enter(f func() error) error {
 	t := time.Now()
 	err := f()
 	s.cpuLeft -= time.Since(t)
-	if err != nil && s.cpuLeft <= 0 {
+	if err != nil && (s.cpuLeft <= 0 || s.reason.Load() == nil && !s.finished && interrupted(err)) {
+		// Only the eval timeout interrupts the engine without recording a failure first.
 		s.cpuExhausted()
 	}
 	return err
+}
+
+// interrupted reports whether err is the engine's interrupt exception.
+func interrupted(err error) bool {
+	var qe *quickjs.Error
+	return errors.As(err, &qe) && qe.Name == "InternalError" && qe.Message == "interrupted"
 }
 
 var errCPU = errors.New("cpu budget exhausted")
@@ -321,6 +328,12 @@ func (s *session) log(line string) {
 // failure stands. A failure after the outcome (a timer) is ignored in turn.
 func (s *session) done(status, text string) {
 	if s.finished || s.reason.Load() != nil {
+		return
+	}
+	if status == "error" && text == "InternalError: interrupted" {
+		// The engine's eval timeout interrupted the main function, which rejected its promise
+		// with the (otherwise uncatchable) interrupt: the CPU budget is spent.
+		s.cpuExhausted()
 		return
 	}
 	s.finished, s.status, s.text = true, status, text
