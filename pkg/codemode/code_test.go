@@ -413,7 +413,7 @@ func TestCODE11_SettlementAbortsStragglersAndWaitsForThem(t *testing.T) {
 		tools.excl({text: "straggler"});
 		tools.echo({text: "queued"});
 		const t0 = Date.now();
-		while (Date.now() - t0 < 300) {} // the lane starts the straggler meanwhile
+		while (Date.now() - t0 < 1000) {} // the lane starts the straggler meanwhile
 		return "returned first";`)
 	if text(res.Content) != "returned first" {
 		t.Fatalf("content %q", text(res.Content))

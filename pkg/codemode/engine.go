@@ -134,16 +134,19 @@ func (s *session) exec(ctx context.Context, js string, names []string) {
 // boot registers the host functions, evaluates the prelude and the program, and starts the
 // program's main function. It reports whether the run goes on.
 func (s *session) boot(js string, names []string) bool {
-	for name, f := range map[string]any{"__dshd_submit": s.submit, "__dshd_log": s.log, "__dshd_done": s.done} {
-		if err := s.vm.RegisterFunc(name, f, false); err != nil {
-			s.fail(KindWorkerExit, "the JavaScript engine did not start: "+err.Error())
-			return false
-		}
+	if err := s.vm.RegisterFunc("__dshd_host", s.hostCall, false); err != nil {
+		s.fail(KindWorkerExit, "the JavaScript engine did not start: "+err.Error())
+		return false
+	}
+	bc, err := preludeBytecode()
+	if err != nil {
+		s.fail(KindWorkerExit, "the prelude does not compile: "+err.Error())
+		return false
 	}
 	namesJSON, _ := json.Marshal(names)
 	var fns quickjs.Value
-	err := s.enter(func() error {
-		pre, err := s.vm.EvalValue(preludeJS, quickjs.EvalGlobal)
+	err = s.enter(func() error {
+		pre, err := s.vm.EvalBytecodeValue(bc)
 		if err != nil {
 			return err
 		}
@@ -290,7 +293,38 @@ func (s *session) fail(kind Kind, msg string) {
 	}
 }
 
-// submit is the host side of a binding call (__dshd_submit): "" accepts it, anything else is
+// preludeBytecode returns the prelude compiled once per process: loading bytecode into a fresh
+// engine is several times faster than compiling the source there.
+var preludeBytecode = sync.OnceValues(func() ([]byte, error) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Close()
+	return vm.Compile(preludeJS, quickjs.EvalGlobal)
+})
+
+// Operations of the one host function the prelude calls (__dshd_host), which costs less to
+// register than one function each.
+const (
+	opSubmit = 0 // id, tool name, arguments JSON -> "" or the rejection message
+	opLog    = 1 // line
+	opDone   = 2 // status, text
+)
+
+func (s *session) hostCall(op, id int, a, b string) string {
+	switch op {
+	case opSubmit:
+		return s.submit(id, a, b)
+	case opLog:
+		s.log(a)
+	case opDone:
+		s.done(a, b)
+	}
+	return ""
+}
+
+// submit is the host side of a binding call (__dshd_host opSubmit): "" accepts it, anything else is
 // the message of the ToolCallError it is rejected with.
 func (s *session) submit(id int, name, args string) string {
 	switch {
@@ -308,7 +342,7 @@ func (s *session) submit(id int, name, args string) string {
 	return ""
 }
 
-// log is console.log (__dshd_log): one line of output, within the output cap.
+// log is console.log (opLog): one line of output, within the output cap.
 func (s *session) log(line string) {
 	if s.finished || s.reason.Load() != nil {
 		return
@@ -321,7 +355,7 @@ func (s *session) log(line string) {
 	s.logs = append(s.logs, line)
 }
 
-// done receives the outcome of the program's main function (__dshd_done): status "ok" with the
+// done receives the outcome of the program's main function (opDone): status "ok" with the
 // result's JSON, "none" (returned undefined), "error" or "invalid-output" with a message. It
 // interrupts the engine, so that no JavaScript runs after it. An outcome that comes after a
 // failure (the interrupt of an output-limit failure rejecting the main promise) is ignored: the

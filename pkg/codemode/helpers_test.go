@@ -19,7 +19,7 @@ import (
 // run_code installed from a Runtime, a scope "agent" in the given mode, and a real in-memory
 // journal behind a recorder.
 type fixture struct {
-	t   *testing.T
+	t   testing.TB
 	k   *kernel.Kernel
 	reg *registry.Registry
 	rt  *codemode.Runtime
@@ -30,13 +30,13 @@ type fixture struct {
 
 const agentScope = "agent"
 
-func newFixture(t *testing.T, mode registry.PresentMode, cfg codemode.Config, extra ...*registry.Tool) *fixture {
+func newFixture(t testing.TB, mode registry.PresentMode, cfg codemode.Config, extra ...*registry.Tool) *fixture {
 	t.Helper()
 	return newFixtureCap(t, mode, cfg, nil, extra...)
 }
 
 // newFixtureCap is newFixture with the agents' sub-call caps.
-func newFixtureCap(t *testing.T, mode registry.PresentMode, cfg codemode.Config, subCalls codemode.SubCallsFunc, extra ...*registry.Tool) *fixture {
+func newFixtureCap(t testing.TB, mode registry.PresentMode, cfg codemode.Config, subCalls codemode.SubCallsFunc, extra ...*registry.Tool) *fixture {
 	t.Helper()
 	k := kernel.New(nil)
 	reg, err := registry.New(registry.Config{Scopes: k.Scopes()})

@@ -57,7 +57,7 @@ func TestHostilePrograms(t *testing.T) {
 		{"dynamic import", `return await import("fs");`, "exception", "could not load module"},
 		{"dynamic import of a path", `return await import("/etc/passwd");`, "exception", "could not load module"},
 		{"static import", `import * as os from "os"; return os;`, "exception", "SyntaxError"},
-		{"host functions are gone", `return [typeof (globalThis as any).__dshd_submit, typeof (globalThis as any).print, typeof (globalThis as any).std, typeof (globalThis as any).os, typeof setTimeout].join();`, "", ""},
+		{"host functions are gone", `return [typeof (globalThis as any).__dshd_host, typeof (globalThis as any).print, typeof (globalThis as any).std, typeof (globalThis as any).os, typeof setTimeout].join();`, "", ""},
 	} {
 		res := fx.run(context.Background(), c.code)
 		got := text(res.Content)

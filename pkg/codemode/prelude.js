@@ -1,16 +1,17 @@
 // The run_code prelude, evaluated in every fresh engine before the program. It is a function
-// of the tool names (a JSON array). It takes the host functions the Go side registered
-// (__dshd_*) off the global object, so that the program reaches the host only through `tools`
+// of the tool names (a JSON array). It takes the host function the Go side registered
+// (__dshd_host) off the global object, so that the program reaches the host only through `tools`
 // and `console`, and returns [start, settle]: start runs the program's main function, settle
 // resolves or rejects a binding's promise. Builtins are captured first: a program that replaces
 // JSON or Object cannot change how its arguments are snapshotted.
 (function (namesJSON) {
   "use strict";
   const g = globalThis;
-  const submit = g.__dshd_submit, log = g.__dshd_log, done = g.__dshd_done;
-  delete g.__dshd_submit;
-  delete g.__dshd_log;
-  delete g.__dshd_done;
+  const host = g.__dshd_host;
+  delete g.__dshd_host;
+  const submit = (id, name, json) => host(0, id, name, json);
+  const log = (line) => { host(1, 0, line, ""); };
+  const done = (status, text) => { host(2, 0, status, text); };
   const names = JSON.parse(namesJSON);
   const stringify = JSON.stringify, parse = JSON.parse;
   const keys = Object.keys, getProto = Object.getPrototypeOf, is = Object.is;

@@ -29,7 +29,7 @@ func newGate() *gate {
 	return &gate{started: make(chan string, 100), release: make(chan struct{})}
 }
 
-func (g *gate) tool(t *testing.T, name string, parallel bool) *registry.Tool {
+func (g *gate) tool(t testing.TB, name string, parallel bool) *registry.Tool {
 	t.Helper()
 	tl, err := registry.Define(registry.DefineSpec[gateArgs, string]{Name: name, Description: "Wait for the test to release the call.",
 		ConcurrencySafe: parallel}, func(ctx context.Context, _ *registry.Execution, a gateArgs) (string, error) {
