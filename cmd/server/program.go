@@ -18,6 +18,7 @@ import (
 	"github.com/dshd/dshd/migrations"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/worker"
@@ -75,10 +76,14 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger})
+	if err != nil {
+		return err
+	}
 	ag, err := agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
-		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()),
-		Logger:               m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
+		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,
+		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
 	if err != nil {
 		return err
 	}
