@@ -49,6 +49,13 @@ func BenchmarkProgram100Calls(b *testing.B) {
 	runBench(b, fx, benchInput(`for (let i = 0; i < 100; i++) await tools.echo({text: "x"});`, fx.rec))
 }
 
+// BenchmarkProgram100CallsNoLog is BenchmarkProgram100Calls for a call with no agent: no
+// code-dispatch events.
+func BenchmarkProgram100CallsNoLog(b *testing.B) {
+	fx := benchFixture(b)
+	runBench(b, fx, benchInput(`for (let i = 0; i < 100; i++) await tools.echo({text: "x"});`, nil))
+}
+
 // BenchmarkProgram100ParallelCalls starts the 100 echo calls together (Promise.all).
 func BenchmarkProgram100ParallelCalls(b *testing.B) {
 	fx := benchFixture(b)
