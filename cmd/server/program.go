@@ -19,6 +19,7 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/approval"
+	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -74,12 +75,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger})
+	if err != nil {
+		return err
+	}
 	var ag *agents.Agents
 	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) }})
 	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
-		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()),
-		Logger:               m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
+		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,
+		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
 	if err != nil {
 		return err
 	}

@@ -53,10 +53,10 @@ func TestChaos(t *testing.T) {
 	defer stop()
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	var mu sync.Mutex // guards c.replicas against the killer
-	live := func() *replica {
+	live := func() *replica { // called by every follower: the package's own generator is safe for that
 		mu.Lock()
 		defer mu.Unlock()
-		return c.replicas[rng.IntN(len(c.replicas))]
+		return c.replicas[rand.IntN(len(c.replicas))]
 	}
 
 	other := c.otherTenant(t)
@@ -122,7 +122,7 @@ func TestChaos(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for k := range size.kills + size.dbRestarts {
-			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+			time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
 			if k%(size.kills/max(size.dbRestarts, 1)+1) == 0 && int(restarts.Load()) < size.dbRestarts {
 				db.Stop(t)
 				time.Sleep(size.dbDown)
@@ -134,14 +134,15 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			mu.Lock()
-			i := rng.IntN(len(c.replicas))
+			i := rand.IntN(len(c.replicas))
 			victim := c.replicas[i]
 			c.replicas = slices.Delete(c.replicas, i, i+1)
 			mu.Unlock()
 			victim.kill9(t)
 			kills.Add(1)
-			r := c.startReplica() // appends to c.replicas
-			_ = r
+			mu.Lock() // startReplica appends to c.replicas
+			c.startReplica()
+			mu.Unlock()
 		}
 	}()
 	wg.Wait()

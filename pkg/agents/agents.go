@@ -28,6 +28,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/llm/openai"
@@ -80,6 +81,9 @@ type Config struct {
 	MaxIdleScopes int
 	// Logger receives setup failures; default slog.Default().
 	Logger *slog.Logger
+	// CodeRuntime is the code-mode runtime (codemode.go): New installs its run_code, and presets
+	// in mode code or both get its SDK. Nil: such presets fail their setup (PRS-6).
+	CodeRuntime *codemode.Runtime
 }
 
 // Defaults of Config.
@@ -100,6 +104,8 @@ type Agents struct {
 	k      *kernel.Kernel
 	reg    *registry.Registry
 	prompt *promptasm.Registry
+	// codeRuntime is Config.CodeRuntime as prompt assembly sees it; nil without one.
+	codeRuntime *promptasm.CodeRuntime
 
 	// mu guards the scopes, their reference counts and the clients. It is held for map and list
 	// operations only: a scope is set up and disposed without it (see acquire and release).
@@ -180,6 +186,9 @@ func New(cfg Config) (*Agents, error) {
 			return nil, fmt.Errorf("agents: register %s: %w", t.Name, err)
 		}
 	}
+	if err := a.mountCodeRuntime(g); err != nil {
+		return nil, err
+	}
 	pr, err := promptasm.New(promptasm.Config{})
 	if err != nil {
 		return nil, err
@@ -257,7 +266,7 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	cfg.Provider = prov
 	cfg.Prompt = a.prompt
 	cfg.PromptInput = promptasm.Input{Chain: promptasm.Chain{sc.key}, ToolOrder: toolOrder(p.Tools.ToolOrder),
-		Mode: promptasm.Mode(p.Tools.Mode)}
+		Mode: promptasm.Mode(p.Tools.Mode), CodeRuntime: a.codeRuntime}
 	cfg.Tools = a.reg
 	cfg.Scheduler = sc.sched
 	if p.Limits.MaxSteps != nil {
@@ -410,6 +419,9 @@ func (a *Agents) setup(sc *scope, p preset.Body) error {
 		}
 	}
 	if m := registry.PresentMode(p.Tools.Mode); m != "" && m != registry.ModeNative {
+		if err := a.checkCodeRuntime(m); err != nil {
+			return err
+		}
 		if _, err := a.reg.PresentAs(f, m); err != nil {
 			return err
 		}

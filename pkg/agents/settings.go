@@ -17,8 +17,8 @@ type Settings struct {
 	// Approval is how the agent's asks are resolved.
 	Approval Approval
 	// MaxParallelSubCalls caps the concurrent sub-calls of one run_code program (PRS-1; the
-	// preset's tools.maxParallelSubCalls, default preset.DefaultMaxParallelSubCalls). It is for
-	// the code-mode bridge (pkg/codemode), which is not built yet: nothing reads it today.
+	// preset's tools.maxParallelSubCalls, default preset.DefaultMaxParallelSubCalls), read by
+	// the code-mode bridge (pkg/codemode) through Config.CodeRuntime.
 	MaxParallelSubCalls int
 }
 

@@ -1,0 +1,242 @@
+package codemode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/kernel"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// errRunSettled is the cause the run signal is cancelled with when the program is done (CODE-11).
+var errRunSettled = errors.New("run_code settled")
+
+// ImagePlugin is the source plugin of the user message that carries a sub-call's image (CODE-9).
+const ImagePlugin = "tools-code-mode"
+
+// bridge connects one run's bindings to the tool pipeline (CODE-4..11): every binding call
+// becomes a nested execution of the outer run_code execution, scheduled by the lane.
+type bridge struct {
+	reg    *registry.Registry
+	outer  *registry.Execution
+	scope  string
+	limit  int
+	names  map[string]bool
+	hook   *kernel.Waterfall[*registry.Call, []llm.Block]
+	log    *slog.Logger
+	ctx    context.Context // the run signal: follows the outer signal, cancelled at settlement
+	cancel context.CancelCauseFunc
+	box    *mailbox
+	dlog   *dispatchLog // nil when the outer call has no agent or no session log
+	n      int          // sub-calls numbered so far (engine goroutine)
+
+	mu     sync.Mutex
+	queue  []*subCall // submitted, not started
+	closed bool
+	wake   chan struct{} // capacity 1
+
+	settled  chan *subCall // dispatch goroutines report here; capacity limit, never blocks
+	laneDone chan struct{}
+}
+
+// subCall is one binding call. The dispatch goroutine owns set and panicked while the call is
+// in flight; the lane owns everything else.
+type subCall struct {
+	id       int // the binding's id in the engine
+	in       registry.Input
+	mode     registry.Mode
+	prep     *registry.Prepared
+	set      *registry.Settled
+	panicked *registry.Result
+	done     bool // ready to commit
+}
+
+// newBridge starts the lane of a run of outer's program, which may call names.
+func newBridge(ctx context.Context, rt *Runtime, reg *registry.Registry, outer *registry.Execution, names []string, limit int) *bridge {
+	b := &bridge{reg: reg, outer: outer, scope: outer.Scope.Key(), limit: limit, names: map[string]bool{},
+		hook: rt.DispatchLog, log: rt.cfg.Logger, box: newMailbox(), wake: make(chan struct{}, 1),
+		settled: make(chan *subCall, limit), laneDone: make(chan struct{})}
+	for _, n := range names {
+		b.names[n] = true
+	}
+	b.ctx, b.cancel = context.WithCancelCause(ctx)
+	if outer.Agent != "" && outer.Recorder() != nil {
+		b.dlog = newDispatchLog(ctx, outer.Recorder(), limit, rt.cfg.Logger)
+	}
+	l := &lane{b: b}
+	go l.run()
+	return b
+}
+
+func (b *bridge) mailbox() *mailbox { return b.box }
+
+func (b *bridge) logger() *slog.Logger { return b.log }
+
+// submit implements host: it numbers the call (CODE-5) and queues it for the lane.
+func (b *bridge) submit(id int, name string, args json.RawMessage) string {
+	if !b.names[name] {
+		return fmt.Sprintf("unknown tool %q", name)
+	}
+	b.n++
+	c := &subCall{id: id, in: registry.Input{
+		CallID: fmt.Sprintf("%s:code:%d", b.outer.CallID, b.n), Name: name, Args: args,
+		Scope: b.scope, Agent: b.outer.Agent, Location: b.outer.Location,
+		RootCallID: b.outer.RootCallID, Parent: b.outer.Token(), Log: b.outer.Recorder(),
+	}}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return "the run is over: the call to " + name + " was not made"
+	}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	b.signal()
+	return ""
+}
+
+func (b *bridge) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close settles the run (CODE-11): it cancels the run signal, abandons the calls that have not
+// started, waits for the started ones to finish and commit and for the log appends, and returns
+// the first failed append.
+func (b *bridge) close() error {
+	b.cancel(errRunSettled)
+	b.mu.Lock()
+	b.closed = true
+	b.queue = nil
+	b.mu.Unlock()
+	b.signal()
+	<-b.laneDone
+	if b.dlog != nil {
+		return b.dlog.close()
+	}
+	return nil
+}
+
+// peek returns the first queued call, or nil.
+func (b *bridge) peek() *subCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		return nil
+	}
+	return b.queue[0]
+}
+
+func (b *bridge) pop() {
+	b.mu.Lock()
+	b.queue = b.queue[1:]
+	b.mu.Unlock()
+}
+
+func (b *bridge) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed && len(b.queue) == 0
+}
+
+// logStart appends the call's `tool/code-dispatch-start` (CODE-7).
+func (b *bridge) logStart(c *subCall) {
+	if b.dlog != nil {
+		b.dlog.add(b.startPayload(c))
+	}
+}
+
+func (b *bridge) startPayload(c *subCall) eventlog.CodeDispatchStart {
+	return eventlog.CodeDispatchStart{RootCallID: c.in.RootCallID, ParentCallID: b.outer.CallID,
+		SubCallID: c.in.CallID, Name: c.in.Name, Arguments: c.in.Args, Location: location(c.in.Location)}
+}
+
+// commit completes a committed call: the log, the context flow, the program's promise.
+func (b *bridge) commit(c *subCall, res *registry.Result) {
+	if b.dlog != nil {
+		b.dlog.add(eventlog.CodeDispatch{CodeDispatchStart: b.startPayload(c), IsError: res.IsError,
+			Content: b.loggedContent(c, res), Mutations: res.Mutations})
+	}
+	b.flow(c, res)
+	b.deliver(c, res)
+}
+
+// loggedContent passes the content through the tools/code-dispatch-log waterfall; a failing
+// listener leaves it unchanged (CODE-7).
+func (b *bridge) loggedContent(c *subCall, res *registry.Result) (content []llm.Block) {
+	content = res.Content
+	if content == nil {
+		content = []llm.Block{}
+	}
+	if b.hook == nil || b.hook.Len() == 0 {
+		return content
+	}
+	orig := content
+	defer func() {
+		if recover() != nil {
+			content = orig
+		}
+	}()
+	var exec *registry.Execution
+	if c.prep != nil {
+		exec = c.prep.Exec
+	}
+	out, err := b.hook.Run(b.ctx, b.outer.Scope, &registry.Call{Exec: exec, Result: res})
+	if err != nil || out == nil {
+		return orig
+	}
+	return out
+}
+
+// flow hands a committed sub-call's contexts to the outer call (CODE-9): its additional
+// contexts, an image it returned (as a user message), and its concludesTurn mark.
+func (b *bridge) flow(c *subCall, res *registry.Result) {
+	for _, m := range res.AdditionalContexts {
+		b.outer.DeferContext(m)
+	}
+	if res.IsError {
+		return
+	}
+	if hasImage(res.Content) {
+		blocks := append([]llm.Block{llm.TextBlock(fmt.Sprintf("Image returned by %s (call %s) in the run_code program:", c.in.Name, c.in.CallID))}, res.Content...)
+		b.outer.DeferContext(llm.Message{ID: c.in.CallID + ":image", Role: llm.RoleUser, Content: blocks,
+			Source: llm.Source{Kind: llm.SourcePlugin, Plugin: ImagePlugin}})
+	}
+	if res.ConcludesTurn {
+		b.outer.ConcludeTurn()
+	}
+}
+
+func hasImage(blocks []llm.Block) bool {
+	for _, bl := range blocks {
+		if bl.Type == llm.BlockImage {
+			return true
+		}
+	}
+	return false
+}
+
+// deliver settles the binding's promise (CODE-8): the final value, or a ToolCallError with the
+// failure message. After the run is over the engine no longer reads it: it is discarded.
+func (b *bridge) deliver(c *subCall, res *registry.Result) {
+	if !res.IsError {
+		v := string(res.Value)
+		if v == "" {
+			v = "null"
+		}
+		b.box.put(settlement{id: c.id, ok: true, text: v})
+		return
+	}
+	msg := "tool call failed"
+	if res.Error != nil {
+		msg = res.Error.Message
+	}
+	b.box.put(settlement{id: c.id, text: msg})
+}

@@ -1,0 +1,109 @@
+package codemode
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Runtime. The zero value is valid: every field has the documented default.
+type Config struct {
+	// Language is the language programs are written in; only "typescript" (the default) has a
+	// runtime. Any other value makes New fail (CODE-1: an unknown language fails loudly).
+	Language string
+
+	// MemoryLimitBytes caps the engine heap of one run. An allocation past it throws an
+	// "out of memory" error in the program. Default DefaultMemoryLimitBytes (64 MiB).
+	MemoryLimitBytes int
+
+	// CPUTimeout bounds the time one run spends executing JavaScript (time spent waiting for
+	// tools does not count). Past it the run fails with the timeout kind. Default
+	// DefaultCPUTimeout (10 s).
+	CPUTimeout time.Duration
+
+	// WallTimeout bounds one run from start to end, waiting for tools included. Past it the run
+	// fails with the timeout kind. Default DefaultWallTimeout (2 min). The registry's tool
+	// timeout (E2) bounds run_code too, whichever is shorter.
+	WallTimeout time.Duration
+
+	// MaxOutputBytes caps what a run sends back: the bytes of its console lines (one more for
+	// each line break) plus the JSON of its result. Past it the run fails with the output-limit
+	// kind. Default DefaultMaxOutputBytes (64 KiB).
+	MaxOutputBytes int
+
+	// MaxToolCalls caps the binding calls of one run. The call past it fails the run (exception
+	// kind) without being dispatched. Default DefaultMaxToolCalls (1000).
+	MaxToolCalls int
+
+	// MaxSourceBytes caps the size of a program's code. Default DefaultMaxSourceBytes (64 KiB).
+	// esbuild parses on the goroutine's stack: long operator chains (`a=a=...`) cost a few KiB
+	// of stack per level, so a larger cap raises the memory a hostile program can take.
+	MaxSourceBytes int
+
+	// Logger receives failures of the dispatch log and contained listener failures. Default
+	// (nil): slog.Default() at the time New is called.
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMemoryLimitBytes = 64 << 20
+	DefaultCPUTimeout       = 10 * time.Second
+	DefaultWallTimeout      = 2 * time.Minute
+	DefaultMaxOutputBytes   = 64 << 10
+	DefaultMaxToolCalls     = 1000
+	DefaultMaxSourceBytes   = 64 << 10
+)
+
+// LanguageTypeScript is the language of the runtime (Runtime.Language).
+const LanguageTypeScript = "typescript"
+
+// withDefaults returns cfg with every unset field replaced by its default, or an error for an
+// unusable value.
+func (cfg Config) withDefaults() (Config, error) {
+	switch cfg.Language {
+	case "":
+		cfg.Language = LanguageTypeScript
+	case LanguageTypeScript:
+	case "python":
+		return cfg, fmt.Errorf("codemode: no runtime for language %q: only %q is built", cfg.Language, LanguageTypeScript)
+	default:
+		return cfg, fmt.Errorf("codemode: unknown language %q (want %q)", cfg.Language, LanguageTypeScript)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MemoryLimitBytes", &cfg.MemoryLimitBytes, DefaultMemoryLimitBytes},
+		{"MaxOutputBytes", &cfg.MaxOutputBytes, DefaultMaxOutputBytes},
+		{"MaxToolCalls", &cfg.MaxToolCalls, DefaultMaxToolCalls},
+		{"MaxSourceBytes", &cfg.MaxSourceBytes, DefaultMaxSourceBytes},
+	} {
+		if *f.v < 0 {
+			return cfg, fmt.Errorf("codemode: %s must not be negative", f.name)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"CPUTimeout", &cfg.CPUTimeout, DefaultCPUTimeout},
+		{"WallTimeout", &cfg.WallTimeout, DefaultWallTimeout},
+	} {
+		if *f.v < 0 {
+			return cfg, fmt.Errorf("codemode: %s must not be negative", f.name)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}

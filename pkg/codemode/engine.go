@@ -1,0 +1,401 @@
+package codemode
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/quickjs"
+)
+
+//go:embed prelude.js
+var preludeJS string
+
+// host is the bridge as the engine sees it. submit is called on the engine's goroutine.
+type host interface {
+	// submit queues binding call id of tool name with its arguments (lossless JSON). It returns
+	// "" when the call is accepted, which promises exactly one settlement in the mailbox, or
+	// why the call is rejected without being dispatched.
+	submit(id int, name string, args json.RawMessage) string
+	// mailbox is where the settlements of accepted calls arrive.
+	mailbox() *mailbox
+}
+
+// settlement is the outcome of one binding call: its value's JSON (ok) or failure message.
+type settlement struct {
+	id   int
+	ok   bool
+	text string
+}
+
+// mailbox hands settlements from the bridge to the engine without ever blocking the sender.
+type mailbox struct {
+	mu    sync.Mutex
+	items []settlement
+	wake  chan struct{} // capacity 1: a pending wake-up
+}
+
+func newMailbox() *mailbox { return &mailbox{wake: make(chan struct{}, 1)} }
+
+func (m *mailbox) put(s settlement) {
+	m.mu.Lock()
+	m.items = append(m.items, s)
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mailbox) take() []settlement {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.items
+	m.items = nil
+	return s
+}
+
+// session is one run of a program in a fresh engine. Everything but fail and the fields it
+// sets is used from the engine's goroutine only.
+type session struct {
+	cfg  *Config
+	host host
+	vm   *quickjs.VM
+
+	start, settle quickjs.Value
+	hasFns        bool
+
+	logs        []string
+	outBytes    int
+	calls       int // binding calls accepted
+	outstanding int // accepted calls not settled in the engine yet
+	cpuLeft     time.Duration
+
+	finished bool // the program's main function settled
+	status   string
+	text     string
+
+	reason   atomic.Pointer[runError] // the first failure; set from any goroutine
+	kill     chan struct{}            // closed with the first failure
+	killOnce sync.Once
+}
+
+// run runs js, a function expression (see strip), in a fresh engine with the tool names bound
+// on `tools`. It returns when the program's main function has settled or the run failed; it
+// never leaves work running in the engine.
+func run(ctx context.Context, cfg *Config, js string, names []string, h host) outcome {
+	s := &session{cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{})}
+	s.exec(ctx, js, names)
+	return s.outcome()
+}
+
+func (s *session) exec(ctx context.Context, js string, names []string) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		s.fail(KindWorkerExit, "the JavaScript engine did not start: "+err.Error())
+		return
+	}
+	s.vm = vm
+	broken := false
+	defer func() {
+		if v := recover(); v != nil {
+			broken = true
+			s.fail(KindWorkerExit, fmt.Sprintf("the JavaScript engine stopped: %v", v))
+		}
+		if !broken {
+			s.release()
+		}
+		_ = vm.Close()
+	}()
+	vm.SetMemoryLimit(uintptr(s.cfg.MemoryLimitBytes))
+	wall := time.AfterFunc(s.cfg.WallTimeout, func() {
+		s.fail(KindTimeout, fmt.Sprintf("the program ran longer than its wall-time limit of %v", s.cfg.WallTimeout))
+	})
+	defer wall.Stop()
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.fail(KindTimeout, "the run_code call timed out")
+			return
+		}
+		s.fail(KindAbort, "the run_code call was cancelled")
+	})
+	defer stop()
+	if !s.boot(js, names) {
+		return
+	}
+	s.loop()
+}
+
+// boot registers the host functions, evaluates the prelude and the program, and starts the
+// program's main function. It reports whether the run goes on.
+func (s *session) boot(js string, names []string) bool {
+	if err := s.vm.RegisterFunc("__dshd_host", s.hostCall, false); err != nil {
+		s.fail(KindWorkerExit, "the JavaScript engine did not start: "+err.Error())
+		return false
+	}
+	bc, err := preludeBytecode()
+	if err != nil {
+		s.fail(KindWorkerExit, "the prelude does not compile: "+err.Error())
+		return false
+	}
+	namesJSON, _ := json.Marshal(names)
+	var fns quickjs.Value
+	err = s.enter(func() error {
+		pre, err := s.vm.EvalBytecodeValue(bc)
+		if err != nil {
+			return err
+		}
+		defer pre.Free()
+		fns, err = pre.CallValue(quickjs.UndefinedValue, string(namesJSON))
+		return err
+	})
+	if err != nil {
+		s.engineError(err)
+		return false
+	}
+	defer fns.Free()
+	if s.start, err = s.element(fns, "0"); err != nil {
+		s.fail(KindWorkerExit, "the prelude failed: "+err.Error())
+		return false
+	}
+	if s.settle, err = s.element(fns, "1"); err != nil {
+		s.start.Free()
+		s.fail(KindWorkerExit, "the prelude failed: "+err.Error())
+		return false
+	}
+	s.hasFns = true
+	err = s.enter(func() error {
+		main, err := s.vm.EvalValue(js, quickjs.EvalGlobal)
+		if err != nil {
+			return err
+		}
+		defer main.Free()
+		if _, err := s.start.Call(quickjs.UndefinedValue, main); err != nil {
+			return err
+		}
+		_, err = s.vm.ExecutePendingJobs()
+		return err
+	})
+	if err != nil {
+		s.engineError(err)
+		return false
+	}
+	return true
+}
+
+func (s *session) element(arr quickjs.Value, idx string) (quickjs.Value, error) {
+	a, err := s.vm.NewAtom(idx)
+	if err != nil {
+		return quickjs.Value{}, err
+	}
+	return arr.GetPropertyValue(a)
+}
+
+// release frees the values the session holds, before the engine is closed.
+func (s *session) release() {
+	if s.hasFns {
+		s.start.Free()
+		s.settle.Free()
+		s.hasFns = false
+	}
+}
+
+// loop waits for settlements and hands them to the program until its main function settles or
+// the run fails.
+func (s *session) loop() {
+	box := s.host.mailbox()
+	for !s.finished && s.reason.Load() == nil {
+		if s.outstanding == 0 {
+			s.fail(KindTimeout, "the program waits for a promise that nothing will ever settle")
+			return
+		}
+		select {
+		case <-s.kill:
+			return
+		case <-box.wake:
+		}
+		for _, st := range box.take() {
+			s.outstanding--
+			err := s.enter(func() error {
+				if _, err := s.settle.Call(quickjs.UndefinedValue, st.id, st.ok, st.text); err != nil {
+					return err
+				}
+				_, err := s.vm.ExecutePendingJobs()
+				return err
+			})
+			if err != nil {
+				s.engineError(err)
+			}
+			if s.finished || s.reason.Load() != nil {
+				return
+			}
+		}
+	}
+}
+
+// enter runs f, which calls into JavaScript, within what is left of the CPU budget.
+func (s *session) enter(f func() error) error {
+	if s.cpuLeft <= 0 {
+		s.cpuExhausted()
+		return errCPU
+	}
+	if err := s.vm.SetEvalTimeout(s.cpuLeft); err != nil {
+		return err
+	}
+	t := time.Now()
+	err := f()
+	s.cpuLeft -= time.Since(t)
+	if err != nil && (s.cpuLeft <= 0 || s.reason.Load() == nil && !s.finished && interrupted(err)) {
+		// Only the eval timeout interrupts the engine without recording a failure first.
+		s.cpuExhausted()
+	}
+	return err
+}
+
+// interrupted reports whether err is the engine's interrupt exception.
+func interrupted(err error) bool {
+	var qe *quickjs.Error
+	return errors.As(err, &qe) && qe.Name == "InternalError" && qe.Message == "interrupted"
+}
+
+var errCPU = errors.New("cpu budget exhausted")
+
+func (s *session) cpuExhausted() {
+	s.fail(KindTimeout, fmt.Sprintf("the program used up its CPU-time limit of %v", s.cfg.CPUTimeout))
+}
+
+// engineError records an error returned by the engine: the failure already recorded (an
+// interrupt), nothing once the program has finished, else an exception.
+func (s *session) engineError(err error) {
+	if s.finished || s.reason.Load() != nil {
+		return
+	}
+	msg := err.Error()
+	if msg == "null" || msg == "" {
+		msg = "the program failed without an error value (most likely it ran out of memory)"
+	}
+	s.fail(KindException, msg)
+}
+
+// fail records the run's failure (the first one wins) and interrupts the engine. Safe from any
+// goroutine.
+func (s *session) fail(kind Kind, msg string) {
+	if s.reason.CompareAndSwap(nil, &runError{kind: kind, msg: msg}) {
+		s.killOnce.Do(func() { close(s.kill) })
+		if s.vm != nil {
+			s.vm.Interrupt()
+		}
+	}
+}
+
+// preludeBytecode returns the prelude compiled once per process: loading bytecode into a fresh
+// engine is several times faster than compiling the source there.
+var preludeBytecode = sync.OnceValues(func() ([]byte, error) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Close()
+	return vm.Compile(preludeJS, quickjs.EvalGlobal)
+})
+
+// Operations of the one host function the prelude calls (__dshd_host), which costs less to
+// register than one function each.
+const (
+	opSubmit = 0 // id, tool name, arguments JSON -> "" or the rejection message
+	opLog    = 1 // line
+	opDone   = 2 // status, text
+)
+
+func (s *session) hostCall(op, id int, a, b string) string {
+	switch op {
+	case opSubmit:
+		return s.submit(id, a, b)
+	case opLog:
+		s.log(a)
+	case opDone:
+		s.done(a, b)
+	}
+	return ""
+}
+
+// submit is the host side of a binding call (__dshd_host opSubmit): "" accepts it, anything else is
+// the message of the ToolCallError it is rejected with.
+func (s *session) submit(id int, name, args string) string {
+	switch {
+	case s.finished || s.reason.Load() != nil:
+		return "the run is over: the call to " + name + " was not made"
+	case s.calls >= s.cfg.MaxToolCalls:
+		s.fail(KindException, fmt.Sprintf("the program made more than %d tool calls", s.cfg.MaxToolCalls))
+		return "tool call limit reached"
+	}
+	if msg := s.host.submit(id, name, json.RawMessage(args)); msg != "" {
+		return msg
+	}
+	s.calls++
+	s.outstanding++
+	return ""
+}
+
+// log is console.log (opLog): one line of output, within the output cap.
+func (s *session) log(line string) {
+	if s.finished || s.reason.Load() != nil {
+		return
+	}
+	s.outBytes += len(line) + 1
+	if s.outBytes > s.cfg.MaxOutputBytes {
+		s.fail(KindOutputLimit, fmt.Sprintf("the program printed more than %d bytes", s.cfg.MaxOutputBytes))
+		return
+	}
+	s.logs = append(s.logs, line)
+}
+
+// done receives the outcome of the program's main function (opDone): status "ok" with the
+// result's JSON, "none" (returned undefined), "error" or "invalid-output" with a message. It
+// interrupts the engine, so that no JavaScript runs after it. An outcome that comes after a
+// failure (the interrupt of an output-limit failure rejecting the main promise) is ignored: the
+// failure stands. A failure after the outcome (a timer) is ignored in turn.
+func (s *session) done(status, text string) {
+	if s.finished || s.reason.Load() != nil {
+		return
+	}
+	if status == "error" && text == "InternalError: interrupted" {
+		// The engine's eval timeout interrupted the main function, which rejected its promise
+		// with the (otherwise uncatchable) interrupt: the CPU budget is spent.
+		s.cpuExhausted()
+		return
+	}
+	s.finished, s.status, s.text = true, status, text
+	s.vm.Interrupt()
+}
+
+// outcome is what the run produced.
+func (s *session) outcome() outcome {
+	out := outcome{logs: s.logs}
+	if !s.finished {
+		out.err = s.reason.Load()
+		if out.err == nil {
+			out.err = &runError{kind: KindWorkerExit, msg: "the program stopped before it finished"}
+		}
+		return out
+	}
+	switch s.status {
+	case "ok":
+		if s.outBytes+len(s.text) > s.cfg.MaxOutputBytes {
+			out.err = &runError{kind: KindOutputLimit, msg: fmt.Sprintf("the program's output and result exceed %d bytes", s.cfg.MaxOutputBytes)}
+			return out
+		}
+		out.result = json.RawMessage(s.text)
+	case "none":
+	case "invalid-output":
+		out.err = &runError{kind: KindInvalidOutput, msg: s.text}
+	default:
+		out.err = &runError{kind: KindException, msg: s.text}
+	}
+	return out
+}

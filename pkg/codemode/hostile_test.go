@@ -1,0 +1,136 @@
+package codemode_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/pkg/codemode"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// hostileConfig keeps the hostile runs short: 300 ms of CPU, 16 MiB of heap.
+var hostileConfig = codemode.Config{CPUTimeout: 300 * time.Millisecond, WallTimeout: 5 * time.Second,
+	MemoryLimitBytes: 16 << 20}
+
+// TestHostilePrograms runs programs that attack the sandbox. Each must fail with its kind, and
+// the process must stay healthy: goroutines back to the baseline and the Go heap and the
+// resident set near it after a GC. The test is not parallel, so the baseline is its own; it
+// skips under the race detector and with -short (the engine is ~77x slower under -race).
+func TestHostilePrograms(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("hostile programs are slow under -race and -short")
+	}
+	fx := newFixture(t, registry.ModeCode, hostileConfig)
+	fx.run(context.Background(), `return 1;`) // warm up the engine's allocator
+	goroutines, heap, rss := health()
+	for _, c := range []struct {
+		name, code, kind, msg string
+	}{
+		{"infinite loop", `for (;;) {}`, "timeout", "CPU-time limit"},
+		{"infinite loop that catches", `for (;;) { try { for (;;) {} } catch (e) {} }`, "timeout", "CPU-time limit"},
+		{"regex backtracking", `return /(a+)+b/.test("a".repeat(40));`, "timeout", "CPU-time limit"},
+		{"microtask spin", `for (;;) await 0;`, "timeout", "CPU-time limit"},
+		{"memory bomb", `const a: string[] = []; for (;;) a.push("x".repeat(1024) + a.length);`, "exception", "out of memory"},
+		{"memory bomb that catches", `const a: any[] = []; for (;;) { try { a.push(new Array(1e5).fill(a.length)); } catch (e) {} }`, "", ""},
+		{"huge string", `return "x".repeat(1 << 30).length;`, "exception", "RangeError"},
+		{"deep recursion", `function f(n: number): number { return f(n + 1) + 1; } return f(0);`, "exception", "stack overflow"},
+		{"deep recursion in the parser", `return eval("[".repeat(1e6) + "]".repeat(1e6));`, "exception", "stack overflow"},
+		{"deep JSON", `let a: any = []; for (let i = 0; i < 1e6; i++) a = [a]; return JSON.stringify(a).length;`, "exception", ""},
+		{"deep source", strings.Repeat("(", 30000) + "1" + strings.Repeat(")", 30000) + ";", "exception", "nests brackets 30000 deep"},
+		{"deep blocks", strings.Repeat("{", 20000) + strings.Repeat("}", 20000), "exception", "nests brackets"},
+		{"source too long", strings.Repeat(" ", 1<<20), "exception", "bytes long"},
+		{"long operator chain", "let a = 0; " + strings.Repeat("a=", 30000) + "1; return a;", "", ""},
+		{"output flood", `for (;;) console.log("flood");`, "output-limit", "printed more than"},
+		{"one huge line", `console.log("x".repeat(1 << 20));`, "output-limit", "printed more than"},
+		{"never settles", `await new Promise(() => {});`, "timeout", "nothing will ever settle"},
+		{"ten thousand tool calls", `for (let i = 0; i < 10000; i++) await tools.echo({text: "x"});`, "exception", "more than 1000 tool calls"},
+		{"ten thousand at once", `await Promise.all(Array.from({length: 10000}, () => tools.echo({text: "x"})));`, "exception", "more than 1000 tool calls"},
+		{"require", `return require("fs");`, "exception", "ReferenceError: 'require' is not defined"},
+		{"process", `return process.env;`, "exception", "ReferenceError: 'process' is not defined"},
+		{"fetch", `return await fetch("http://127.0.0.1/");`, "exception", "ReferenceError: 'fetch' is not defined"},
+		{"dynamic import", `return await import("fs");`, "exception", "could not load module"},
+		{"dynamic import of a path", `return await import("/etc/passwd");`, "exception", "could not load module"},
+		{"static import", `import * as os from "os"; return os;`, "exception", "SyntaxError"},
+		{"host functions are gone", `return [typeof (globalThis as any).__dshd_host, typeof (globalThis as any).print, typeof (globalThis as any).std, typeof (globalThis as any).os, typeof setTimeout].join();`, "", ""},
+	} {
+		res := fx.run(context.Background(), c.code)
+		got := text(res.Content)
+		switch {
+		case c.kind == "" && c.name == "host functions are gone":
+			if got != "undefined,undefined,undefined,undefined,undefined" {
+				t.Errorf("%s: %q", c.name, got)
+			}
+		case c.kind == "":
+			t.Logf("%s: %.120q", c.name, got) // any outcome, as long as the process survives
+		case !res.IsError || !strings.HasPrefix(res.Error.Message, "code run failed ("+c.kind+"): ") || !strings.Contains(got, c.msg):
+			t.Errorf("%s: %.200q, want kind %s with %q", c.name, got, c.kind, c.msg)
+		}
+		checkHealth(t, c.name, goroutines, heap, rss)
+	}
+	if got := len(fx.dispatches()); got > 2*(codemode.DefaultMaxToolCalls+10)*2 {
+		t.Errorf("%d code-dispatch events: the calls past the cap must not be dispatched", got)
+	}
+}
+
+func TestHostileWallTime(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("hostile programs are slow under -race and -short")
+	}
+	fx := newFixture(t, registry.ModeCode, codemode.Config{WallTimeout: 100 * time.Millisecond})
+	start := time.Now()
+	res := fx.run(context.Background(), `await tools.sleep({ms: 60000});`)
+	if !strings.HasPrefix(res.Error.Message, "code run failed (timeout): the program ran longer than its wall-time limit") ||
+		time.Since(start) > 5*time.Second {
+		t.Fatalf("%q after %v", text(res.Content), time.Since(start))
+	}
+}
+
+// health reads the goroutine count, the Go heap and the resident set after a GC.
+func health() (goroutines int, heap, rss uint64) {
+	runtime.GC()
+	debug.FreeOSMemory() // return freed memory (engine heaps, grown stacks) to the OS now
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return runtime.NumGoroutine(), ms.HeapAlloc, residentBytes()
+}
+
+func residentBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
+}
+
+// checkHealth waits (bounded) for the goroutines to return to the baseline and checks that the
+// Go heap and the resident set grew by less than a run's memory limit and a margin.
+func checkHealth(t *testing.T, name string, goroutines int, heap, rss uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	g, h, r := health()
+	for g > goroutines && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		g, h, r = health()
+	}
+	if g > goroutines {
+		t.Errorf("%s: %d goroutines, baseline %d", name, g, goroutines)
+	}
+	const margin = 32 << 20
+	if h > heap+margin {
+		t.Errorf("%s: Go heap %d MiB, baseline %d MiB", name, h>>20, heap>>20)
+	}
+	if rss != 0 && r > rss+uint64(hostileConfig.MemoryLimitBytes)+margin {
+		t.Errorf("%s: resident set %d MiB, baseline %d MiB", name, r>>20, rss>>20)
+	}
+}

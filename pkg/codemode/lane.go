@@ -1,0 +1,159 @@
+package codemode
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// lane is a run's sub-call scheduler (CODE-6), the native rules (SCHED-1..6) over calls that
+// arrive while it runs. Its goroutine is the ordered lane: classification, the prepare stage,
+// the finalize stage and every commit happen on it, one at a time, in submission order; only
+// the dispatch stage (wrappers and body) runs on a goroutine of its own. A queued call starts
+// when the one before it has started and
+//   - it is parallel, no exclusive call is uncommitted, and fewer than the limit are in flight
+//     (dispatched and not settled); or
+//   - it is exclusive and every started call has committed; it then runs alone, and nothing
+//     starts before it has committed.
+//
+// Once the run signal is cancelled no call starts (SCHED-6); started calls are drained and
+// committed. The lane ends when the bridge is closed and every started call has committed.
+type lane struct {
+	b        *bridge
+	started  []*subCall // started, not committed, in submission order
+	inflight int
+}
+
+func (l *lane) run() {
+	defer close(l.b.laneDone)
+	for {
+		l.commitReady()
+		l.startReady()
+		l.commitReady()
+		if len(l.started) == 0 && l.b.idle() {
+			return
+		}
+		select {
+		case c := <-l.b.settled:
+			l.settle(c)
+			l.collect()
+		case <-l.b.wake:
+		}
+	}
+}
+
+func (l *lane) settle(c *subCall) {
+	c.done = true
+	l.inflight--
+}
+
+// collect takes every dispatch that has settled by now, without waiting.
+func (l *lane) collect() {
+	for {
+		select {
+		case c := <-l.b.settled:
+			l.settle(c)
+		default:
+			return
+		}
+	}
+}
+
+// startReady starts queued calls while the rules allow.
+func (l *lane) startReady() {
+	for l.b.ctx.Err() == nil {
+		c := l.b.peek()
+		if c == nil {
+			return
+		}
+		if n := len(l.started); n > 0 && l.started[n-1].mode == registry.Exclusive {
+			return
+		}
+		mode := l.classify(c)
+		if mode == registry.Exclusive && len(l.started) > 0 || mode == registry.Parallel && l.inflight >= l.b.limit {
+			return
+		}
+		l.b.pop()
+		c.mode = mode
+		l.start(c)
+	}
+}
+
+// classify re-classifies c just before it would start (REG-9); a panic means exclusive.
+func (l *lane) classify(c *subCall) (m registry.Mode) {
+	defer func() {
+		if recover() != nil {
+			m = registry.Exclusive
+		}
+	}()
+	return l.b.reg.ExecutionMode(c.in)
+}
+
+// start logs c's start and runs its prepare stage; a call to dispatch gets its goroutine.
+func (l *lane) start(c *subCall) {
+	l.b.logStart(c)
+	l.started = append(l.started, c)
+	l.prepare(c)
+	if c.panicked != nil || c.prep.Kind != registry.PrepDispatch {
+		c.done = true
+		return
+	}
+	l.inflight++
+	go l.dispatch(c)
+}
+
+func (l *lane) prepare(c *subCall) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.panicked = l.contained("prepare", c, v)
+		}
+	}()
+	c.prep = l.b.reg.Prepare(l.b.ctx, c.in)
+}
+
+// dispatch runs c's dispatch stage on its own goroutine and always reports back.
+func (l *lane) dispatch(c *subCall) {
+	defer func() { l.b.settled <- c }()
+	defer func() {
+		if v := recover(); v != nil {
+			c.panicked = l.contained("dispatch", c, v)
+		}
+	}()
+	c.set = l.b.reg.Dispatch(l.b.ctx, c.prep)
+}
+
+// commitReady commits every settled call at the head, in submission order.
+func (l *lane) commitReady() {
+	for len(l.started) > 0 && l.started[0].done {
+		c := l.started[0]
+		l.started = l.started[1:]
+		l.b.commit(c, l.finish(c))
+	}
+}
+
+// finish runs the finalize (or finish) stage of c.
+func (l *lane) finish(c *subCall) (res *registry.Result) {
+	if c.panicked != nil {
+		return c.panicked
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			res = l.contained("finalize", c, v)
+		}
+	}()
+	if c.set != nil {
+		return l.b.reg.Finalize(l.b.ctx, c.set)
+	}
+	return l.b.reg.Finish(l.b.ctx, c.prep)
+}
+
+// contained logs a panic of a pipeline stage and returns the failure result standing for it.
+func (l *lane) contained(stage string, c *subCall, v any) *registry.Result {
+	l.b.logger().Error("codemode: sub-call pipeline panic contained", "stage", stage, "subCallId", c.in.CallID,
+		"tool", c.in.Name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	msg := fmt.Sprintf("panic: %v", v)
+	return &registry.Result{IsError: true, Error: &registry.ToolError{Message: msg},
+		Content: []llm.Block{llm.TextBlock("Error: " + msg)}}
+}
