@@ -52,7 +52,7 @@ func TestChaos(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
-	var mu sync.Mutex // guards c.replicas against the killer
+	var mu sync.Mutex         // guards c.replicas against the killer
 	live := func() *replica { // called by every follower: the package's own generator is safe for that
 		mu.Lock()
 		defer mu.Unlock()
