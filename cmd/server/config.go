@@ -22,7 +22,7 @@ type Config struct {
 	// point at, a guard against server-side request forgery; "*" allows any. Default
 	// "api.deepseek.com".
 	ModelHosts []string
-	// DemoTools (DSHD_DEMO_TOOLS=1) adds the harmless demo tool pack (echo, sleep) for tests,
+	// DemoTools (DSHD_DEMO_TOOLS=1) adds the harmless demo tool pack (echo, sleep, wait, fail) for tests,
 	// benchmarks and first runs. Default off; `make run` turns it on. Used by the agent loop.
 	DemoTools bool
 	// DeepSeekAPIKey (DEEPSEEK_API_KEY) is the key of the default DeepSeek provider. Default
