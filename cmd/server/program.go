@@ -70,7 +70,16 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger})
-	tools, err := agents.BuiltinTools(m.Config.DemoTools)
+	wt, err := m.Config.workspaceTools(m.Logger)
+	if err != nil {
+		return err
+	}
+	var workspace []agents.WorkspaceTools
+	var workspaces api.Workspaces
+	if wt != nil {
+		workspace, workspaces = append(workspace, *wt), wt.Workspaces
+	}
+	tools, err := agents.BuiltinTools(m.Config.DemoTools, workspace...)
 	if err != nil {
 		return err
 	}
@@ -101,6 +110,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Hub:          m.hub,
 		Turns:        m.worker,
 		Prompts:      agents.Prompter{Agents: ag, Presets: presets},
+		Workspaces:   workspaces,
 		Ready:        m.ready,
 		Logger:       m.Logger,
 		AdminToken:   m.Config.AdminToken,
