@@ -168,13 +168,13 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 }
 
 // nonPublic are the ranges refused besides what netip classifies: shared address space (CGNAT),
-// "this network", IETF protocol assignments, benchmarking, reserved, and NAT64 (which maps to
-// IPv4 addresses of any kind).
+// "this network", IETF protocol assignments, benchmarking, reserved, NAT64 and 6to4 (which map
+// to IPv4 addresses of any kind) and the old IPv6 site-local range.
 var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("fec0::/10"),
 }
 
 // public reports whether a is a public unicast address.
