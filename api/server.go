@@ -29,6 +29,14 @@ import (
 // the highest seq the notifications vouch for.
 type Subscriber = pgstore.Notifier
 
+// Workspaces are the sessions' tool workspaces, by session id.
+type Workspaces interface {
+	// Copy copies the workspace of src to a new workspace dst (nothing when src has none).
+	Copy(src, dst string) error
+	// Delete removes the workspace of id (nothing when it has none).
+	Delete(id string) error
+}
+
 // Config holds the dependencies and settings of a Server.
 type Config struct {
 	Tenants *pgstore.Tenants // required
@@ -37,6 +45,10 @@ type Config struct {
 	Hub     Subscriber       // required: live wake-ups for SSE streams
 	Turns   Turns            // required: posting messages and cancelling turns
 	Prompts Prompts          // required: prompts of sessions and the tool catalogue
+
+	// Workspaces, when set, are the sessions' tool workspaces (sandbox.Workspaces): a fork copies
+	// its source's workspace to the child, a delete removes the session's. Nil: no workspaces.
+	Workspaces Workspaces
 
 	// Ready reports whether the service can take traffic (database reachable, migrations
 	// applied); /readyz answers 503 with its error. Nil means always ready.

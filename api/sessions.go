@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -83,7 +85,7 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 	case req.Fork != nil && req.PresetID != nil:
 		err = errorf(CodeInvalidRequest, "give presetId or fork, not both: a fork keeps the preset of its source")
 	case req.Fork != nil:
-		sess, err = rs.s.cfg.Log.Fork(r.Context(), tenantID(r), req.Fork.SessionID, req.Fork.BoundarySeq, nil)
+		sess, err = rs.fork(r, *req.Fork)
 	case req.PresetID != nil:
 		sess, err = rs.create(r, *req.PresetID)
 	default:
@@ -96,6 +98,22 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 	setSession(r, sess.ID)
 	logger(r).Info("session created", "preset", req.PresetID, "fork", req.Fork != nil)
 	writeJSON(w, http.StatusCreated, sessionOut(sess))
+}
+
+// fork forks the session and copies its workspace to the child; when the copy fails the child is
+// deleted again (a child without its source's files would diverge from its log unnoticed).
+func (rs sessionResource) fork(r *http.Request, f forkRequest) (eventlog.Session, error) {
+	sess, err := rs.s.cfg.Log.Fork(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil)
+	if err != nil || rs.s.cfg.Workspaces == nil {
+		return sess, err
+	}
+	if err := rs.s.cfg.Workspaces.Copy(f.SessionID.String(), sess.ID.String()); err != nil {
+		if derr := rs.s.cfg.Log.SessionDelete(context.WithoutCancel(r.Context()), tenantID(r), sess.ID); derr != nil {
+			logger(r).Error("fork: the child whose workspace copy failed could not be deleted", "child", sess.ID, "error", derr)
+		}
+		return eventlog.Session{}, fmt.Errorf("api: fork: copy the workspace: %w", err)
+	}
+	return sess, nil
 }
 
 func (rs sessionResource) create(r *http.Request, presetID uuid.UUID) (eventlog.Session, error) {
@@ -150,6 +168,11 @@ func (rs sessionResource) handleSessionDelete(w http.ResponseWriter, r *http.Req
 	if err := rs.s.cfg.Log.SessionDelete(r.Context(), tenantID(r), id); err != nil {
 		writeError(w, r, err)
 		return
+	}
+	if ws := rs.s.cfg.Workspaces; ws != nil {
+		if err := ws.Delete(id.String()); err != nil {
+			logger(r).Warn("session deleted, its workspace not", "error", err)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -246,7 +246,7 @@ func TestPromptAndTools(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	sid := e.sessionOfPreset(t, e.keyA, `{"name":"p","model":{"provider":"scripted","model":"m"},
-		"tools":{"deny":["sleep"],"toolOrder":["todo_write","<unlisted-tools>"]},
+		"tools":{"deny":["sleep","wait","fail"],"toolOrder":["todo_write","<unlisted-tools>"]},
 		"prompt":{"persona":"You help {{who}}.","variables":{"who":"testers"}}}`)
 	var p struct {
 		System string
@@ -276,7 +276,7 @@ func TestPromptAndTools(t *testing.T) {
 	for _, it := range cat.Items {
 		safe[it.Name] = it.ConcurrencySafe
 	}
-	if len(safe) != 3 || !safe["echo"] || safe["sleep"] || safe["todo_write"] {
+	if len(safe) != 5 || !safe["echo"] || safe["sleep"] || !safe["wait"] || safe["fail"] || safe["todo_write"] {
 		t.Fatalf("catalogue %+v", cat.Items)
 	}
 }

@@ -1,14 +1,41 @@
 #!/usr/bin/env bash
 # Installs what `make test` and `make run` need on a fresh Debian machine that has only Go:
-# Debian's `postgresql` package, when no PostgreSQL server binaries are found. Idempotent: it
-# installs nothing when the binaries are already there, or when DATABASE_URL (or
-# PGTEST_DATABASE_URL) points at an existing server.
+# Debian's `bubblewrap` package, when `bwrap` is not on PATH (the default shell sandbox of the
+# bash tool, pkg/sandbox; its tests run it), and Debian's `postgresql` package, when no PostgreSQL
+# server binaries are found. Idempotent: it installs nothing that is already there; PostgreSQL is
+# not installed when DATABASE_URL (or PGTEST_DATABASE_URL) points at an existing server.
 #
 # The search follows internal/pgcluster.BinDir: $PG_BINDIR, `pg_config --bindir`,
 # /usr/lib/postgresql/<version>/bin, then initdb on $PATH.
 set -euo pipefail
 
 log() { printf 'ensure-deps: %s\n' "$*" >&2; }
+
+# apt_install installs Debian packages, as root or through sudo; it fails with a message naming
+# what is missing when neither works.
+apt_updated=""
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { log "$* missing and this user cannot install it (no sudo)"; return 1; }
+    sudo="sudo"
+  fi
+  command -v apt-get >/dev/null 2>&1 || { log "$* missing and apt-get is not available; install it by hand"; return 1; }
+  export DEBIAN_FRONTEND=noninteractive
+  if [ -z "$apt_updated" ]; then
+    $sudo apt-get update -qq
+    apt_updated=1
+  fi
+  $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# bubblewrap first: it is needed whichever PostgreSQL is used.
+if ! command -v bwrap >/dev/null 2>&1; then
+  log "installing Debian's bubblewrap package (the bash tool's sandbox)"
+  apt_install bubblewrap
+  command -v bwrap >/dev/null 2>&1 || { log "bubblewrap installed but bwrap is not on PATH"; exit 1; }
+  log "bubblewrap installed"
+fi
 
 if [ -n "${DATABASE_URL:-}" ] || [ -n "${PGTEST_DATABASE_URL:-}" ]; then
   log "DATABASE_URL is set; using that server, not installing PostgreSQL"
@@ -44,16 +71,7 @@ if has_server; then
   log "PostgreSQL binaries found but the postgres user is missing; installing the package creates it"
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { log "PostgreSQL is missing and this user cannot install it (no sudo)"; exit 1; }
-  sudo="sudo"
-fi
-command -v apt-get >/dev/null 2>&1 || { log "PostgreSQL is missing and apt-get is not available; install PostgreSQL's server binaries"; exit 1; }
-
 log "installing Debian's postgresql package"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+apt_install postgresql
 has_server || { log "postgresql installed but its server binaries were not found"; exit 1; }
 log "PostgreSQL installed"

@@ -22,7 +22,7 @@ type Config struct {
 	// point at, a guard against server-side request forgery; "*" allows any. Default
 	// "api.deepseek.com".
 	ModelHosts []string
-	// DemoTools (DSHD_DEMO_TOOLS=1) adds the harmless demo tool pack (echo, sleep) for tests,
+	// DemoTools (DSHD_DEMO_TOOLS=1) adds the harmless demo tool pack (echo, sleep, wait, fail) for tests,
 	// benchmarks and first runs. Default off; `make run` turns it on. Used by the agent loop.
 	DemoTools bool
 	// DeepSeekAPIKey (DEEPSEEK_API_KEY) is the key of the default DeepSeek provider. Default
@@ -58,6 +58,23 @@ type Config struct {
 	// ToolTimeout (DSHD_TOOL_TIMEOUT, a Go duration) bounds every tool that sets no timeout of its
 	// own (SPEC extension E2). Default 10m.
 	ToolTimeout time.Duration
+	// WorkspaceRoot (DSHD_WORKSPACE_ROOT) holds the sessions' workspaces, <root>/<session id>;
+	// setting it adds the workspace tools (bash, read, write, edit, glob, grep, web_fetch).
+	// Several replicas must share it (a network filesystem). Default empty: no workspace tools.
+	WorkspaceRoot string
+	// WorkspaceQuota (DSHD_WORKSPACE_QUOTA, bytes) bounds each workspace for the file tools.
+	// Default 1073741824 (1 GiB).
+	WorkspaceQuota int64
+	// Shell (DSHD_SHELL) is bash's provider: "bwrap" (bubblewrap sandbox; the server refuses to
+	// start when it cannot run), "local" (on the host, no isolation: single-user development
+	// only) or "off" (no bash tool). Default bwrap. Used only with a WorkspaceRoot.
+	Shell string
+	// SandboxUser (DSHD_SANDBOX_USER, uid:gid) is whom bwrap sandboxes run as when the server runs
+	// as root. Default 65534:65534 (nobody).
+	SandboxUser [2]int
+	// WebAllowPrivate (DSHD_WEB_ALLOW_PRIVATE=1) lets web_fetch reach loopback, private and
+	// link-local addresses. Default off.
+	WebAllowPrivate bool
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -114,10 +131,36 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	if c.ToolTimeout, err = parseDuration("DSHD_TOOL_TIMEOUT", env("DSHD_TOOL_TIMEOUT", "10m")); err != nil {
 		return Config{}, err
 	}
+	if err := c.parseTools(env); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
 	}
 	return c, nil
+}
+
+// parseTools reads the workspace tools' settings.
+func (c *Config) parseTools(env func(name, def string) string) error {
+	c.WorkspaceRoot = env("DSHD_WORKSPACE_ROOT", "")
+	var err error
+	if c.WorkspaceQuota, err = strconv.ParseInt(env("DSHD_WORKSPACE_QUOTA", "1073741824"), 10, 64); err != nil || c.WorkspaceQuota < 1 {
+		return fmt.Errorf("DSHD_WORKSPACE_QUOTA must be a positive number of bytes")
+	}
+	switch c.Shell = env("DSHD_SHELL", "bwrap"); c.Shell {
+	case "bwrap", "local", "off":
+	default:
+		return fmt.Errorf("DSHD_SHELL must be bwrap, local or off (got %q)", c.Shell)
+	}
+	uid, gid, ok := strings.Cut(env("DSHD_SANDBOX_USER", "65534:65534"), ":")
+	if c.SandboxUser[0], err = strconv.Atoi(uid); err != nil || !ok || c.SandboxUser[0] < 1 {
+		return fmt.Errorf("DSHD_SANDBOX_USER must be uid:gid, not root")
+	}
+	if c.SandboxUser[1], err = strconv.Atoi(gid); err != nil || c.SandboxUser[1] < 1 {
+		return fmt.Errorf("DSHD_SANDBOX_USER must be uid:gid, not root")
+	}
+	c.WebAllowPrivate, err = parseBool("DSHD_WEB_ALLOW_PRIVATE", env("DSHD_WEB_ALLOW_PRIVATE", "0"))
+	return err
 }
 
 func splitList(s string) []string {

@@ -71,7 +71,16 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger, RetryUnavailable: m.Config.DBRetry})
-	tools, err := agents.BuiltinTools(m.Config.DemoTools)
+	wt, err := m.Config.workspaceTools(m.Logger)
+	if err != nil {
+		return err
+	}
+	var workspace []agents.WorkspaceTools
+	var workspaces api.Workspaces
+	if wt != nil {
+		workspace, workspaces = append(workspace, *wt), wt.Workspaces
+	}
+	tools, err := agents.BuiltinTools(m.Config.DemoTools, workspace...)
 	if err != nil {
 		return err
 	}
@@ -106,6 +115,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Hub:          m.hub,
 		Turns:        m.worker,
 		Prompts:      agents.Prompter{Agents: ag, Presets: presets},
+		Workspaces:   workspaces,
 		Ready:        m.ready,
 		Logger:       m.Logger,
 		AdminToken:   m.Config.AdminToken,

@@ -26,7 +26,7 @@ const module = "github.com/dshd/dshd"
 // non-test files) only module packages of a lower rank, so packages of one rank never import
 // each other. An exact name wins over a "/..." pattern, a longer pattern over a shorter one. A
 // module package that matches no entry fails the test: give it a rank here. Entries for packages
-// that do not exist yet (pkg/fault, pkg/pgstore, pkg/codemode, pkg/sandbox, pkg/approval) say
+// that do not exist yet (pkg/fault, pkg/pgstore, pkg/codemode, pkg/approval) say
 // where they go.
 var layers = []struct {
 	rank int
@@ -38,8 +38,8 @@ var layers = []struct {
 	{15, []string{"pkg/eventlog"}},                                   // the log's vocabulary and seam
 	{16, []string{"pkg/eventlog/eventlogtest"}},                      // its conformance suite
 	{20, []string{"pkg/registry", "pkg/promptasm"}},                  // the tool registry, prompts
-	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},       // model clients, tenants
-	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}}, // tool calls and the tools
+	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},       // model clients, tenants, shell sandboxes and workspaces
+	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}}, // tool calls and the tools (tools/tooltest: their test runner)
 	{30, []string{"pkg/preset", "pkg/approval"}},                     // presets, durable approvals
 	{40, []string{"pkg/agentloop"}},                                  // the turn loop
 	{45, []string{"pkg/pgstore"}},                                    // the PostgreSQL adapter
@@ -70,8 +70,9 @@ var (
 
 // stdOnly: these packages import only the standard library and the module packages listed.
 var stdOnly = map[string][]string{
-	"pkg/fault": nil,
-	"pkg/llm":   {"pkg/fault"},
+	"pkg/fault":   nil,
+	"pkg/llm":     {"pkg/fault"},
+	"pkg/sandbox": nil, // the shell providers and workspaces know nothing of tools or the log
 }
 
 // Nothing in pkg/ may import these, not even from test files.

@@ -17,13 +17,21 @@ import (
 )
 
 // BuiltinTools returns the tools every agent may use: todo_write, plus the demo pack (echo,
-// sleep) when withDemo is set.
-func BuiltinTools(withDemo bool) ([]*registry.Tool, error) {
+// sleep, wait, fail) when withDemo is set, plus the workspace tools (bash, read, write, edit,
+// glob, grep, web_fetch) of each WorkspaceTools given (at most one).
+func BuiltinTools(withDemo bool, workspace ...WorkspaceTools) ([]*registry.Tool, error) {
 	td, err := todo.Tool()
 	if err != nil {
 		return nil, err
 	}
 	tools := []*registry.Tool{td}
+	for _, w := range workspace {
+		wt, err := w.tools()
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, wt...)
+	}
 	if withDemo {
 		d, err := demo.Tools()
 		if err != nil {

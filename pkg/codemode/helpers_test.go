@@ -43,9 +43,15 @@ func newFixtureCap(t testing.TB, mode registry.PresentMode, cfg codemode.Config,
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := demo.Tools()
+	all, err := demo.Tools()
 	if err != nil {
 		t.Fatal(err)
+	}
+	var tools []*registry.Tool // echo (parallel-safe) and sleep (exclusive): the programs' tools
+	for _, tl := range all {
+		if tl.Name == "echo" || tl.Name == "sleep" {
+			tools = append(tools, tl)
+		}
 	}
 	g := k.Fiber("tools", nil)
 	for _, tl := range append(tools, extra...) {
@@ -86,6 +92,12 @@ func (r *journalRecorder) Commit(ctx context.Context, evs ...eventlog.NewEvent) 
 	r.commits++
 	r.mu.Unlock()
 	return r.j.Append(ctx, func(eventlog.Head) ([]eventlog.NewEvent, error) { return evs, nil })
+}
+
+// CommitFunc implements registry.Recorder over the whole journal (the tests have one turn).
+func (r *journalRecorder) CommitFunc(ctx context.Context, build func([]eventlog.Event) ([]eventlog.NewEvent, error)) error {
+	_, err := r.j.Append(ctx, func(eventlog.Head) ([]eventlog.NewEvent, error) { return build(r.j.Events()) })
+	return err
 }
 
 // input is a top-level run_code call of the agent, in a session.

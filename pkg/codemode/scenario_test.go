@@ -39,7 +39,7 @@ func TestScenario30_CodeModePrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if toolNames(res.Tools) != "echo,run_code,sleep,todo_write" {
+	if toolNames(res.Tools) != "echo,fail,run_code,sleep,todo_write,wait" {
 		t.Fatalf("both: wire tools = %s", toolNames(res.Tools))
 	}
 }

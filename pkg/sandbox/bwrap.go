@@ -1,0 +1,186 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// BwrapConfig configures the bwrap provider.
+type BwrapConfig struct {
+	// Path is the bwrap binary. Default: "bwrap" on PATH.
+	Path string
+	// UID and GID are the host user and group commands run as when the server runs as root
+	// (bubblewrap then runs unprivileged as them, in a user namespace of their own): root is
+	// exempt from the process-count limit, and must never own a sandbox. Default 65534
+	// (nobody). Ignored when the server is not root: commands run as the server's user.
+	UID, GID int
+	// Limits are every command's limits; zero fields take DefaultLimits.
+	Limits Limits
+	// OutputBytes is how much of each output stream a Result keeps. Default DefaultOutputBytes.
+	OutputBytes int
+}
+
+// Bwrap runs commands in bubblewrap sandboxes. What holds:
+//
+//   - Filesystem: only /usr (with the /bin, /lib, /sbin links of a merged-/usr system, or those
+//     directories read-only), a few harmless /etc entries (alternatives, ld.so, TLS certificates,
+//     hosts, nsswitch, localtime; resolv.conf with the network), a fresh /proc, a minimal /dev and
+//     an empty /tmp are visible; the session's workspace is the only writable host directory, at
+//     WorkspacePath. No other workspace, no /home, /root, /etc/shadow or server file is mounted.
+//   - Network: none (a new network namespace with only its own loopback) unless Spec.Network.
+//   - Identity: a new user namespace with no capabilities and nested user namespaces disabled;
+//     run by a server that is root, the sandbox is BwrapConfig.UID on the host.
+//   - Environment: empty, then the minimal PATH, HOME, LANG, TMPDIR and Spec.Env.
+//   - Limits: ulimit in the shell line (CPU time, address space, file size, open files, and
+//     processes counted in the sandbox's own user namespace, so a fork bomb stops at the limit).
+//     Memory is bounded per process (address space), not per sandbox: there is no cgroup.
+//   - Lifetime: bwrap is the init of a new PID namespace, in a process group of its own; on the
+//     timeout or cancel the group is killed, the namespace's init dies and the kernel kills every
+//     process in it. --die-with-parent ends the sandbox if the server dies.
+//
+// What does not hold: no seccomp filter (the kernel's whole syscall surface is reachable, as it
+// is for any unprivileged user), no disk quota on what a command writes (only RLIMIT_FSIZE per
+// file; the file tools check the workspace quota), no per-sandbox memory or CPU share.
+type Bwrap struct {
+	cfg  BwrapConfig
+	bin  string
+	cred *syscall.Credential
+	// system mounts the host's read-only system entries: bwrap arguments, computed once.
+	system []string
+}
+
+// NewBwrap finds bubblewrap and checks that it can run here (user namespaces are allowed): it
+// returns an error saying why not otherwise.
+func NewBwrap(cfg BwrapConfig) (*Bwrap, error) {
+	if cfg.Path == "" {
+		cfg.Path = "bwrap"
+	}
+	if cfg.UID == 0 {
+		cfg.UID = 65534
+	}
+	if cfg.GID == 0 {
+		cfg.GID = 65534
+	}
+	cfg.Limits = cfg.Limits.or(DefaultLimits)
+	if cfg.OutputBytes <= 0 {
+		cfg.OutputBytes = DefaultOutputBytes
+	}
+	bin, err := exec.LookPath(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: bubblewrap not found (install the bubblewrap package: scripts/ensure-deps.sh): %w", err)
+	}
+	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds()}
+	if os.Geteuid() == 0 {
+		b.cred = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), NoSetGroups: false}
+	}
+	if err := b.probe(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Name implements Provider.
+func (b *Bwrap) Name() string { return "bwrap" }
+
+// Owner returns the host user and group that own what sandboxes write, and whether the server
+// must hand them the workspace (it is root; otherwise the sandbox runs as the server's user).
+func (b *Bwrap) Owner() (uid, gid int, ok bool) {
+	if b.cred == nil {
+		return 0, 0, false
+	}
+	return b.cfg.UID, b.cfg.GID, true
+}
+
+// probe runs `true` in the sandbox configuration without a workspace.
+func (b *Bwrap) probe() error {
+	args := append(b.baseArgs(false), "--", "/bin/true")
+	cmd := exec.Command(b.bin, args...)
+	cmd.Env = environ("/", nil)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("sandbox: bubblewrap cannot start: %w", err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("sandbox: bubblewrap cannot run here (are unprivileged user namespaces allowed?): %v: %s",
+				err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		return errors.New("sandbox: bubblewrap did not finish `true` in 30s")
+	}
+}
+
+// baseArgs are the namespace, lifetime and system arguments of every sandbox.
+func (b *Bwrap) baseArgs(network bool) []string {
+	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+		"--die-with-parent", "--new-session", "--hostname", "sandbox"}
+	if network {
+		args = append(args, "--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf")
+	}
+	args = append(args, b.system...)
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv")
+}
+
+// systemBinds mounts /usr read-only and mirrors the root entries that point into it.
+func systemBinds() []string {
+	args := []string{"--ro-bind", "/usr", "/usr"}
+	for _, p := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(p); err == nil {
+				args = append(args, "--symlink", target, p)
+			}
+		case fi.IsDir():
+			args = append(args, "--ro-bind", p, p)
+		}
+	}
+	for _, p := range []string{"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+		"/etc/ssl", "/etc/ca-certificates", "/etc/hosts", "/etc/nsswitch.conf", "/etc/localtime"} {
+		args = append(args, "--ro-bind-try", p, p)
+	}
+	return args
+}
+
+// Run implements Provider.
+func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
+	if spec.Workspace == "" {
+		return Result{}, errors.New("sandbox: spec has no workspace")
+	}
+	dir := path.Join(WorkspacePath, path.Clean("/"+spec.Dir))
+	args := b.baseArgs(spec.Network)
+	args = append(args, "--bind", spec.Workspace, WorkspacePath, "--chdir", dir)
+	for _, kv := range environ(WorkspacePath, spec.Env) {
+		k, v, _ := strings.Cut(kv, "=")
+		args = append(args, "--setenv", k, v)
+	}
+	args = append(args, "--", "/bin/bash")
+	args = append(args, shellArgs("/bin/bash", spec.Limits.or(b.cfg.Limits), true, spec.Command)...)
+	cmd := exec.Command(b.bin, args...)
+	cmd.Env = environ("/", nil) // bwrap itself gets nothing of the server's environment either
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
+	return run(ctx, cmd, spec.Timeout, b.cfg.OutputBytes, killGroup)
+}
+
+// killGroup kills the process group led by pid. For bwrap that is bwrap and the init of the
+// sandbox's PID namespace, whose death takes every process of the namespace with it.
+func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }

@@ -1,0 +1,192 @@
+package bash_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/tools/bash"
+	"github.com/dshd/dshd/pkg/tools/tooltest"
+)
+
+type env struct {
+	t    *testing.T
+	w    *sandbox.Workspaces
+	tool *registry.Tool
+	reg  *tooltest.Registry
+}
+
+func newEnv(t *testing.T, shell sandbox.Provider, owner *sandbox.Owner) *env {
+	t.Helper()
+	root, err := os.MkdirTemp("", "dshd-bash-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: root, Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := bash.Tool(bash.Config{Shell: shell, Workspaces: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, w: w, tool: tl, reg: tooltest.New(t, tl)}
+}
+
+func localEnv(t *testing.T) *env {
+	t.Helper()
+	l, err := sandbox.NewLocal(sandbox.LocalConfig{Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, l, nil)
+}
+
+func bwrapEnv(t *testing.T) *env {
+	t.Helper()
+	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{})
+	if err != nil {
+		t.Skipf("SKIP: bubblewrap cannot run here, so bash in the sandbox is not tested (scripts/ensure-deps.sh installs it): %v", err)
+	}
+	var owner *sandbox.Owner
+	if uid, gid, ok := b.Owner(); ok {
+		owner = &sandbox.Owner{UID: uid, GID: gid}
+	}
+	return newEnv(t, b, owner)
+}
+
+func (e *env) call(ctx context.Context, session string, args map[string]any) (string, string) {
+	e.t.Helper()
+	if _, ok := args["description"]; !ok {
+		args["description"] = "test"
+	}
+	res := e.reg.Call(ctx, e.t, session, "bash", args)
+	return tooltest.Text(res), tooltest.Code(res)
+}
+
+func TestBashOutput(t *testing.T) {
+	t.Parallel()
+	e := localEnv(t)
+	for cmd, want := range map[string]string{
+		"echo out":                             "out",
+		"echo out; echo err >&2":               "out\n[stderr]\nerr",
+		"echo err >&2; exit 3":                 "[stderr]\nerr\n[exit code: 3]",
+		"printf 'no newline'; exit 1":          "no newline\n[exit code: 1]",
+		"true":                                 "(no output)",
+		"kill -9 $$":                           "[exit code: 137]",
+		"sleep 5":                              "", // with timeoutMs below
+		"head -c 70000 /dev/zero | tr '\\0' a": "",
+	} {
+		args := map[string]any{"command": cmd}
+		if cmd == "sleep 5" {
+			args["timeoutMs"] = 200
+			want = "[timed out after 200ms]"
+		}
+		got, code := e.call(context.Background(), "s", args)
+		if strings.HasPrefix(cmd, "head") {
+			if !strings.HasSuffix(got, "\n[stdout truncated: 4464 more bytes not shown]") || code != "" {
+				t.Errorf("%q: %.80q… %s", cmd, got[len(got)-60:], code)
+			}
+			continue
+		}
+		if got != want || code != "" {
+			t.Errorf("%q = %q %s, want %q", cmd, got, code, want)
+		}
+	}
+}
+
+func TestBashArguments(t *testing.T) {
+	t.Parallel()
+	e := localEnv(t)
+	for _, args := range []map[string]any{
+		{"command": "  ", "description": "d"},
+		{"command": "true", "description": " "},
+		{"command": "true", "description": "d", "timeoutMs": 0},
+		{"command": "true", "description": "d", "timeoutMs": -5},
+		{"description": "d"},
+	} {
+		if got, code := e.call(context.Background(), "s", args); code != "INVALID_ARGS" {
+			t.Errorf("%v: %q %s", args, got, code)
+		}
+	}
+}
+
+func TestBashWorkdir(t *testing.T) {
+	t.Parallel()
+	e := localEnv(t)
+	ws, err := e.w.Open("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.MkdirAll("sub/dir"); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(ws.Dir, "file"), nil, 0o644)
+	_ = os.Symlink("/etc", filepath.Join(ws.Dir, "etc"))
+	if got, _ := e.call(context.Background(), "s", map[string]any{"command": "pwd", "workdir": "sub/dir"}); got != filepath.Join(ws.Dir, "sub/dir") {
+		t.Errorf("workdir: %q", got)
+	}
+	for wd, want := range map[string]string{"..": sandbox.CodeSandboxDenied, "/tmp": sandbox.CodeSandboxDenied,
+		"etc": sandbox.CodeSandboxDenied, "nope": sandbox.CodeNotFound, "file": sandbox.CodeNotDirectory} {
+		if got, code := e.call(context.Background(), "s", map[string]any{"command": "pwd", "workdir": wd}); code != want {
+			t.Errorf("workdir %q: %q %s, want %s", wd, got, code, want)
+		}
+	}
+}
+
+func TestBashCancelIsAborted(t *testing.T) {
+	t.Parallel()
+	e := localEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(200 * time.Millisecond); cancel() }()
+	start := time.Now()
+	got, code := e.call(ctx, "s", map[string]any{"command": "sleep 100"})
+	if code != "ABORTED" || got != "Error: tool call aborted" || time.Since(start) > 20*time.Second {
+		t.Fatalf("%q %s after %v", got, code, time.Since(start))
+	}
+}
+
+func TestBashDescriptionStatesTheMode(t *testing.T) {
+	t.Parallel()
+	if d := localEnv(t).tool.Description; !strings.Contains(d, "local mode") || !strings.Contains(d, "no isolation") {
+		t.Errorf("local: %q", d)
+	}
+	if d := bwrapEnv(t).tool.Description; !strings.Contains(d, "bubblewrap sandbox (mode: bwrap)") || !strings.Contains(d, "no network") {
+		t.Errorf("bwrap: %q", d)
+	}
+}
+
+// TestBashIsSandboxed: in the bwrap mode, bash sees only its own workspace: not /etc/shadow, not
+// another session's files, not the network.
+func TestBashIsSandboxed(t *testing.T) {
+	t.Parallel()
+	e := bwrapEnv(t)
+	other, err := e.w.Open("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := os.WriteFile(filepath.Join(other.Dir, "secret"), []byte("other-secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, code := e.call(context.Background(), "s", map[string]any{"command": "echo mine > f; cat f; pwd"}); got != "mine\n/workspace" || code != "" {
+		t.Fatalf("own workspace: %q %s", got, code)
+	}
+	for _, cmd := range []string{"cat /etc/shadow", "cat " + filepath.Join(other.Dir, "secret"), "cat ../other/files/secret",
+		"exec 3<>/dev/tcp/1.1.1.1/80"} {
+		got, _ := e.call(context.Background(), "s", map[string]any{"command": cmd})
+		if !strings.Contains(got, "[exit code: ") || strings.Contains(got, "other-secret") {
+			t.Errorf("%q: %q", cmd, got)
+		}
+	}
+}
