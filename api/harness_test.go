@@ -102,7 +102,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err := hub.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	presets := pgstore.NewPresets(e.pool, preset.Rules{ModelHosts: e.modelHosts()})
+	presets := pgstore.NewPresets(e.pool, preset.Rules{ModelHosts: e.modelHosts(), PolicyWebhookKey: testWebhookKey})
 	tools, err := agents.BuiltinTools(true)
 	if err != nil {
 		t.Fatal(err)

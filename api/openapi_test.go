@@ -115,6 +115,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("GET", "/v1/presets/{id}", e.do(t, "GET", "/v1/presets/"+p.ID, e.keyB, nil).want(t, 404))
 	c.check("PUT", "/v1/presets/{id}", e.do(t, "PUT", "/v1/presets/"+p.ID, e.keyA, minimalPreset).want(t, 200))
 	c.check("PUT", "/v1/presets/{id}", e.do(t, "PUT", "/v1/presets/"+p.ID, e.keyA, `{}`).want(t, 400))
+	c.check("GET", "/v1/presets/{id}/webhook-secret", e.do(t, "GET", "/v1/presets/"+p.ID+"/webhook-secret", e.keyA, nil).want(t, 200))
+	c.check("GET", "/v1/presets/{id}/webhook-secret", e.do(t, "GET", "/v1/presets/"+p.ID+"/webhook-secret", e.keyB, nil).want(t, 404))
 
 	var s struct{ ID string }
 	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{"presetId":"`+p.ID+`"}`).want(t, 201)).json(t, &s)

@@ -21,6 +21,7 @@ func (rs presetResource) routes() chi.Router {
 	r.Get("/{id}", rs.handlePresetGet)
 	r.Put("/{id}", rs.handlePresetUpdate)
 	r.Delete("/{id}", rs.handlePresetDelete)
+	r.Get("/{id}/webhook-secret", rs.handlePresetWebhookSecret)
 	return r
 }
 

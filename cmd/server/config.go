@@ -75,6 +75,17 @@ type Config struct {
 	// WebAllowPrivate (DSHD_WEB_ALLOW_PRIVATE=1) lets web_fetch reach loopback, private and
 	// link-local addresses. Default off.
 	WebAllowPrivate bool
+	// PolicyWebhookKey (DSHD_POLICY_WEBHOOK_KEY) is the key every preset's policy webhook signing
+	// secret is derived from; at least 32 bytes. Default empty: policy webhooks are disabled
+	// (presets naming one are refused).
+	PolicyWebhookKey string
+	// PolicyWebhookHTTP (DSHD_POLICY_WEBHOOK_ALLOW_HTTP=1) allows http:// policy webhooks, for
+	// tests. Default off: https only.
+	PolicyWebhookHTTP bool
+	// PolicyWebhookPrivate (DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE=1) allows policy webhooks on
+	// loopback, private and link-local addresses, for tests and private deployments. Default
+	// off: every address is checked when it is dialled.
+	PolicyWebhookPrivate bool
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -132,6 +143,16 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if err := c.parseTools(env); err != nil {
+		return Config{}, err
+	}
+	c.PolicyWebhookKey = strings.TrimSpace(getenv("DSHD_POLICY_WEBHOOK_KEY"))
+	if c.PolicyWebhookKey != "" && len(c.PolicyWebhookKey) < 32 {
+		return Config{}, fmt.Errorf("DSHD_POLICY_WEBHOOK_KEY must be at least 32 bytes")
+	}
+	if c.PolicyWebhookHTTP, err = parseBool("DSHD_POLICY_WEBHOOK_ALLOW_HTTP", env("DSHD_POLICY_WEBHOOK_ALLOW_HTTP", "0")); err != nil {
+		return Config{}, err
+	}
+	if c.PolicyWebhookPrivate, err = parseBool("DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE", env("DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE", "0")); err != nil {
 		return Config{}, err
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {

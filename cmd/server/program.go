@@ -93,6 +93,8 @@ func (m *Main) Run(ctx context.Context) error {
 	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
 		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,
+		PolicyWebhooks: agents.PolicyWebhooks{Key: []byte(m.Config.PolicyWebhookKey),
+			AllowHTTP: m.Config.PolicyWebhookHTTP, AllowPrivate: m.Config.PolicyWebhookPrivate},
 		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@
 // sessions while any of them uses it (Agent hands out a release func; the scope is
 // reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
 // disposed when they fall out of it: every registration made for them (restrictions,
-// presentation mode, approval guards, prompt sections and variables) is undone, and the next
+// presentation mode, tool policies, approval asks, prompt sections and variables) is undone, and the next
 // Agent call of that version sets it up again. Model clients are cached by base URL, bounded.
 //
 // Setting a scope up and disposing it take time linear in the preset's size (its prompt is one
@@ -18,6 +18,7 @@ package agents
 import (
 	"container/list"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,7 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/llm/openai"
 	"github.com/dshd/dshd/pkg/llm/scripted"
+	"github.com/dshd/dshd/pkg/policy"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/registry"
@@ -79,11 +81,28 @@ type Config struct {
 	// Default DefaultMaxIdleScopes (256); negative keeps none (a scope is disposed as soon as
 	// its last user releases it).
 	MaxIdleScopes int
+	// PolicyWebhooks configures the policy webhooks presets may name (pkg/policy).
+	PolicyWebhooks PolicyWebhooks
 	// Logger receives setup failures; default slog.Default().
 	Logger *slog.Logger
 	// CodeRuntime is the code-mode runtime (codemode.go): New installs its run_code, and presets
 	// in mode code or both get its SDK. Nil: such presets fail their setup (PRS-6).
 	CodeRuntime *codemode.Runtime
+}
+
+// PolicyWebhooks are the operator's settings of preset policy webhooks.
+type PolicyWebhooks struct {
+	// Key is the key every preset's webhook signing secret is derived from (policy.Secret, the
+	// same on every replica). Empty disables policy webhooks: Rules refuses presets naming one,
+	// and one stored before fails its calls closed.
+	Key []byte
+	// AllowHTTP allows http:// webhook URLs (tests); otherwise https only.
+	AllowHTTP bool
+	// AllowPrivate allows webhooks on loopback, private and link-local addresses (tests, private
+	// deployments); otherwise the address of every connection is checked when it is dialled.
+	AllowPrivate bool
+	// RootCAs replaces the system roots for https webhooks (tests).
+	RootCAs *x509.CertPool
 }
 
 // Defaults of Config.
@@ -120,6 +139,9 @@ type Agents struct {
 	// scope's setup, outside mu.
 	setupHook func(key string)
 
+	// webhooks calls the preset policy webhooks; nil while they are disabled (no key).
+	webhooks *policy.Client
+
 	heldMu sync.RWMutex
 	held   map[string]*held // by agent (session id): the agents whose configuration is held
 }
@@ -133,7 +155,7 @@ type scope struct {
 	settings Settings
 	err      error // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
-	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, guards)
+	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, policies, asks)
 	undo     []func()      // the promptasm registrations
 	refs     int           // under Agents.mu
 	elem     *list.Element // in idle when refs is 0; under Agents.mu
@@ -179,6 +201,9 @@ func New(cfg Config) (*Agents, error) {
 	}
 	a := &Agents{cfg: cfg, k: k, reg: reg, scopes: map[string]*scope{}, idle: list.New(), gone: map[string]chan struct{}{},
 		clients: map[string]*list.Element{}, lru: list.New(), held: map[string]*held{}}
+	if w := cfg.PolicyWebhooks; len(w.Key) > 0 {
+		a.webhooks = policy.NewClient(policy.ClientConfig{AllowHTTP: w.AllowHTTP, AllowPrivate: w.AllowPrivate, RootCAs: w.RootCAs})
+	}
 	reg.MountApprover(registry.ApproverFunc(a.approve))
 	g := k.Fiber("builtin-tools", nil)
 	for _, t := range cfg.Tools {
@@ -202,9 +227,13 @@ func New(cfg Config) (*Agents, error) {
 
 // Rules returns the preset validation rules of what these agents can run: a preset they accept
 // gets a model provider (its baseUrl host is among Config.ModelHosts, with their default; it is
-// not scripted while Config.ScriptedDisabled). The server validates presets with them.
+// not scripted while Config.ScriptedDisabled), and names policy webhooks only when
+// Config.PolicyWebhooks has a key (with its http and private-address settings). The server
+// validates presets with them.
 func (a *Agents) Rules() preset.Rules {
-	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled}
+	w := a.cfg.PolicyWebhooks
+	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled,
+		PolicyWebhookKey: slices.Clone(w.Key), PolicyWebhookHTTP: w.AllowHTTP, PolicyWebhookPrivate: w.AllowPrivate}
 }
 
 // Registry returns the tool registry (for the catalogue).
@@ -340,7 +369,7 @@ func (a *Agents) build(sc *scope, p preset.Preset) {
 	}
 	sc.sched = scheduler.New(a.reg, scheduler.Config{Logger: a.cfg.Logger,
 		MaxParallelToolCallsFunc: func() int { return cap }})
-	sc.err = a.setup(sc, p.Body)
+	sc.err = a.setup(sc, p)
 	completed = true
 	if sc.err != nil {
 		a.cfg.Logger.Warn("preset setup failed", "preset", p.ID, "version", p.Version, "err", sc.err)
@@ -384,7 +413,7 @@ func (a *Agents) release(sc *scope) {
 }
 
 // dispose undoes every registration made for sc: the promptasm ones, then the fiber's
-// (restrictions, presentation mode, approval guards), each in reverse order.
+// (restrictions, presentation mode, policies, approval asks), each in reverse order.
 func (a *Agents) dispose(sc *scope) {
 	for i := len(sc.undo) - 1; i >= 0; i-- {
 		sc.undo[i]()
@@ -395,10 +424,11 @@ func (a *Agents) dispose(sc *scope) {
 	}
 }
 
-// setup declares the scope and registers the preset's restrictions, mode, approval guards, and
-// its persona, sections and variables as one promptasm bundle, keeping in sc what undoes them
-// (also after a failure: dispose undoes what was registered before it).
-func (a *Agents) setup(sc *scope, p preset.Body) error {
+// setup declares the scope and registers the preset's restrictions, mode, policies, approval
+// asks, and its persona, sections and variables as one promptasm bundle, keeping in sc what
+// undoes them (also after a failure: dispose undoes what was registered before it).
+func (a *Agents) setup(sc *scope, pv preset.Preset) error {
+	p := pv.Body
 	key := sc.key
 	s, err := a.k.Scopes().Declare(key, nil)
 	if err != nil {
@@ -425,6 +455,11 @@ func (a *Agents) setup(sc *scope, p preset.Body) error {
 		if _, err := a.reg.PresentAs(f, m); err != nil {
 			return err
 		}
+	}
+	// The policies' pre-execute listener is registered before the approval asks: a rule that
+	// fits decides first (an allow skips approval.ask), the others fall through to them.
+	if err := a.installPolicies(f, pv); err != nil {
+		return err
 	}
 	if len(p.Approval.Ask) > 0 {
 		if err := a.askFor(f, p.Approval.Ask); err != nil {
@@ -477,6 +512,20 @@ func (a *Agents) askFor(f *kernel.Fiber, tools []string) error {
 			return next(ctx)
 		}))
 	return err
+}
+
+// installPolicies installs the preset's policies block on its scope (pkg/policy): pre-execute
+// rules and webhook, guards, post-execute rules and webhook.
+func (a *Agents) installPolicies(f *kernel.Fiber, pv preset.Preset) error {
+	set, err := policy.Compile(pv.Policies)
+	if err != nil || set.Empty() {
+		return err
+	}
+	env := policy.Env{PresetID: pv.ID.String(), PresetVersion: pv.Version, Logger: a.cfg.Logger}
+	if a.webhooks != nil {
+		env.Client, env.Secret = a.webhooks, policy.Secret(a.cfg.PolicyWebhooks.Key, pv.ID)
+	}
+	return set.Install(f, a.reg, env)
 }
 
 // failing returns a prompt registry whose assembly fails with a setup error.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/policy"
 	"github.com/google/uuid"
 )
 
@@ -52,8 +53,13 @@ type Body struct {
 	Tools    Tools    `json:"tools"`
 	Prompt   Prompt   `json:"prompt"`
 	Approval Approval `json:"approval"`
+	Policies Policies `json:"policies"`
 	Limits   Limits   `json:"limits"`
 }
+
+// Policies are the preset's tool policies: pre-execute rules, guards, post-execute rules and
+// policy webhooks, installed on the preset's scope (pkg/policy documents their semantics).
+type Policies = policy.Policies
 
 // Model selects the model provider and how it is called. BaseURL is for the deepseek and openai
 // providers only; empty means the provider's default endpoint. MaxTokens and ReasoningEffort,
@@ -140,6 +146,7 @@ func (b *Body) Normalize() {
 	}
 	b.Approval.Ask = nonNil(b.Approval.Ask)
 	b.Approval.TimeoutMs = orDefault(b.Approval.TimeoutMs, DefaultApprovalTimeoutMs)
+	b.Policies.Normalize()
 	b.Limits.MaxSteps = orDefault(b.Limits.MaxSteps, DefaultMaxSteps)
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm/openai"
+	"github.com/dshd/dshd/pkg/policy"
+	"github.com/google/uuid"
 )
 
 // Rules are the deployment settings validation depends on.
@@ -25,6 +27,24 @@ type Rules struct {
 	// server takes its Rules from its agents (agents.Agents.Rules), so that a preset it accepts is
 	// one its agents can run.
 	ScriptedDisabled bool
+	// PolicyWebhookKey is the operator's key the signing secret of each preset's policy webhooks
+	// is derived from (policy.Secret; WebhookSecret). Empty: policy webhooks are disabled, and a
+	// preset naming one is refused.
+	PolicyWebhookKey []byte
+	// PolicyWebhookHTTP allows http:// policy webhook URLs (tests); otherwise only https.
+	PolicyWebhookHTTP bool
+	// PolicyWebhookPrivate allows policy webhook hosts that are loopback, private or link-local
+	// addresses (tests, private deployments).
+	PolicyWebhookPrivate bool
+}
+
+// WebhookSecret returns the signing secret of the policy webhooks of preset id; ok is false
+// while policy webhooks are disabled (no PolicyWebhookKey).
+func (r Rules) WebhookSecret(id uuid.UUID) (secret string, ok bool) {
+	if len(r.PolicyWebhookKey) == 0 {
+		return "", false
+	}
+	return policy.Secret(r.PolicyWebhookKey, id), true
 }
 
 // Problem is one reason a preset body is invalid. Field is the JSON path of the offending value.
@@ -68,6 +88,8 @@ func (r Rules) Validate(b *Body) error {
 	v.tools(b.Tools)
 	v.prompt(b.Prompt)
 	v.approval(b.Approval)
+	policy.Check(b.Policies, policy.Rules{WebhooksEnabled: len(r.PolicyWebhookKey) > 0,
+		AllowHTTP: r.PolicyWebhookHTTP, AllowPrivate: r.PolicyWebhookPrivate}, v.add)
 	v.between("limits.maxSteps", *b.Limits.MaxSteps, 1, MaxMaxSteps)
 	if len(v.problems) > 0 {
 		return &ValidationError{Problems: v.problems, Omitted: v.omitted}

@@ -1,0 +1,54 @@
+package policy
+
+import "net/netip"
+
+// nonPublic are the ranges PublicAddr refuses besides those netip classifies (loopback,
+// private, link-local, multicast, unspecified).
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),   // carrier-grade NAT (some clouds' metadata services)
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and broadcast
+	netip.MustParsePrefix("100::/64"),        // discard
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+}
+
+// embedsIPv4 are IPv6 ranges that carry an IPv4 address in their last 32 bits (NAT64), which
+// PublicAddr checks in turn.
+var embedsIPv4 = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+}
+
+// PublicAddr reports whether a is a public unicast address: not loopback, private (RFC 1918,
+// fc00::/7), link-local (169.254.0.0/16, fe80::/10), unspecified, multicast, carrier-grade NAT,
+// reserved or documentation space. IPv4-mapped and NAT64 addresses are judged by their IPv4
+// address; 6to4 (2002::/16) by the IPv4 address it embeds.
+func PublicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || !a.IsGlobalUnicast() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	if a.Is6() {
+		b := a.As16()
+		for _, p := range embedsIPv4 {
+			if p.Contains(a) {
+				return PublicAddr(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
+			}
+		}
+		if b[0] == 0x20 && b[1] == 0x02 { // 6to4
+			return PublicAddr(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
+		}
+	}
+	return true
+}
