@@ -30,10 +30,15 @@ func bearer(r *http.Request) (string, bool) {
 }
 
 // authenticate requires `Authorization: Bearer <api key>` and puts the key's tenant in the
-// request context; anything else answers 401.
+// request context; anything else answers 401. Without the header, a stream token (?token=,
+// tokens.go) may open a session's event stream.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r)
+		if !ok && r.URL.Query().Has("token") {
+			s.streamTokenAuth(w, r, next) // tokens.go
+			return
+		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd"`)
 			writeProblem(w, CodeUnauthorized, "send an API key as Authorization: Bearer <key>")

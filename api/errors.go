@@ -28,6 +28,7 @@ const (
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotReady            = "not_ready"
+	CodeOriginNotAllowed    = "origin_not_allowed"
 )
 
 // problemTable is the one place an error code gets its HTTP status and title. A code missing here
@@ -39,6 +40,7 @@ var problemTable = map[string]struct {
 	CodeInvalidRequest:      {http.StatusBadRequest, "Invalid request"},
 	CodeInvalidBoundary:     {http.StatusBadRequest, "Invalid fork boundary"},
 	CodeUnauthorized:        {http.StatusUnauthorized, "Unauthorized"},
+	CodeOriginNotAllowed:    {http.StatusForbidden, "Origin not allowed"},
 	CodeNotFound:            {http.StatusNotFound, "Not found"},
 	CodeMethodNotAllowed:    {http.StatusMethodNotAllowed, "Method not allowed"},
 	CodeConflict:            {http.StatusConflict, "Conflict"},

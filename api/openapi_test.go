@@ -168,6 +168,10 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("POST", "/v1/sessions/{id}/approvals/{approvalId}", e.do(t, "POST", aps+"/ap1", e.keyA, `{"outcome":"rejected"}`).want(t, 409))
 	c.check("POST", "/v1/sessions/{id}/approvals/{approvalId}", e.do(t, "POST", aps+"/ap2", e.keyA, `{"outcome":"rejected"}`).want(t, 404))
 
+	for _, f := range contractExtras { // the operations of other files, on s (turns 1 and 2) and ss
+		f(t, e, c, s.ID, ss.ID)
+	}
+
 	c.check("DELETE", "/v1/sessions/{id}", e.do(t, "DELETE", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 204))
 	c.check("DELETE", "/v1/sessions/{id}", e.do(t, "DELETE", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 404))
 	c.check("DELETE", "/v1/presets/{id}", e.do(t, "DELETE", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 204))

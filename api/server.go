@@ -70,6 +70,14 @@ type Config struct {
 	// StreamTailBuffer is how many recent events of a followed session a replica keeps for its
 	// streams to share (tail.go). Default 2048.
 	StreamTailBuffer int
+	// CORSOrigins are the origins (scheme://host[:port], see ParseOrigins) whose pages may call
+	// the API from a browser (cors.go). Default none.
+	CORSOrigins []string
+	// StreamTokenSecret signs stream tokens (tokens.go); every replica needs the same. Empty: a
+	// random secret per Server, so only this process accepts its tokens.
+	StreamTokenSecret []byte
+	// StreamTokenTTL is how long a stream token opens streams. Default 5 minutes.
+	StreamTokenTTL time.Duration
 }
 
 func (c *Config) defaults() {
@@ -102,13 +110,15 @@ type Server struct {
 	done      chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
 	tails     *tails // shared per-session readers of SSE streams
+	tokens    *streamTokens
 }
 
 // New returns a server with cfg's dependencies.
 func New(cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{}),
-		tails: &tails{log: cfg.Log, hub: cfg.Hub, keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}}}
+		tails:  &tails{log: cfg.Log, hub: cfg.Hub, keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}},
+		tokens: newStreamTokens(cfg.StreamTokenSecret, cfg.StreamTokenTTL)}
 	s.router = s.routes()
 	return s
 }
@@ -142,7 +152,7 @@ func (s *Server) Routes() []string {
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.observe, s.limitBody)
+	r.Use(s.observe, s.cors, s.limitBody)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, CodeNotFound, "no such endpoint: "+r.URL.Path)
 	})

@@ -33,6 +33,9 @@ func (rs sessionResource) routes() chi.Router {
 	r.Get("/{id}/prompt", rs.handleSessionPrompt)
 	r.Get("/{id}/approvals", rs.handleApprovalList)
 	r.Post("/{id}/approvals/{approvalId}", rs.handleApprovalAnswer)
+	r.Post("/{id}/stream-tokens", rs.handleStreamTokenCreate)
+	r.Get("/{id}/turns", rs.handleTurnList)
+	r.Get("/{id}/turns/{n}", rs.handleTurnGet)
 	return r
 }
 
@@ -45,6 +48,12 @@ type sessionJSON struct {
 	ParentSession string     `json:"parentSession,omitempty"`
 	SeedLength    *int64     `json:"seedLength,omitempty"`
 	LastSeq       int64      `json:"lastSeq"` // -1 for an empty log, at the time of the read
+	// Status, the running turn, the last turn's number and (GET of one session) the usage totals
+	// of its turns: turns_resource.go.
+	Status   string     `json:"status,omitempty"`
+	Turn     *int       `json:"turn,omitempty"`
+	LastTurn *int       `json:"lastTurn,omitempty"`
+	Usage    *usageJSON `json:"usage,omitempty"`
 }
 
 func sessionOut(s eventlog.Session) sessionJSON {
@@ -141,6 +150,10 @@ func (rs sessionResource) handleSessionList(w http.ResponseWriter, r *http.Reque
 	for i, s := range list {
 		items[i] = sessionOut(s)
 	}
+	if err := rs.withStates(r.Context(), tenantID(r), items); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, page[sessionJSON]{Items: items, NextCursor: next})
 }
 
@@ -155,7 +168,12 @@ func (rs sessionResource) handleSessionGet(w http.ResponseWriter, r *http.Reques
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionOut(sess))
+	out, err := rs.sessionDetail(r.Context(), tenantID(r), sess)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleSessionDelete deletes the session: 204; afterwards it answers 404 everywhere.

@@ -40,6 +40,8 @@ type messageRequest struct {
 type messageResponse struct {
 	MessageID string `json:"messageId"`
 	Seq       int64  `json:"seq"`
+	Turn      *int   `json:"turn,omitempty"` // the turn that will serve it, when known (turns_resource.go)
+	StreamURL string `json:"streamUrl"`
 }
 
 // handleMessageCreate posts a message to the session's inbox (LOOP-1) and answers 202
@@ -92,7 +94,7 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, messageResponse{MessageID: posted.MessageID, Seq: posted.Seq})
+	writeJSON(w, http.StatusAccepted, rs.messageAccepted(r, id, req.Mode, posted))
 }
 
 // turnWatch follows a stream to find the end of the turn that serves one message: the turn whose

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dshd/dshd/api"
 )
 
 // Config is the server's configuration, read from the environment. Every setting has a default.
@@ -86,6 +88,16 @@ type Config struct {
 	// loopback, private and link-local addresses, for tests and private deployments. Default
 	// off: every address is checked when it is dialled.
 	PolicyWebhookPrivate bool
+	// CORSOrigins (DSHD_CORS_ORIGINS, comma-separated origins such as https://app.example.com)
+	// may call the API from browser pages of other origins. Default none.
+	CORSOrigins []string
+	// StreamTokenSecret (DSHD_STREAM_TOKEN_SECRET, at least 32 bytes) signs the stream tokens
+	// browsers follow a session's events with. Default empty: a random secret per process, so
+	// replicas behind one load balancer need the same configured secret.
+	StreamTokenSecret string
+	// StreamTokenTTL (DSHD_STREAM_TOKEN_TTL, a Go duration up to 1h) is how long a stream token
+	// opens streams. Default 5m.
+	StreamTokenTTL time.Duration
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -112,6 +124,15 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		CPUProfile:     strings.TrimSpace(getenv("DSHD_CPU_PROFILE")),
 	}
 	var err error
+	if c.CORSOrigins, err = api.ParseOrigins(splitList(getenv("DSHD_CORS_ORIGINS"))); err != nil {
+		return Config{}, fmt.Errorf("DSHD_CORS_ORIGINS: %w", err)
+	}
+	if c.StreamTokenSecret = getenv("DSHD_STREAM_TOKEN_SECRET"); c.StreamTokenSecret != "" && len(c.StreamTokenSecret) < 32 {
+		return Config{}, fmt.Errorf("DSHD_STREAM_TOKEN_SECRET must be at least 32 bytes")
+	}
+	if c.StreamTokenTTL, err = parseDuration("DSHD_STREAM_TOKEN_TTL", env("DSHD_STREAM_TOKEN_TTL", "5m")); err != nil || c.StreamTokenTTL > time.Hour {
+		return Config{}, fmt.Errorf("DSHD_STREAM_TOKEN_TTL must be a positive Go duration of at most 1h")
+	}
 	if c.DemoTools, err = parseBool("DSHD_DEMO_TOOLS", env("DSHD_DEMO_TOOLS", "0")); err != nil {
 		return Config{}, err
 	}

@@ -90,7 +90,8 @@ func TestREADMEExamples(t *testing.T) {
 		`"name":"acme","apiKey":"dshd_`, `"version":2`, `"mode":"both"`, `"presetVersion":2`, `{"messages":[]}`,
 		`"type":"session/end-seed"`, "event: session/end-seed", `"code":"unauthorized"`, `"code":"invalid_request"`,
 		"204\n204\n", "event: turn/end", "Done after 1 steps and 4 tool results.", `"messageId":`,
-		`"cancelled":`, `"system":"You are an AI agent running on dshd.`, `"name":"todo_write"`,
+		`"cancelled":true`, `"system":"You are an AI agent running on dshd.`, `"name":"todo_write"`,
+		`"status":"cancelled"`, `"toolErrors":1`, `"streamUrl":"/v1/sessions/`, `"usage":{"inputTokens":`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("README examples output lacks %q", want)

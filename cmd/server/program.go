@@ -123,7 +123,14 @@ func (m *Main) Run(ctx context.Context) error {
 		AdminToken:   m.Config.AdminToken,
 		MaxBodyBytes: m.Config.MaxBodyBytes,
 		Heartbeat:    m.Config.Heartbeat,
+
+		CORSOrigins:       m.Config.CORSOrigins,
+		StreamTokenSecret: []byte(m.Config.StreamTokenSecret),
+		StreamTokenTTL:    m.Config.StreamTokenTTL,
 	})
+	if m.Config.StreamTokenSecret == "" {
+		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
+	}
 	logStore.OnCommit(m.api.Publish)
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return fmt.Errorf("dshd: listen: %w", err)

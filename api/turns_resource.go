@@ -1,0 +1,473 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/approval"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/worker"
+)
+
+// The turn as a resource: GET /v1/sessions/{id}/turns and /turns/{n}, and the status of a
+// session, are derived from the log on every read (nothing is stored besides the log): the turn
+// boundaries, steps, messages, tool calls and results, retries and approvals of the session,
+// read with a type filter, folded turn by turn; the state of a running turn comes from the lease
+// on the session's head and the approvals that wait in it.
+
+// Session statuses.
+const (
+	StatusIdle            = "idle"             // nothing runs and nothing waits
+	StatusQueued          = "queued"           // a followup waits for a replica, or a dead replica's turn waits for repair
+	StatusRunning         = "running"          // a replica holds the session's lease
+	StatusWaitingApproval = "waiting-approval" // running, and a tool call waits for a person's answer
+)
+
+// Turn statuses besides running and waiting-approval: how the turn ended (turn/end reason.kind,
+// with aborted split into cancelled, by a person, and aborted, by the server), or stalled: open in
+// the log while no replica holds the lease (crash repair will end it interrupted).
+const (
+	TurnCompleted   = "completed"
+	TurnCancelled   = "cancelled"
+	TurnAborted     = "aborted"
+	TurnFailed      = "failed"
+	TurnMaxTokens   = "max-tokens"
+	TurnInterrupted = "interrupted"
+	TurnBlocked     = "blocked"
+	TurnStalled     = "stalled"
+)
+
+// turnTypes are the event kinds a turn's resource is folded from.
+var turnTypes = []string{eventlog.TypeTurnStart, eventlog.TypeTurnEnd, eventlog.TypeStepStart,
+	eventlog.TypeUserMessage, eventlog.TypeAssistantMessage, eventlog.TypeToolCall, eventlog.TypeToolResult,
+	eventlog.TypeLLMRetry, eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided}
+
+// llmCodes are the failure codes of a model call (pkg/llm); a turn that ended with one of them
+// ended on a failed model call.
+var llmCodes = []string{llm.CodeContextWindowExceeded, llm.CodeQuota, llm.CodeRateLimit, llm.CodeEmptyResponse,
+	llm.CodeInvalidCredential, llm.CodeTransport, llm.CodeServer, llm.CodeTimeout}
+
+// usageJSON counts what turns cost: tokens from assistant/message.usage; model calls (one per
+// step, one more per llm/retry); tool calls (tool/call events); failed tool results; failed model
+// attempts (each llm/retry, and the last attempt of a turn that ended on a model failure).
+type usageJSON struct {
+	InputTokens     int64 `json:"inputTokens"`
+	OutputTokens    int64 `json:"outputTokens"`
+	CacheReadTokens int64 `json:"cacheReadTokens"`
+	CacheMissTokens int64 `json:"cacheMissTokens"`
+	ReasoningTokens int64 `json:"reasoningTokens"`
+	ModelCalls      int   `json:"modelCalls"`
+	ToolCalls       int   `json:"toolCalls"`
+	ToolErrors      int   `json:"toolErrors"`
+	ModelErrors     int   `json:"modelErrors"`
+}
+
+func (u *usageJSON) add(o usageJSON) {
+	u.InputTokens += o.InputTokens
+	u.OutputTokens += o.OutputTokens
+	u.CacheReadTokens += o.CacheReadTokens
+	u.CacheMissTokens += o.CacheMissTokens
+	u.ReasoningTokens += o.ReasoningTokens
+	u.ModelCalls += o.ModelCalls
+	u.ToolCalls += o.ToolCalls
+	u.ToolErrors += o.ToolErrors
+	u.ModelErrors += o.ModelErrors
+}
+
+// turnJSON is a turn as the API shows it.
+type turnJSON struct {
+	Turn   int    `json:"turn"`
+	Status string `json:"status"`
+	// EndReason is turn/end's reason, null while the turn is open.
+	EndReason json.RawMessage `json:"endReason"`
+	FirstSeq  int64           `json:"firstSeq"` // the turn/start
+	LastSeq   int64           `json:"lastSeq"`  // the turn/end, or the log's last event while open
+	StartedAt time.Time       `json:"startedAt"`
+	EndedAt   *time.Time      `json:"endedAt"`
+	// DurationMs is from turn/start to turn/end, or to now while the turn is open.
+	DurationMs int64 `json:"durationMs"`
+	Steps      int   `json:"steps"`
+	// MessageIDs are the posted (source kind user) messages the turn entered, in order.
+	MessageIDs       []string  `json:"messageIds"`
+	PendingApprovals int       `json:"pendingApprovals"`
+	Usage            usageJSON `json:"usage"`
+
+	open      bool
+	approvals []eventlog.Event
+}
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// foldTurns folds events of turnTypes (in seq order) into turns. Events outside a turn are
+// skipped. An open turn gets lastSeq as its last seq and the status stalled, until settle.
+func foldTurns(evs []eventlog.Event, lastSeq int64) []*turnJSON {
+	var (
+		out []*turnJSON
+		cur *turnJSON
+	)
+	for _, ev := range evs {
+		if ev.Type == eventlog.TypeTurnStart {
+			var d eventlog.TurnStart
+			if json.Unmarshal(ev.Data, &d) != nil {
+				continue
+			}
+			cur = &turnJSON{Turn: d.Turn, Status: TurnStalled, EndReason: json.RawMessage("null"),
+				FirstSeq: ev.Seq, LastSeq: lastSeq, StartedAt: msTime(ev.Time), MessageIDs: []string{}, open: true}
+			out = append(out, cur)
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		switch ev.Type {
+		case eventlog.TypeTurnEnd:
+			var d struct {
+				Reason json.RawMessage `json:"reason"`
+			}
+			var reason eventlog.TurnReason
+			if json.Unmarshal(ev.Data, &d) != nil || json.Unmarshal(d.Reason, &reason) != nil {
+				continue
+			}
+			end := msTime(ev.Time)
+			cur.EndReason, cur.LastSeq, cur.EndedAt, cur.open = d.Reason, ev.Seq, &end, false
+			cur.DurationMs = ev.Time - cur.StartedAt.UnixMilli()
+			cur.Status = endStatus(reason)
+			if reason.Kind == eventlog.EndError && reason.Error != nil && slices.Contains(llmCodes, reason.Error.Code) {
+				cur.Usage.ModelErrors++
+			}
+			cur.approvals = nil
+			cur = nil
+		case eventlog.TypeStepStart:
+			cur.Steps++
+			cur.Usage.ModelCalls++
+		case eventlog.TypeLLMRetry:
+			cur.Usage.ModelCalls++
+			cur.Usage.ModelErrors++
+		case eventlog.TypeAssistantMessage:
+			var d struct {
+				Usage *llm.Usage `json:"usage"`
+			}
+			if json.Unmarshal(ev.Data, &d) == nil && d.Usage != nil {
+				u := &cur.Usage
+				u.InputTokens += int64(d.Usage.InputTokens)
+				u.OutputTokens += int64(d.Usage.OutputTokens)
+				u.CacheReadTokens += int64(d.Usage.CacheReadTokens)
+				u.CacheMissTokens += int64(d.Usage.CacheMissTokens)
+				u.ReasoningTokens += int64(d.Usage.ReasoningTokens)
+			}
+		case eventlog.TypeToolCall:
+			cur.Usage.ToolCalls++
+		case eventlog.TypeToolResult:
+			var d struct {
+				Message struct {
+					Content []struct {
+						IsError bool `json:"isError"`
+					} `json:"content"`
+				} `json:"message"`
+				Error json.RawMessage `json:"error"`
+			}
+			if json.Unmarshal(ev.Data, &d) == nil {
+				failed := len(d.Error) > 0 && string(d.Error) != "null"
+				for _, b := range d.Message.Content {
+					failed = failed || b.IsError
+				}
+				if failed {
+					cur.Usage.ToolErrors++
+				}
+			}
+		case eventlog.TypeUserMessage:
+			var m struct {
+				ID     string `json:"id"`
+				Source struct {
+					Kind string `json:"kind"`
+				} `json:"source"`
+			}
+			if json.Unmarshal(ev.Data, &m) == nil && m.Source.Kind == llm.SourceUser {
+				cur.MessageIDs = append(cur.MessageIDs, m.ID)
+			}
+		case eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided:
+			cur.approvals = append(cur.approvals, ev)
+		}
+	}
+	return out
+}
+
+// settle gives the open turns their state: running or waiting-approval while a replica holds the
+// session's lease (only the log's last turn can be open then), stalled otherwise.
+func settle(turns []*turnJSON, h eventlog.Head, now time.Time) {
+	for i, t := range turns {
+		if !t.open {
+			continue
+		}
+		t.PendingApprovals = len(approval.Pending(t.approvals))
+		t.DurationMs = max(0, now.UnixMilli()-t.StartedAt.UnixMilli())
+		if i == len(turns)-1 && h.Lease.HeldAt(now) {
+			t.Status = StatusRunning
+			if t.PendingApprovals > 0 {
+				t.Status = StatusWaitingApproval
+			}
+		}
+	}
+}
+
+func endStatus(r eventlog.TurnReason) string {
+	switch r.Kind {
+	case eventlog.EndAborted:
+		if r.Reason != nil && r.Reason.Kind == "user" {
+			return TurnCancelled
+		}
+		return TurnAborted
+	case eventlog.EndError:
+		return TurnFailed
+	case eventlog.EndCompleted, eventlog.EndMaxTokens, eventlog.EndInterrupted, eventlog.EndBlocked:
+		return r.Kind
+	}
+	return r.Kind
+}
+
+// sessionStatus is a session's status and the number of its running turn (nil unless one runs or
+// is about to start under the lease).
+func sessionStatus(h eventlog.Head, lastTurn int, open bool, pending int, now time.Time) (string, *int) {
+	if h.Lease.HeldAt(now) {
+		var n *int
+		switch {
+		case open:
+			n = &lastTurn
+		case h.Inbox.NextTurn > 0:
+			next := lastTurn + 1
+			n = &next
+		}
+		if open && pending > 0 {
+			return StatusWaitingApproval, n
+		}
+		return StatusRunning, n
+	}
+	if h.Inbox.NextTurn > 0 || open {
+		return StatusQueued, nil
+	}
+	return StatusIdle, nil
+}
+
+// events reads the session's events of types with after < seq < until (until < 0: no bound),
+// every page of them.
+func (rs sessionResource) events(ctx context.Context, tenant, id uuid.UUID, after, until int64, types []string) ([]eventlog.Event, error) {
+	var out []eventlog.Event
+	for {
+		page, err := rs.s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: after, Limit: pgstore.MaxEventPage, Types: types})
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range page {
+			if until >= 0 && ev.Seq >= until {
+				return out, nil
+			}
+			out = append(out, ev)
+		}
+		if len(page) < pgstore.MaxEventPage {
+			return out, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// turnRange returns the turns numbered from first on, at most limit of them (limit < 0: all), and
+// whether later turns exist.
+func (rs sessionResource) turnRange(ctx context.Context, tenant, id uuid.UUID, h eventlog.Head, first, limit int) ([]*turnJSON, bool, error) {
+	starts, err := rs.events(ctx, tenant, id, -1, -1, []string{eventlog.TypeTurnStart})
+	if err != nil {
+		return nil, false, err
+	}
+	i := slices.IndexFunc(starts, func(ev eventlog.Event) bool {
+		var d eventlog.TurnStart
+		return json.Unmarshal(ev.Data, &d) == nil && d.Turn >= first
+	})
+	if i < 0 {
+		return nil, false, nil
+	}
+	until, more := int64(-1), false
+	if limit >= 0 && i+limit < len(starts) {
+		until, more = starts[i+limit].Seq, true
+	}
+	evs, err := rs.events(ctx, tenant, id, starts[i].Seq-1, until, turnTypes)
+	if err != nil {
+		return nil, false, err
+	}
+	turns := foldTurns(evs, h.Last())
+	settle(turns, h, time.Now())
+	return turns, more, nil
+}
+
+// handleTurnList answers {items, nextCursor}: the session's turns, oldest first; the cursor is
+// the number of the last turn of the previous page.
+func (rs sessionResource) handleTurnList(w http.ResponseWriter, r *http.Request) {
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	limit, err := pageLimit(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	first := 1
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 {
+			writeProblem(w, CodeInvalidRequest, "invalid cursor")
+			return
+		}
+		first = n + 1
+	}
+	h, err := rs.s.cfg.Log.SessionHead(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	turns, more, err := rs.turnRange(r.Context(), tenantID(r), id, h, first, limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := page[*turnJSON]{Items: turns}
+	if out.Items == nil {
+		out.Items = []*turnJSON{}
+	}
+	if more {
+		out.NextCursor = strconv.Itoa(turns[len(turns)-1].Turn)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleTurnGet answers turn {n} of the session, 404 when it has not started.
+func (rs sessionResource) handleTurnGet(w http.ResponseWriter, r *http.Request) {
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	n, err := strconv.Atoi(chi.URLParam(r, "n"))
+	if err != nil || n < 1 {
+		writeProblem(w, CodeNotFound, "turn not found: turns are numbered from 1")
+		return
+	}
+	h, err := rs.s.cfg.Log.SessionHead(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	turns, _, err := rs.turnRange(r.Context(), tenantID(r), id, h, n, 1)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if len(turns) == 0 || turns[0].Turn != n {
+		writeProblem(w, CodeNotFound, "turn not found: the session has not started turn "+strconv.Itoa(n))
+		return
+	}
+	writeJSON(w, http.StatusOK, turns[0])
+}
+
+// sessionDetail adds the status, the running turn and the usage totals of all turns to a
+// session read for GET /v1/sessions/{id}.
+func (rs sessionResource) sessionDetail(ctx context.Context, tenant uuid.UUID, sess eventlog.Session) (sessionJSON, error) {
+	out := sessionOut(sess)
+	h, err := rs.s.cfg.Log.SessionHead(ctx, tenant, sess.ID)
+	if err != nil {
+		return out, err
+	}
+	turns, _, err := rs.turnRange(ctx, tenant, sess.ID, h, 1, -1)
+	if err != nil {
+		return out, err
+	}
+	var (
+		total    usageJSON
+		lastTurn int
+		open     bool
+		pending  int
+	)
+	for _, t := range turns {
+		total.add(t.Usage)
+	}
+	if len(turns) > 0 {
+		last := turns[len(turns)-1]
+		lastTurn, open, pending = last.Turn, last.open, last.PendingApprovals
+	}
+	out.Status, out.Turn = sessionStatus(h, lastTurn, open, pending, time.Now())
+	out.LastTurn, out.Usage = &lastTurn, &total
+	return out, nil
+}
+
+// withStates adds the status, the running turn and the last turn's number to a page of sessions,
+// with one query for all of them.
+func (rs sessionResource) withStates(ctx context.Context, tenant uuid.UUID, items []sessionJSON) error {
+	ids := make([]uuid.UUID, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	states, err := rs.s.cfg.Log.SessionStates(ctx, tenant, ids)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for i := range items {
+		st, ok := states[items[i].ID]
+		if !ok {
+			continue // deleted meanwhile
+		}
+		items[i].Status, items[i].Turn = sessionStatus(st.Head, st.LastTurn, st.TurnOpen, st.PendingApprovals, now)
+		n := st.LastTurn
+		items[i].LastTurn = &n
+	}
+	return nil
+}
+
+// messageAccepted is the 202 answer to a posted message: its id and splice seq, the stream URL
+// that follows the session from the splice on, and, when it can be told, the number of the turn
+// that will serve it: for a followup, one more than the turns started before the post plus the
+// followups ahead of it (each turn serves one); for a steer, the open turn (its next step), or the
+// next one. An inject wakes nothing, so no turn is named. A cancel that clears the inbox first
+// means no turn serves the message.
+func (rs sessionResource) messageAccepted(r *http.Request, id uuid.UUID, mode string, p worker.Posted) messageResponse {
+	out := messageResponse{MessageID: p.MessageID, Seq: p.Seq,
+		StreamURL: fmt.Sprintf("/v1/sessions/%s/events?after=%d", id, p.Seq-1)}
+	if mode == worker.ModeInject {
+		return out
+	}
+	ctx, tenant := r.Context(), tenantID(r)
+	turn, open, err := rs.s.cfg.Log.TurnBefore(ctx, tenant, id, p.Seq)
+	if err != nil {
+		logger(r).Warn("the turn serving a message is unknown", slog.String("error", err.Error()))
+		return out
+	}
+	n := turn + 1
+	switch mode {
+	case worker.ModeSteer:
+		if open {
+			n = turn
+		}
+	default:
+		evs, err := rs.s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: p.Seq - 1, Limit: 1})
+		if err != nil || len(evs) == 0 || evs[0].Type != eventlog.TypeInboxSpliced {
+			return out
+		}
+		var sp eventlog.InboxSpliced
+		if json.Unmarshal(evs[0].Data, &sp) != nil || sp.Target != eventlog.InboxNextTurn {
+			return out
+		}
+		n += sp.Start
+	}
+	out.Turn = &n
+	return out
+}

@@ -1,0 +1,421 @@
+// The dashboard's browser test: node dashboard.mjs <server url> <api key>
+//
+// Playwright (playwright-core: no browser download) drives Debian's headless Chromium through
+// the dashboard the way a person would: sign in, create and edit a preset with a prompt preview,
+// open a session, watch an answer stream in after a tool call, answer approvals, reload the page
+// mid-turn, cut the network mid-turn, cancel a running tool, filter the timeline, fork, read the
+// turns and the history, and use a phone-sized viewport. A page of another origin follows the
+// session with a stream token (DSHD_CORS_PAGE, listed in the server's DSHD_CORS_ORIGINS) and one
+// of an unlisted origin is refused (DSHD_CORS_UNLISTED_PAGE). Every step leaves a screenshot in
+// DSHD_ARTIFACTS (default ./artifacts); the page may log no console error.
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [url, apiKey] = process.argv.slice(2);
+if (!url || !apiKey) {
+  console.error('usage: node dashboard.mjs <server url> <api key>');
+  process.exit(2);
+}
+// Node's own calls go to the server directly (DSHD_API_DIRECT), not through the cut proxy.
+const direct = process.env.DSHD_API_DIRECT || url;
+const cutURL = process.env.DSHD_CUT;
+const artifacts = process.env.DSHD_ARTIFACTS || new URL('./artifacts', import.meta.url).pathname;
+mkdirSync(artifacts, { recursive: true });
+const started = Date.now();
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const page = await context.newPage();
+page.setDefaultTimeout(20000);
+
+// Console errors of the dashboard fail the test; while the network is cut on purpose, the
+// browser's own "net::ERR_INTERNET_DISCONNECTED" for a request in flight is expected.
+const consoleErrors = [];
+const NETWORK_ERRORS = /ERR_INTERNET_DISCONNECTED|ERR_NETWORK_CHANGED|ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_EMPTY_RESPONSE|ERR_CONNECTION_RESET|ERR_CONNECTION_CLOSED/;
+let offlineWindow = null;
+page.on('console', (m) => {
+  if (m.type() !== 'error') return;
+  const expected = offlineWindow && NETWORK_ERRORS.test(m.text()) &&
+    Date.now() >= offlineWindow[0] && Date.now() <= (offlineWindow[1] ?? Infinity);
+  if (expected) console.log(`  (expected while the network is cut) ${m.text()}`);
+  else consoleErrors.push(m.text());
+});
+page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
+
+let shotN = 0;
+async function shot(name, p = page, fullPage = true) {
+  const file = join(artifacts, `${String(++shotN).padStart(2, '0')}-${name}.png`);
+  await p.screenshot({ path: file, fullPage });
+}
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+  } catch (e) {
+    await shot(`FAILED-${name}`).catch(() => {});
+    throw new Error(`step "${name}": ${e.stack || e}`);
+  }
+  await shot(name);
+  console.log(`ok ${name} (${Date.now() - t0} ms)`);
+}
+
+function check(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+async function until(what, fn, timeout = 20000) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) { last = e; }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${last})`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function apiCall(method, path, body) {
+  const resp = await fetch(direct + path, { method, headers: { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await resp.text();
+  if (!resp.ok) throw new Error(`${method} ${path}: ${resp.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+const turn = (n) => page.locator(`section.turn[data-turn="${n}"]`);
+const turnStatus = (n) => turn(n).getAttribute('data-status', { timeout: 1000 }).catch(() => null);
+async function turnEnded(n, status, timeout = 20000) {
+  await until(`turn ${n} to end ${status}`, async () => {
+    const got = await turnStatus(n);
+    if (got && got !== status) throw new Error(`turn ${n} ended ${got}`);
+    return got === status;
+  }, timeout);
+}
+const answer = (n) => turn(n).locator('.msg.assistant').last();
+
+async function send(text) {
+  const box = page.getByLabel('Message', { exact: true });
+  await box.fill(text);
+  await box.press('Control+Enter'); // the keyboard path
+  await until('the composer to clear', async () => (await box.inputValue()) === '');
+}
+
+// The timeline has one row per event, seqs 0..last, none twice.
+async function timelineIsExact() {
+  const seqs = await page.locator('table.timeline tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.dataset.seq)));
+  check(seqs.length > 0, 'the timeline is empty');
+  seqs.forEach((s, i) => check(s === i, `timeline row ${i} has seq ${s}: ${seqs.join(',')}`));
+  return seqs.length;
+}
+
+let sessionId;
+
+await step('sign-in', async () => {
+  await page.goto(url);
+  const key = page.getByLabel('API key');
+  await key.waitFor();
+  await shot('sign-in-form');
+  await key.fill(apiKey);
+  await key.press('Enter');
+  await page.getByRole('heading', { name: 'Sessions' }).waitFor();
+});
+
+await step('preset-created', async () => {
+  await page.getByRole('link', { name: 'Presets' }).click();
+  await page.getByRole('link', { name: 'New preset' }).click();
+  await page.getByLabel('Name', { exact: true }).fill('browser-test');
+  await page.getByLabel('Provider').selectOption('scripted');
+  await page.getByLabel('Model', { exact: true }).fill('default');
+  await page.getByLabel('Persona').fill('You are the browser test.');
+  await page.getByRole('button', { name: 'Add section' }).click();
+  await page.getByLabel('Section name').fill('style');
+  await page.getByLabel('Section text').fill('Be brief, {{team}}.');
+  await page.getByRole('button', { name: 'Add variable' }).click();
+  await page.getByLabel('Variable name').fill('team');
+  await page.getByLabel('Value', { exact: true }).fill('web');
+  await page.getByLabel('echo', { exact: true }).check();
+  await page.getByLabel('sleep', { exact: true }).check();
+  await page.getByLabel('Policies (JSON)').fill(JSON.stringify({ approval: { policy: 'ask', ask: ['echo'], timeoutMs: 120000 }, limits: { maxSteps: 20 } }));
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('heading', { name: 'Edit preset browser-test (version 1)' }).waitFor();
+});
+
+await step('preset-preview', async () => {
+  await page.getByRole('button', { name: 'Preview prompt' }).click();
+  const system = page.locator('.preview-system');
+  await system.waitFor();
+  const text = await system.innerText();
+  check(text.includes('You are the browser test.') && text.includes('Be brief'), `system prompt: ${text}`);
+  const tools = await page.locator('.preview details summary').allInnerTexts();
+  check(tools.some((t) => t.startsWith('echo')) && tools.some((t) => t.startsWith('sleep')) && tools.length === 2, `tools ${tools}`);
+  // PUT replaces the whole preset: a second version keeps every field.
+  await page.getByLabel('Persona').fill('You are the browser test, version two.');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('heading', { name: 'Edit preset browser-test (version 2)' }).waitFor();
+  check(await page.getByLabel('echo', { exact: true }).isChecked(), 'echo lost its check');
+  const pol = JSON.parse(await page.getByLabel('Policies (JSON)').inputValue());
+  check(pol.approval.ask[0] === 'echo' && pol.limits.maxSteps === 20, `policies ${JSON.stringify(pol)}`);
+});
+
+await step('session-opened', async () => {
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.getByLabel('Preset').selectOption({ label: 'browser-test (v2)' });
+  await page.getByRole('button', { name: 'New session' }).click();
+  await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+  sessionId = page.url().split('/').pop();
+  await until('the stream to be live', async () => (await page.locator('#conn').innerText()) === 'live');
+});
+
+await step('tool-card-and-streamed-answer', async () => {
+  await send('tool:sleep args:{"ms":200,"text":"slept"} say:one%20two%20three%20four%20five%20six chunks:6 chunkdelay:250');
+  const card = turn(1).locator('article.tool', { hasText: 'sleep' });
+  await until('the sleep card to succeed', async () => (await card.locator('.badge.ok').count()) === 1);
+  check((await card.locator('.result').innerText()).includes('slept'), 'the sleep card lacks its result');
+  check(/\d+ ms/.test(await card.locator('.timing').innerText()), 'the card has no timing');
+  check((await card.locator('.args').innerText()).includes('"ms": 200'), 'the card lacks its arguments');
+  const final = 'one two three four five six';
+  const partials = new Set();
+  await until('the answer to stream', async () => {
+    const text = await answer(1).innerText().catch(() => '');
+    if (text && text !== final) partials.add(text);
+    return text === final;
+  });
+  check(partials.size >= 2, `the answer did not stream: ${[...partials]}`);
+  await turnEnded(1, 'completed');
+});
+
+await step('approval-asked', async () => {
+  await send('tool:echo args:{"text":"hi"}');
+  await page.getByRole('group', { name: 'Approval for echo' }).waitFor();
+  check(await page.getByRole('group', { name: 'Approval for echo' }).locator('pre').innerText().then((t) => t.includes('"text": "hi"')), 'approval lacks arguments');
+});
+
+await step('approval-allowed', async () => {
+  await page.getByRole('button', { name: 'Allow once' }).click();
+  const card = turn(2).locator('article.tool', { hasText: 'echo' });
+  await until('the echo card to succeed', async () => (await card.locator('.badge.ok').count()) >= 1 && (await card.locator('.result').innerText()) === 'hi');
+  await turnEnded(2, 'completed');
+});
+
+await step('approval-rejected', async () => {
+  await send('tool:echo args:{"text":"no"}');
+  await turn(3).getByRole('button', { name: 'Reject' }).click();
+  await until('the rejected code', async () => (await turn(3).locator('.error-code').innerText().catch(() => '')).includes('APPROVAL_REJECTED'));
+  await turnEnded(3, 'completed');
+});
+
+await step('reloaded-mid-turn', async () => {
+  await send('say:a%20b%20c%20d%20e%20f%20g%20h%20i%20j chunks:10 chunkdelay:300');
+  await until('part of the answer', async () => (await answer(4).innerText().catch(() => '')).length > 0);
+  const before = [];
+  for (const n of [1, 2, 3]) before.push(await turn(n).innerText());
+  const toolCards = await page.locator('article.tool').count();
+  await page.reload();
+  await page.locator('section.turn[data-turn="4"]').waitFor();
+  for (const [i, n] of [1, 2, 3].entries()) {
+    const after = await turn(n).innerText();
+    check(after === before[i], `turn ${n} after the reload:\n${after}\nbefore:\n${before[i]}`);
+  }
+  check(await page.locator('article.tool').count() === toolCards, 'tool cards differ after the reload');
+  await until('the answer to finish after the reload', async () => (await answer(4).innerText()) === 'a b c d e f g h i j');
+  await turnEnded(4, 'completed');
+});
+
+await step('network-cut-mid-turn', async () => {
+  await send('say:k%20l%20m%20n%20o%20p%20q%20r%20s%20t%20u%20v chunks:12 chunkdelay:300');
+  await until('part of the answer', async () => (await answer(5).innerText().catch(() => '')).length > 0);
+  offlineWindow = [Date.now()];
+  await context.setOffline(true);
+  await page.waitForTimeout(1500);
+  await shot('offline');
+  await context.setOffline(false);
+  offlineWindow[1] = Date.now() + 2000;
+  await until('the answer to finish after the cut', async () => (await answer(5).innerText()) === 'k l m n o p q r s t u v');
+  await turnEnded(5, 'completed');
+  await until('the stream to be live again', async () => (await page.locator('#conn').innerText()) === 'live');
+  await page.getByRole('tab', { name: 'Timeline' }).click();
+  const n = await timelineIsExact();
+  const stored = await apiCall('GET', `/v1/sessions/${sessionId}/events?limit=1000`);
+  check(stored.events.length === n, `timeline has ${n} events, the log ${stored.events.length}`);
+  await page.getByRole('tab', { name: 'Chat' }).click();
+});
+
+if (cutURL) {
+  await step('connection-cut-mid-turn', async () => {
+    // The connections drop under the page: the EventSource reconnects by itself with
+    // Last-Event-ID, and nothing shows twice.
+    await send('say:w%20x%20y%20z%20aa%20bb%20cc%20dd chunks:8 chunkdelay:400');
+    await until('part of the answer', async () => (await answer(6).innerText().catch(() => '')).length > 0);
+    offlineWindow = [Date.now()];
+    const r = await fetch(cutURL, { method: 'POST' });
+    console.log(`  ${(await r.text()).trim()}`);
+    await until('the answer to finish after the cut', async () => (await answer(6).innerText()) === 'w x y z aa bb cc dd', 30000);
+    offlineWindow[1] = Date.now() + 2000;
+    await turnEnded(6, 'completed');
+    await page.getByRole('tab', { name: 'Timeline' }).click();
+    await timelineIsExact();
+    await page.getByRole('tab', { name: 'Chat' }).click();
+  });
+}
+
+await step('cancelled', async () => {
+  await send('tool:sleep args:{"ms":60000}');
+  await until('the sleep to run', async () => (await turn(7).locator('article.tool .badge.running').count()) === 1 &&
+    (await page.locator('.session-head .status').innerText()).includes('running'));
+  await page.getByRole('button', { name: 'Cancel turn' }).click();
+  await turnEnded(7, 'cancelled');
+  await until('the aborted card', async () => (await turn(7).locator('.error-code').innerText()).includes('ABORTED'));
+  await until('the session to be idle', async () => (await page.locator('.session-head .status').innerText()).includes('idle'));
+});
+
+await step('timeline-filtered', async () => {
+  await page.getByRole('tab', { name: 'Timeline' }).click();
+  await page.getByLabel('Types').fill('tool/call');
+  const types = await page.locator('table.timeline tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.type));
+  const calls = (await apiCall('GET', `/v1/sessions/${sessionId}/events?types=tool/call`)).events.length;
+  check(calls === 4 && types.length === calls && types.every((t) => t === 'tool/call'), `filtered types ${types}, ${calls} calls`);
+  await page.getByLabel('Types').fill('turn/');
+  await page.getByLabel('From seq').fill('10');
+  const rows = await page.locator('table.timeline tbody tr').evaluateAll((rs) => rs.map((r) => [Number(r.dataset.seq), r.dataset.type]));
+  check(rows.length > 0 && rows.every(([s, t]) => s >= 10 && t.startsWith('turn/')), `filtered ${JSON.stringify(rows)}`);
+  await page.getByLabel('From seq').fill('');
+  await page.getByLabel('Types').fill('');
+  await timelineIsExact();
+});
+
+await step('turns-and-history', async () => {
+  await page.getByRole('tab', { name: 'Turns' }).click();
+  const want = `${'completed,'.repeat(cutURL ? 6 : 5)}cancelled`;
+  await until('the turns', async () => (await page.locator('table.turns tbody tr').count()) === want.split(',').length);
+  const statuses = await page.locator('table.turns tbody tr td:nth-child(2)').allInnerTexts();
+  check(statuses.join(',') === want, `turn statuses ${statuses}`);
+  await page.getByRole('tab', { name: 'History' }).click();
+  await until('the history', async () => (await page.locator('.history-msg').count()) > 6);
+  await page.getByRole('tab', { name: 'Prompt' }).click();
+  await until('the prompt', async () => (await page.locator('[role=tabpanel]:not([hidden]) pre').first().innerText()).includes('version two'));
+});
+
+await step('forked', async () => {
+  await page.getByRole('tab', { name: 'Timeline' }).click();
+  // Fork after turn 2's end: the child has turns 1 and 2.
+  const turnEnds = page.locator('table.timeline tbody tr[data-type="turn/end"]');
+  const seq = await turnEnds.nth(1).getAttribute('data-seq');
+  await turnEnds.nth(1).getByRole('button').click();
+  await page.waitForURL((u) => !u.href.endsWith(sessionId));
+  await page.getByRole('link', { name: /fork of/ }).waitFor();
+  await turnEnded(2, 'completed');
+  check(await page.locator('section.turn').count() === 2, 'the fork has other turns than 1 and 2');
+  const child = page.url().split('/').pop();
+  const s = await apiCall('GET', `/v1/sessions/${child}`);
+  check(s.parentSession === sessionId && s.seedLength === Number(seq) + 1, `fork ${JSON.stringify(s)}`);
+  await page.goBack();
+  await page.locator('section.turn[data-turn="7"]').waitFor();
+});
+
+await step('keyboard-and-labels', async () => {
+  // Every visible control has a label; tabs move with the arrow keys.
+  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea')]
+    .filter((el) => el.offsetParent !== null && !el.labels?.length && !el.getAttribute('aria-label'))
+    .map((el) => el.outerHTML));
+  check(unlabelled.length === 0, `unlabelled controls: ${unlabelled}`);
+  await page.getByRole('tab', { name: 'Chat' }).focus();
+  await page.keyboard.press('ArrowRight');
+  check(await page.getByRole('tab', { name: 'Timeline' }).getAttribute('aria-selected') === 'true', 'ArrowRight did not select the next tab');
+  await page.keyboard.press('ArrowLeft');
+});
+
+await step('phone-viewport', async () => {
+  await page.setViewportSize({ width: 375, height: 740 });
+  await page.getByRole('tab', { name: 'Chat' }).click();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 0, `the session view is ${overflow}px wider than the phone`);
+  check(await page.getByLabel('Message', { exact: true }).isVisible(), 'no composer on the phone');
+  await shot('phone-session', page, false);
+  await page.getByRole('tab', { name: 'Timeline' }).click();
+  const overflowT = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflowT <= 0, `the timeline is ${overflowT}px wider than the phone`);
+  await shot('phone-timeline', page, false);
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.locator('table.sessions tbody tr').first().waitFor();
+  const overflow2 = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow2 <= 0, `the session list is ${overflow2}px wider than the phone`);
+  const status = await page.locator(`table.sessions tr[data-id="${sessionId}"] .badge`).innerText();
+  check(status === 'idle', `listed status ${status}`);
+});
+await page.setViewportSize({ width: 1280, height: 900 });
+
+const corsPage = process.env.DSHD_CORS_PAGE;
+if (corsPage) {
+  await step('another-origin-follows-with-a-token', async () => {
+    const tok = await apiCall('POST', `/v1/sessions/${sessionId}/stream-tokens`);
+    const other = await context.newPage();
+    const otherErrors = [];
+    other.on('console', (m) => { if (m.type() === 'error') otherErrors.push(m.text()); });
+    await other.goto(`${corsPage}/?api=${encodeURIComponent(url)}&session=${sessionId}&token=${encodeURIComponent(tok.token)}`);
+    const seen = () => other.evaluate(() => window.seen);
+    const last = (await apiCall('GET', `/v1/sessions/${sessionId}`)).lastSeq;
+    await until('the backfill', async () => (await seen()).length === last + 1);
+    await apiCall('POST', `/v1/sessions/${sessionId}/messages`, { content: 'text' });
+    await until('turn 8 live', async () => (await apiCall('GET', `/v1/sessions/${sessionId}/turns/8`).catch(() => ({}))).endedAt &&
+      (await seen()).length === (await apiCall('GET', `/v1/sessions/${sessionId}`)).lastSeq + 1);
+    // A cut: the EventSource reconnects with Last-Event-ID (a preflighted header) and resumes.
+    check(await other.evaluate(() => window.opens) === 1, 'the stream opened more than once');
+    if (cutURL) {
+      offlineWindow = [Date.now()];
+      await fetch(cutURL, { method: 'POST' });
+      await until('the reconnect', async () => (await other.evaluate(() => window.opens)) === 2, 30000);
+      offlineWindow[1] = Date.now() + 2000;
+    }
+    await apiCall('POST', `/v1/sessions/${sessionId}/messages`, { content: 'text' });
+    await until('turn 9 after the cut', async () => {
+      const s = await apiCall('GET', `/v1/sessions/${sessionId}`);
+      const got = await seen();
+      return s.status === 'idle' && s.lastTurn === 9 && got.length >= s.lastSeq + 1 && got.at(-1) === s.lastSeq;
+    }, 30000);
+    const got = await seen();
+    // EventSource resumes after the last id it saw; a seq can repeat only if the server resent it.
+    check(new Set(got).size === got.length && got.every((s, i) => s === i), `seqs on the other origin: ${got}`);
+    await shot('other-origin', other);
+    check(otherErrors.every((e) => NETWORK_ERRORS.test(e)), `console errors on the other origin: ${otherErrors}`);
+    await other.close();
+  });
+}
+
+const unlistedPage = process.env.DSHD_CORS_UNLISTED_PAGE;
+if (unlistedPage) {
+  await step('unlisted-origin-refused', async () => {
+    const tok = await apiCall('POST', `/v1/sessions/${sessionId}/stream-tokens`);
+    const other = await context.newPage();
+    const corsErrors = [];
+    other.on('console', (m) => { if (m.type() === 'error') corsErrors.push(m.text()); });
+    await other.goto(`${unlistedPage}/?api=${encodeURIComponent(url)}&session=${sessionId}&token=${encodeURIComponent(tok.token)}`);
+    await until('the refusal', async () => corsErrors.some((e) => e.includes('CORS')));
+    await other.waitForTimeout(500);
+    const seen = await other.evaluate(() => window.seen);
+    check(seen.length === 0, `an unlisted origin read ${seen.length} events`);
+    await shot('unlisted-origin', other);
+    await other.close();
+  });
+}
+
+await step('signed-out', async () => {
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('API key').waitFor();
+  check(await page.evaluate(() => sessionStorage.length) === 0, 'the key is still stored');
+});
+
+await browser.close();
+if (consoleErrors.length) {
+  console.error(`console errors:\n${consoleErrors.join('\n')}`);
+  process.exit(1);
+}
+console.log(`dashboard test passed in ${((Date.now() - started) / 1000).toFixed(1)} s; ${shotN} screenshots in ${artifacts}`);
