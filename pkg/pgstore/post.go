@@ -3,7 +3,6 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -47,17 +46,8 @@ type PostParams struct {
 type LeaseOffer struct {
 	Owner     uuid.UUID
 	TTL       time.Duration
-	MaxTenant int // turns the tenant may run at once, on all replicas (a soft bound)
+	MaxTenant int // turns the tenant may run at once, on all replicas (takeSlot); <= 0: no bound
 }
-
-// leaseTakeSQL gives $3 the session's lease for $4 ms if it is free or expired and the tenant
-// holds fewer than $5 live leases.
-const leaseTakeSQL = `
-UPDATE session_counters c SET run_owner = $3, run_lease_until = now() + $4 * interval '1 millisecond'
-WHERE c.session_id = $1 AND (c.run_owner IS NULL OR c.run_lease_until < now())
-  AND (SELECT count(*) FROM session_counters h JOIN sessions s ON s.id = h.session_id
-       WHERE h.run_owner IS NOT NULL AND h.run_lease_until > now() AND s.tenant_id = $2) < $5
-RETURNING 1`
 
 // Posted is the result of a Post: the message id and the seq of the first appended event.
 // Replayed is true when an idempotent retry returned an earlier result (nothing was appended).
@@ -77,6 +67,11 @@ type Posted struct {
 // the session's wake, in one transaction: a message is never accepted without work scheduled for
 // it (the lease is such work: if its holder dies, the lease sweeper wakes the session).
 func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
+	if p.Queue != nil && p.Lease != nil {
+		if err := s.ensureSlots(ctx, p.Tenant, p.Lease.MaxTenant); err != nil {
+			return Posted{}, err
+		}
+	}
 	var out Posted
 	err := s.inTx(ctx, "post", func(tx pgx.Tx) error {
 		if p.Idem != nil {
@@ -124,17 +119,35 @@ func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, out *Post
 		return nil
 	}
 	if l := p.Lease; l != nil {
-		err := tx.QueryRow(ctx, leaseTakeSQL, p.Session, p.Tenant, l.Owner, l.TTL.Milliseconds(), l.MaxTenant).Scan(nil)
-		if err == nil {
+		taken, err := postTakeLease(ctx, tx, p, l)
+		if err != nil {
+			return err
+		}
+		if taken {
 			out.Leased = true
 			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
 			return nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
 	}
 	return p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message"})
+}
+
+// postTakeLease takes the offered lease in the post's transaction, which holds the session's
+// counter row, if the lease is free or expired and the tenant has a free turn slot (takeSlot).
+func postTakeLease(ctx context.Context, tx pgx.Tx, p PostParams, l *LeaseOffer) (bool, error) {
+	var free bool
+	err := tx.QueryRow(ctx, `SELECT run_owner IS NULL OR run_lease_until < now() FROM session_counters
+		WHERE session_id = $1`, p.Session).Scan(&free)
+	if err != nil || !free {
+		return false, err
+	}
+	if ok, err := takeSlot(ctx, tx, p.Tenant, p.Session, l.Owner, l.MaxTenant); err != nil || !ok {
+		return false, err
+	}
+	_, err = tx.Exec(ctx, `UPDATE session_counters SET run_owner = $2,
+		run_lease_until = now() + $3 * interval '1 millisecond' WHERE session_id = $1`,
+		p.Session, l.Owner, l.TTL.Milliseconds())
+	return err == nil, err
 }
 
 // idempotencyClaim records the key, or finds the earlier request that used it. Two concurrent

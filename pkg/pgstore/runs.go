@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -11,7 +12,8 @@ import (
 )
 
 // LeaseAcquire gives owner the session's run lease for ttl if it is free, expired or already
-// owner's. It reports whether owner holds the lease and, when not, until when the other holder's
+// owner's, whatever the tenant runs (LeaseTake applies the tenant's bound; this is for tools and
+// tests). It reports whether owner holds the lease and, when not, until when the other holder's
 // lease runs. ErrNotFound for an unknown, other tenant's or deleted session.
 func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration) (bool, time.Time, error) {
 	var until time.Time
@@ -35,6 +37,123 @@ func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uui
 		return false, time.Time{}, nil
 	}
 	return false, h.Lease.Until, nil
+}
+
+// LeaseOutcome is what LeaseTake did.
+type LeaseOutcome int
+
+const (
+	// LeaseTaken: the caller holds the lease now.
+	LeaseTaken LeaseOutcome = iota
+	// LeaseBusy: another holder's lease is live (LeaseTake's until says how long it runs).
+	LeaseBusy
+	// LeaseTenantFull: the lease is free but the tenant runs as many turns as it may.
+	LeaseTenantFull
+)
+
+// LeaseTake gives owner the session's run lease for ttl if it is free or expired and the tenant
+// holds fewer than maxTenant live leases (no bound when maxTenant <= 0), the check and the take
+// in one transaction that never waits for another taker's commit (takeSlot). until is the other
+// holder's expiry for LeaseBusy. ErrNotFound for an unknown, other tenant's or deleted session.
+func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration, maxTenant int) (_ LeaseOutcome, until time.Time, _ error) {
+	if err := s.ensureSlots(ctx, tenantID, maxTenant); err != nil {
+		return 0, time.Time{}, err
+	}
+	var out LeaseOutcome
+	err := s.inTx(ctx, "take lease", func(tx pgx.Tx) error {
+		var live bool
+		var cur *time.Time
+		err := tx.QueryRow(ctx, `
+			SELECT c.run_owner IS NOT NULL AND c.run_lease_until > now(), c.run_lease_until
+			FROM session_counters c JOIN sessions s ON s.id = c.session_id
+			WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
+			FOR UPDATE OF c`, sessionID, tenantID).Scan(&live, &cur)
+		if err != nil {
+			return err
+		}
+		if live {
+			out, until = LeaseBusy, *cur
+			return nil
+		}
+		ok, err := takeSlot(ctx, tx, tenantID, sessionID, owner, maxTenant)
+		if err != nil || !ok {
+			out = LeaseTenantFull
+			return err
+		}
+		out = LeaseTaken
+		return tx.QueryRow(ctx, `UPDATE session_counters SET run_owner = $2,
+			run_lease_until = now() + $3 * interval '1 millisecond' WHERE session_id = $1
+			RETURNING run_lease_until`, sessionID, owner, ttl.Milliseconds()).Scan(&until)
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return out, until, nil
+}
+
+// slotFree is the condition that the turn slot t records no live lease (tenant_turn_slots,
+// migration 00006): the lease was released, expired or taken over by another owner.
+const slotFree = `NOT EXISTS (SELECT 1 FROM session_counters h
+	WHERE h.session_id = t.session_id AND h.run_owner = t.owner AND h.run_lease_until > now())`
+
+// slotTries bounds how many slots takeSlot locks before giving up (and the post enqueues a wake
+// job instead): a slot that looked free to the locking statement may prove taken, by a taker
+// that committed just before.
+const slotTries = 8
+
+// takeSlot claims a free turn slot of the tenant for the lease (session, owner) in tx, which
+// holds the session's counter row: it reports false when the tenant runs max turns already (no
+// bound when max <= 0). The check and the claim are atomic: the slot stays locked until tx
+// commits, and the lease recorded in it is live from then on.
+//
+// It never waits: a slot locked by another taker is skipped (SKIP LOCKED), so one tenant's
+// concurrent posts are not serialized through each other's commits. A slot is first locked, then
+// checked free again by a statement of its own: its snapshot is taken after the lock was granted,
+// so it sees the lease of a taker that committed the slot just before (a single statement would
+// recheck the locked row but not the lease it records). Lock order: the counter row, then slots.
+func takeSlot(ctx context.Context, tx pgx.Tx, tenantID, sessionID, owner uuid.UUID, max int) (bool, error) {
+	if max <= 0 {
+		return true, nil
+	}
+	tried := []int32{}
+	from := rand.IntN(max) // concurrent takers start at different slots
+	for range slotTries {
+		var slot int32
+		err := tx.QueryRow(ctx, `SELECT t.slot FROM tenant_turn_slots t
+			WHERE t.tenant_id = $1 AND t.slot < $2 AND NOT t.slot = ANY($3) AND `+slotFree+`
+			ORDER BY (t.slot + $4) % $2 LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, tenantID, max, tried, from).Scan(&slot)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE tenant_turn_slots t SET session_id = $3, owner = $4
+			WHERE t.tenant_id = $1 AND t.slot = $2 AND `+slotFree, tenantID, slot, sessionID, owner)
+		if err != nil || tag.RowsAffected() == 1 {
+			return err == nil, err
+		}
+		tried = append(tried, slot)
+	}
+	return false, nil
+}
+
+// ensureSlots creates the tenant's turn slots 0 .. max-1 once per store (they are never removed;
+// slots past a lowered max are not used).
+func (s *Store) ensureSlots(ctx context.Context, tenantID uuid.UUID, max int) error {
+	if max <= 0 {
+		return nil
+	}
+	if n, ok := s.slots.Load(tenantID); ok && n.(int) >= max {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO tenant_turn_slots (tenant_id, slot)
+		SELECT $1, g FROM generate_series(0, $2 - 1) g ON CONFLICT DO NOTHING`, tenantID, max)
+	if err != nil {
+		return translate(err, "create turn slots")
+	}
+	s.slots.Store(tenantID, max)
+	return nil
 }
 
 // LeaseRenew extends owner's lease by ttl from now; ErrLeaseLost when owner no longer holds it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,8 @@ type Store struct {
 	logger *slog.Logger
 	check  bool
 	commit atomic.Pointer[CommitFunc]
+	// slots records, per tenant, how many turn slots are known to exist (runs.go).
+	slots sync.Map
 }
 
 // CommitFunc is told of batches this process committed (see OnCommit). It must not block and must

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -27,25 +28,24 @@ type turnWorker struct {
 func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	cfg := w.s.cfg
 	if w.s.stopping.Load() {
-		return pgstore.Snooze(maxSnooze) // leave it to another replica, or to this one's restart
-	}
-	// Fairness: a tenant runs at most MaxTenantTurns turns at once, on all replicas together (a
-	// soft bound: two jobs may pass the check together).
-	if n, err := cfg.Store.LeasesHeld(ctx, a.TenantID); err == nil && n >= cfg.MaxTenantTurns {
-		return pgstore.Snooze(tenantSnooze)
+		return pgstore.Snooze(jitter(maxSnooze)) // leave it to another replica, or to this one's restart
 	}
 	// Every serve has its own lease identity: two jobs of one session on one replica must exclude
-	// each other like jobs on different replicas.
+	// each other like jobs on different replicas. Fairness: a tenant runs at most MaxTenantTurns
+	// turns at once, on all replicas together; the check is part of the take (a turn slot).
 	owner := uuid.New()
-	ok, until, err := cfg.Store.LeaseAcquire(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
+	out, until, err := cfg.Store.LeaseTake(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL, cfg.MaxTenantTurns)
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil // the session was deleted: nothing to serve
 	}
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return pgstore.Snooze(snoozeFor(time.Until(until)))
+	switch out {
+	case pgstore.LeaseTenantFull:
+		return pgstore.Snooze(jitter(tenantSnooze))
+	case pgstore.LeaseBusy:
+		return pgstore.Snooze(jitter(snoozeFor(time.Until(until))))
 	}
 	return w.serveSession(ctx, a, owner, nil, unknownSeq)
 }
@@ -66,6 +66,12 @@ const (
 	minSnooze = 50 * time.Millisecond
 	maxSnooze = 250 * time.Millisecond
 )
+
+// jitter spreads a snooze of d over [d/2, 3d/2), so that jobs refused together do not all come
+// back together.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
 
 // snoozeFor is how long a job waits for a held lease that runs for left more: briefly, because
 // the holder may release it any moment (a steer that arrived just after the holder's last step

@@ -58,8 +58,9 @@ type Config struct {
 	// logs they hold together. Default 256 MiB.
 	CachedRunners int
 	CachedBytes   int
-	// MaxTenantTurns is how many turns one tenant may run at once, on all replicas together
-	// (a soft bound). Default 20.
+	// MaxTenantTurns is how many turns one tenant may run at once, on all replicas together: the
+	// check and the lease take are one atomic step (a tenant turn slot, pgstore.LeaseTake), and
+	// a job refused for it snoozes for a jittered while. Default 20.
 	MaxTenantTurns int
 	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
 	InsertOnly bool
