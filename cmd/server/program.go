@@ -84,7 +84,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
-		MaxTenantTurns: m.Config.TenantMaxTurns, Logger: m.Logger})
+		MaxTenantTurns: m.Config.TenantMaxTurns, Logger: m.Logger,
+		SessionPosts: postRate(m.Config.SessionPostRate, m.Config.SessionPostBurst),
+		TenantPosts:  postRate(m.Config.TenantPostRate, m.Config.TenantPostBurst)})
 	if err != nil {
 		return err
 	}

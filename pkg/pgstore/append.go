@@ -13,15 +13,17 @@ import (
 
 // appendSQL is the one append statement: it moves the counter by n and the inbox lengths, inserts
 // the rows and notifies, at once; with $14 it also releases the run lease when no followup waits
-// after the batch (a turn runner's last append of a turn, instead of a statement of its own). It does nothing (no row) when the session is not the tenant's
+// after the batch and no waking message was posted during the serve (run_wake, migration 00007:
+// the holder's release then serves again), a turn runner's last append of a turn, instead of a
+// statement of its own. It does nothing (no row) when the session is not the tenant's
 // live session, when the log does not end at the expected seq, when the fence owner does not hold
 // the run lease, or when an inbox length would go negative.
 const appendSQL = `
 WITH c AS (
 	UPDATE session_counters sc SET last_seq = sc.last_seq + $3,
 		inbox_next_turn = sc.inbox_next_turn + $10, inbox_next_step = sc.inbox_next_step + $11,
-		run_owner = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 THEN NULL ELSE sc.run_owner END,
-		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 THEN NULL ELSE sc.run_lease_until END
+		run_owner = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_owner END,
+		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_lease_until END
 	FROM sessions s
 	WHERE sc.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 	  AND sc.last_seq = $4

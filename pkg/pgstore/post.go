@@ -37,8 +37,9 @@ type PostParams struct {
 	Message string
 	// Lease, when not nil, offers to take the session's run lease in the same transaction
 	// instead of enqueueing a wake: the caller serves the session itself (Posted.Leased). When
-	// the lease is held (a turn runs, and its runner serves what waits before it releases) or
-	// the tenant runs Lease.MaxTenant turns already, the wake is enqueued as without an offer.
+	// the lease is held, nothing is taken or enqueued (a turn runs, and its runner serves what
+	// waits before it releases); when the tenant runs Lease.MaxTenant turns already, the wake is
+	// enqueued as without an offer (postWake).
 	Lease *LeaseOffer
 }
 
@@ -63,9 +64,10 @@ type Posted struct {
 	Head eventlog.Head
 }
 
-// Post appends what p.Build returns and, unless the poster takes the lease (p.Lease), enqueues
-// the session's wake, in one transaction: a message is never accepted without work scheduled for
-// it (the lease is such work: if its holder dies, the lease sweeper wakes the session).
+// Post appends what p.Build returns and schedules its work (postWake: the lease's holder, the
+// lease taken by the poster, or the session's one wake job), in one transaction: a message is
+// never accepted without work scheduled for it (a held lease is such work: if its holder dies,
+// the lease sweeper wakes the session).
 func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 	if p.Queue != nil && p.Lease != nil {
 		if err := s.ensureSlots(ctx, p.Tenant, p.Lease.MaxTenant); err != nil {
@@ -81,7 +83,7 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 				return err
 			}
 		}
-		h, err := s.head(ctx, tx, p.Tenant, p.Session, true)
+		h, st, err := postHead(ctx, tx, p.Tenant, p.Session)
 		if err != nil {
 			return err
 		}
@@ -95,7 +97,7 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		if len(evs) > 0 {
 			out.Seq = evs[0].Seq
 		}
-		if err := s.postWake(ctx, tx, p, &out); err != nil {
+		if err := s.postWake(ctx, tx, p, st, &out); err != nil {
 			return err
 		}
 		if p.Idem != nil {
@@ -113,41 +115,94 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 	return out, nil
 }
 
-// postWake takes the offered lease or enqueues the session's wake (nothing without a queue).
-func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, out *Posted) error {
+// wakeFresh is how long an enqueued wake job counts as queued (session_counters.wake_queued_at):
+// a job snoozing for its tenant's bound refreshes it; one retrying after errors for longer no
+// longer keeps posts from enqueueing another.
+const wakeFresh = time.Minute
+
+// runState is what a post needs to know of the session's run, read with its head under the
+// counter row lock (the database's clock decides whether the lease is live).
+type runState struct {
+	held   bool // a run lease is recorded, live or expired
+	live   bool // ... and it has not expired
+	wake   bool // run_wake is already set
+	queued bool // a wake job is queued (wake_queued_at is fresh)
+}
+
+// postHead reads the session's head and run state, locking its counter row. ErrNotFound unless
+// the session is the tenant's and live.
+func postHead(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID) (eventlog.Head, runState, error) {
+	var (
+		h     eventlog.Head
+		st    runState
+		last  int64
+		owner *uuid.UUID
+		until *time.Time
+	)
+	err := tx.QueryRow(ctx, `SELECT c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until,
+			COALESCE(c.run_lease_until > now(), false), c.run_wake,
+			COALESCE(c.wake_queued_at > now() - $3 * interval '1 millisecond', false)
+		FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
+		FOR UPDATE OF c`, sessionID, tenantID, wakeFresh.Milliseconds()).
+		Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until, &st.live, &st.wake, &st.queued)
+	h.Next = last + 1
+	if owner != nil && until != nil {
+		h.Lease = eventlog.Lease{Owner: owner.String(), Until: *until}
+		st.held = true
+	}
+	st.live = st.live && st.held
+	return h, st, translate(err, "read head")
+}
+
+// postWake schedules the work of a waking post (nothing without a queue), in its transaction:
+//
+//   - the lease is live: its holder serves the message before it releases. The post sets
+//     run_wake, so that the holder's release serves again (a steer may come after its last
+//     step), and enqueues nothing: a flood of followups to a busy session is no flood of jobs.
+//     If the holder dies, the lease sweeper's repair serves what waits.
+//   - the lease is free or expired: the post takes it when offered and the tenant has a free turn
+//     slot (the poster serves now), or else enqueues the session's wake job unless one is queued
+//     already (wake_queued_at): a session has at most one waiting job. An expired holder that
+//     comes back finds run_wake set.
+func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, st runState, out *Posted) error {
 	if p.Queue == nil {
 		return nil
 	}
+	if st.live {
+		if st.wake {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `UPDATE session_counters SET run_wake = true WHERE session_id = $1`, p.Session)
+		return err
+	}
 	if l := p.Lease; l != nil {
-		taken, err := postTakeLease(ctx, tx, p, l)
+		ok, err := takeSlot(ctx, tx, p.Tenant, p.Session, l.Owner, l.MaxTenant)
 		if err != nil {
 			return err
 		}
-		if taken {
-			out.Leased = true
+		if ok {
+			_, err = tx.Exec(ctx, `UPDATE session_counters SET run_owner = $2,
+				run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false WHERE session_id = $1`,
+				p.Session, l.Owner, l.TTL.Milliseconds())
+			out.Leased = err == nil
 			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
-			return nil
+			return err
 		}
 	}
+	setWake := st.held && !st.wake
+	if setWake || !st.queued {
+		_, err := tx.Exec(ctx, `UPDATE session_counters SET run_wake = run_wake OR $2,
+			wake_queued_at = CASE WHEN $3 THEN now() ELSE wake_queued_at END WHERE session_id = $1`,
+			p.Session, setWake, !st.queued)
+		if err != nil {
+			return err
+		}
+	}
+	if st.queued {
+		return nil
+	}
 	return p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message"})
-}
-
-// postTakeLease takes the offered lease in the post's transaction, which holds the session's
-// counter row, if the lease is free or expired and the tenant has a free turn slot (takeSlot).
-func postTakeLease(ctx context.Context, tx pgx.Tx, p PostParams, l *LeaseOffer) (bool, error) {
-	var free bool
-	err := tx.QueryRow(ctx, `SELECT run_owner IS NULL OR run_lease_until < now() FROM session_counters
-		WHERE session_id = $1`, p.Session).Scan(&free)
-	if err != nil || !free {
-		return false, err
-	}
-	if ok, err := takeSlot(ctx, tx, p.Tenant, p.Session, l.Owner, l.MaxTenant); err != nil || !ok {
-		return false, err
-	}
-	_, err = tx.Exec(ctx, `UPDATE session_counters SET run_owner = $2,
-		run_lease_until = now() + $3 * interval '1 millisecond' WHERE session_id = $1`,
-		p.Session, l.Owner, l.TTL.Milliseconds())
-	return err == nil, err
 }
 
 // idempotencyClaim records the key, or finds the earlier request that used it. Two concurrent

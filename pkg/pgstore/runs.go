@@ -51,10 +51,16 @@ const (
 	LeaseTenantFull
 )
 
-// LeaseTake gives owner the session's run lease for ttl if it is free or expired and the tenant
-// holds fewer than maxTenant live leases (no bound when maxTenant <= 0), the check and the take
-// in one transaction that never waits for another taker's commit (takeSlot). until is the other
-// holder's expiry for LeaseBusy. ErrNotFound for an unknown, other tenant's or deleted session.
+// LeaseTake is a wake job's take of the session's run lease: it gives owner the lease for ttl if
+// it is free or expired and the tenant holds fewer than maxTenant live leases (no bound when
+// maxTenant <= 0), the check and the take in one transaction that never waits for another
+// taker's commit (takeSlot). until is the other holder's expiry for LeaseBusy. ErrNotFound for an
+// unknown, other tenant's or deleted session.
+//
+// Taken and busy, the job has run: the session's queued wake is cleared (the next post to an idle
+// session enqueues another), and so is run_wake when taken (the new holder serves whatever
+// waits). A busy lease's holder serves what waits before it releases (LeaseRelease), so the job
+// is done. Refused for the tenant's bound, the job stays queued (it snoozes).
 func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration, maxTenant int) (_ LeaseOutcome, until time.Time, _ error) {
 	if err := s.ensureSlots(ctx, tenantID, maxTenant); err != nil {
 		return 0, time.Time{}, err
@@ -73,17 +79,23 @@ func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.U
 		}
 		if live {
 			out, until = LeaseBusy, *cur
-			return nil
+			_, err := tx.Exec(ctx, `UPDATE session_counters SET wake_queued_at = NULL
+				WHERE session_id = $1 AND wake_queued_at IS NOT NULL`, sessionID)
+			return err
 		}
 		ok, err := takeSlot(ctx, tx, tenantID, sessionID, owner, maxTenant)
-		if err != nil || !ok {
+		if err != nil {
+			return err
+		}
+		if !ok {
 			out = LeaseTenantFull
+			_, err := tx.Exec(ctx, `UPDATE session_counters SET wake_queued_at = now() WHERE session_id = $1`, sessionID)
 			return err
 		}
 		out = LeaseTaken
 		return tx.QueryRow(ctx, `UPDATE session_counters SET run_owner = $2,
-			run_lease_until = now() + $3 * interval '1 millisecond' WHERE session_id = $1
-			RETURNING run_lease_until`, sessionID, owner, ttl.Milliseconds()).Scan(&until)
+			run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false, wake_queued_at = NULL
+			WHERE session_id = $1 RETURNING run_lease_until`, sessionID, owner, ttl.Milliseconds()).Scan(&until)
 	})
 	if err != nil {
 		return 0, time.Time{}, err
@@ -172,32 +184,35 @@ func (s *Store) LeaseRenew(ctx context.Context, tenantID, sessionID, owner uuid.
 	return nil
 }
 
-// LeaseRelease gives up owner's lease unless a followup waits in the next-turn inbox (the release
-// and every append lock the same row, so a followup appended before the release keeps the lease
-// with its runner, and one appended after finds the lease free). Messages in the next-step list do
-// not keep it: contexts parked by a cancel and injected messages wait for the next wake (LOOP-1,
-// LOOP-7); a steer comes with its own wake job, which takes the lease once it is free. It reports
-// whether the lease was released; ErrLeaseLost when owner did not hold it.
+// LeaseRelease gives up owner's lease unless a followup waits in the next-turn inbox or a waking
+// message was posted since the holder began serving (run_wake, which it clears): the release and
+// every append lock the same row, so a message appended before the release keeps the lease with
+// its runner, which serves again, and one appended after finds the lease free. Messages in the
+// next-step list do not keep it by themselves: contexts parked by a cancel and injected messages
+// wait for the next wake (LOOP-1, LOOP-7). It reports whether the lease was released;
+// ErrLeaseLost when owner did not hold it.
 func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uuid.UUID) (bool, error) {
-	var waiting int
+	var released bool
 	err := s.pool.QueryRow(ctx, `
 		WITH cur AS (
-			SELECT c.session_id, c.inbox_next_turn AS waiting
+			SELECT c.session_id, c.inbox_next_turn = 0 AND NOT c.run_wake AS idle, c.run_wake
 			FROM session_counters c JOIN sessions s ON s.id = c.session_id
 			WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
 		), rel AS (
-			UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL
-			FROM cur WHERE c.session_id = cur.session_id AND cur.waiting = 0
+			UPDATE session_counters c SET run_wake = false,
+				run_owner = CASE WHEN cur.idle THEN NULL ELSE c.run_owner END,
+				run_lease_until = CASE WHEN cur.idle THEN NULL ELSE c.run_lease_until END
+			FROM cur WHERE c.session_id = cur.session_id AND (cur.idle OR cur.run_wake)
 			RETURNING c.session_id
 		)
-		SELECT cur.waiting FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
+		SELECT cur.idle FROM cur`, sessionID, tenantID, owner).Scan(&released)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, eventlog.ErrLeaseLost
 	}
 	if err != nil {
 		return false, translate(err, "release lease")
 	}
-	return waiting == 0, nil
+	return released, nil
 }
 
 // LeaseDrop gives up owner's lease whatever waits in the inbox (a replica shutting down leaves the

@@ -24,17 +24,19 @@ type turnWorker struct {
 	cache   *runnerCache
 }
 
-// Work takes the session's lease or snoozes until the holder's lease runs out, then serves.
+// Work takes the session's lease and serves. A job that finds the lease held is done: the holder
+// serves what waits before it releases (pgstore.LeaseRelease), so the job neither spins nor
+// waits. One refused for its tenant's bound snoozes for a jittered while.
 func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	cfg := w.s.cfg
 	if w.s.stopping.Load() {
-		return pgstore.Snooze(jitter(maxSnooze)) // leave it to another replica, or to this one's restart
+		return pgstore.Snooze(jitter(stoppingSnooze)) // leave it to another replica, or to this one's restart
 	}
 	// Every serve has its own lease identity: two jobs of one session on one replica must exclude
 	// each other like jobs on different replicas. Fairness: a tenant runs at most MaxTenantTurns
 	// turns at once, on all replicas together; the check is part of the take (a turn slot).
 	owner := uuid.New()
-	out, until, err := cfg.Store.LeaseTake(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL, cfg.MaxTenantTurns)
+	out, _, err := cfg.Store.LeaseTake(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL, cfg.MaxTenantTurns)
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil // the session was deleted: nothing to serve
 	}
@@ -45,7 +47,7 @@ func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	case pgstore.LeaseTenantFull:
 		return pgstore.Snooze(jitter(tenantSnooze))
 	case pgstore.LeaseBusy:
-		return pgstore.Snooze(jitter(snoozeFor(time.Until(until))))
+		return nil
 	}
 	return w.serveSession(ctx, a, owner, nil, unknownSeq)
 }
@@ -61,24 +63,13 @@ var (
 // tenantSnooze is how long a job waits when its tenant runs as many turns as it may.
 const tenantSnooze = 500 * time.Millisecond
 
-// Bounds of the snooze of a job that found its session's lease held.
-const (
-	minSnooze = 50 * time.Millisecond
-	maxSnooze = 250 * time.Millisecond
-)
+// stoppingSnooze is how long a job waits when this replica is stopping.
+const stoppingSnooze = 250 * time.Millisecond
 
 // jitter spreads a snooze of d over [d/2, 3d/2), so that jobs refused together do not all come
 // back together.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
-}
-
-// snoozeFor is how long a job waits for a held lease that runs for left more: briefly, because
-// the holder may release it any moment (a steer that arrived just after the holder's last step
-// is served as soon as it does), but never past the lease's expiry, when a dead holder's session
-// is taken over.
-func snoozeFor(left time.Duration) time.Duration {
-	return min(max(left+minSnooze, minSnooze), maxSnooze)
 }
 
 // serve runs the session's turns while it holds the lease, renewing it, and releases it when no
@@ -145,7 +136,19 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 				cfg.Logger.Warn("lease lost while serving", "session", a.SessionID)
 				return false, nil
 			}
-			return false, fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+			err = fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+			// The runner could not write its log (its appends kept losing the race with posts, or
+			// the database failed): it is dropped, and the lease is handed over at once, with a
+			// wake job when anything waits, instead of held until it expires. The next holder
+			// repairs the open turn (SES-14) and serves the inbox.
+			if j.Released() {
+				return false, err
+			}
+			if herr := w.s.queue.LeaseDrop(context.WithoutCancel(ctx), cfg.Store, a.TenantID, a.SessionID, owner); herr != nil {
+				return false, err // the lease expires and the sweeper wakes the session
+			}
+			cfg.Logger.Warn("serve failed; the session was handed over", "session", a.SessionID, "err", err)
+			return false, nil
 		}
 		if j.Released() {
 			return true, nil // the turn's last append released the lease
@@ -160,7 +163,8 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 		if released || ctx.Err() != nil {
 			return released, nil
 		}
-		// A followup arrived after the last turn: serve it with the lease still held.
+		// A followup waits, or a waking message came during the serve (a steer after the last
+		// step): serve again with the lease still held.
 	}
 }
 
