@@ -26,6 +26,7 @@ const (
 	CodeNoPreset            = fault.NoPreset
 	CodePromptFailed        = fault.PromptFailed
 	CodeRateLimited         = fault.RateLimited
+	CodeInboxFull           = fault.InboxFull
 	CodeUnavailable         = fault.Unavailable
 	CodeInternal            = fault.Internal
 	CodeUnauthorized        = "unauthorized"
@@ -53,6 +54,7 @@ var problemTable = map[string]struct {
 	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
 	CodeRateLimited:         {http.StatusTooManyRequests, "Too many requests"},
+	CodeInboxFull:           {http.StatusTooManyRequests, "Inbox full"},
 	CodeNotReady:            {http.StatusServiceUnavailable, "Not ready"},
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},

@@ -51,6 +51,12 @@ type Config struct {
 	// TenantMaxTurns (DSHD_TENANT_MAX_TURNS) is how many turns one tenant runs at once on all
 	// replicas together, so that no tenant starves the others. Default 20.
 	TenantMaxTurns int
+	// InboxMaxMessages and InboxMaxBytes (DSHD_INBOX_MAX_MESSAGES, DSHD_INBOX_MAX_BYTES) bound a
+	// session's pending inbox, both lists together (the messages' JSON): a post beyond them
+	// answers 429 inbox_full, except a waking post to an idle session. Defaults 100 and 8388608
+	// (8 MiB).
+	InboxMaxMessages int
+	InboxMaxBytes    int64
 	// SessionPostRate and SessionPostBurst (DSHD_SESSION_POST_RATE, posts a second, 0: no
 	// limit; DSHD_SESSION_POST_BURST) bound how fast messages are posted to one session, on each
 	// replica (a token bucket; beyond it a post answers 429 with Retry-After). Defaults 10 and 20.
@@ -112,6 +118,12 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.TenantMaxTurns, err = strconv.Atoi(env("DSHD_TENANT_MAX_TURNS", "20")); err != nil || c.TenantMaxTurns < 1 {
 		return Config{}, fmt.Errorf("DSHD_TENANT_MAX_TURNS must be a positive integer")
+	}
+	if c.InboxMaxMessages, err = strconv.Atoi(env("DSHD_INBOX_MAX_MESSAGES", "100")); err != nil || c.InboxMaxMessages < 1 {
+		return Config{}, fmt.Errorf("DSHD_INBOX_MAX_MESSAGES must be a positive integer")
+	}
+	if c.InboxMaxBytes, err = strconv.ParseInt(env("DSHD_INBOX_MAX_BYTES", "8388608"), 10, 64); err != nil || c.InboxMaxBytes < 1 {
+		return Config{}, fmt.Errorf("DSHD_INBOX_MAX_BYTES must be a positive integer")
 	}
 	if c.SessionPostRate, err = parseRate("DSHD_SESSION_POST_RATE", env("DSHD_SESSION_POST_RATE", "10")); err != nil {
 		return Config{}, err

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,12 +37,31 @@ type PostParams struct {
 	Idem *Idempotency
 	// Message is the id of the posted message, recorded with the idempotency key.
 	Message string
+	// Bound bounds the session's pending inbox (checked under the counter row lock).
+	Bound InboxBound
 	// Lease, when not nil, offers to take the session's run lease in the same transaction
 	// instead of enqueueing a wake: the caller serves the session itself (Posted.Leased). When
 	// the lease is held, nothing is taken or enqueued (a turn runs, and its runner serves what
 	// waits before it releases); when the tenant runs Lease.MaxTenant turns already, the wake is
 	// enqueued as without an offer (postWake).
 	Lease *LeaseOffer
+}
+
+// InboxBound bounds a session's pending inbox, both lists together: a post that would make it hold
+// more than Messages messages or Bytes bytes (of their JSON) is refused (fault.InboxFull) and
+// appends nothing. Zero fields: no bound. A waking post to a session with no lease and no
+// queued wake is accepted beyond the bound: it is what serves (and empties) an inbox filled with
+// injected or parked messages.
+type InboxBound struct {
+	Messages int
+	Bytes    int64
+}
+
+// inboxFull is the error of a post refused by the session's inbox bound.
+func inboxFull(msgs int, bytes int64, b InboxBound) error {
+	return &fault.Error{Code: fault.InboxFull, Message: fmt.Sprintf(
+		"the session's inbox holds %d messages (%d bytes) waiting; its bound is %d messages and %d bytes: retry once its turns have taken some",
+		msgs, bytes, b.Messages, b.Bytes)}
 }
 
 // LeaseOffer is the lease a poster takes to serve the session at once.
@@ -87,9 +108,25 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		if err != nil {
 			return err
 		}
+		// The inbox bound, under the counter row lock: the count before building, the bytes
+		// once the message's size is known (a refusal rolls the append back).
+		pending := h.Inbox.NextTurn + h.Inbox.NextStep
+		bounded := !(p.Queue != nil && !st.held && !st.queued)
+		if bounded && p.Bound.Messages > 0 && pending >= p.Bound.Messages {
+			return inboxFull(pending, st.bytes, p.Bound)
+		}
 		evs, err := s.appendAt(ctx, tx, p.Tenant, p.Session, h, nil, p.Build)
 		if err != nil {
 			return err
+		}
+		if z := inboxSizes(evs); bounded && p.Bound.Bytes > 0 && len(z.turn.inserted)+len(z.step.inserted) > 0 {
+			added := int64(0)
+			for _, n := range slices.Concat(z.turn.inserted, z.step.inserted) {
+				added += int64(n)
+			}
+			if st.bytes+added > p.Bound.Bytes {
+				return inboxFull(pending, st.bytes, p.Bound)
+			}
 		}
 		out = Posted{MessageID: p.Message, Events: evs, Head: h}
 		out.Head.Next += int64(len(evs))
@@ -123,10 +160,11 @@ const wakeFresh = time.Minute
 // runState is what a post needs to know of the session's run, read with its head under the
 // counter row lock (the database's clock decides whether the lease is live).
 type runState struct {
-	held   bool // a run lease is recorded, live or expired
-	live   bool // ... and it has not expired
-	wake   bool // run_wake is already set
-	queued bool // a wake job is queued (wake_queued_at is fresh)
+	held   bool  // a run lease is recorded, live or expired
+	live   bool  // ... and it has not expired
+	wake   bool  // run_wake is already set
+	queued bool  // a wake job is queued (wake_queued_at is fresh)
+	bytes  int64 // the size of the waiting messages (migration 00008)
 }
 
 // postHead reads the session's head and run state, locking its counter row. ErrNotFound unless
@@ -141,11 +179,12 @@ func postHead(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID) (ev
 	)
 	err := tx.QueryRow(ctx, `SELECT c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until,
 			COALESCE(c.run_lease_until > now(), false), c.run_wake,
-			COALESCE(c.wake_queued_at > now() - $3 * interval '1 millisecond', false)
+			COALESCE(c.wake_queued_at > now() - $3 * interval '1 millisecond', false),
+			(SELECT COALESCE(sum(x), 0) FROM unnest(c.inbox_next_turn_sizes || c.inbox_next_step_sizes) x)
 		FROM session_counters c JOIN sessions s ON s.id = c.session_id
 		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 		FOR UPDATE OF c`, sessionID, tenantID, wakeFresh.Milliseconds()).
-		Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until, &st.live, &st.wake, &st.queued)
+		Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until, &st.live, &st.wake, &st.queued, &st.bytes)
 	h.Next = last + 1
 	if owner != nil && until != nil {
 		h.Lease = eventlog.Lease{Owner: owner.String(), Until: *until}

@@ -236,6 +236,16 @@ func (s *Store) LeasesHeld(ctx context.Context, tenantID uuid.UUID) (int, error)
 	return n, translate(err, "count leases")
 }
 
+// InboxPending returns how many messages wait in the session's inbox and their size in bytes (of
+// their JSON), the quantities its inbox bound applies to (PostParams.Bound).
+func (s *Store) InboxPending(ctx context.Context, tenantID, sessionID uuid.UUID) (msgs int, bytes int64, _ error) {
+	err := s.pool.QueryRow(ctx, `SELECT c.inbox_next_turn + c.inbox_next_step,
+			(SELECT COALESCE(sum(x), 0) FROM unnest(c.inbox_next_turn_sizes || c.inbox_next_step_sizes) x)
+		FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL`, sessionID, tenantID).Scan(&msgs, &bytes)
+	return msgs, bytes, translate(err, "read inbox")
+}
+
 // SessionRef names a session of a tenant.
 type SessionRef struct {
 	TenantID, SessionID uuid.UUID

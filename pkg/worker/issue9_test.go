@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,10 +186,12 @@ func TestI9F7_FollowupFloodIsBoundedJobs(t *testing.T) {
 	}
 }
 
-// floodConfig lets a test flood one session: no post rate.
+// floodConfig lets a test flood one session: no post rate, no bound of the inbox's count (its
+// bytes are bounded as by default).
 func floodConfig(c *worker.Config) {
 	c.SessionPosts = worker.Rate{PerSecond: -1}
 	c.TenantPosts = worker.Rate{PerSecond: -1}
+	c.InboxMaxMessages = -1
 }
 
 // TestI9F7_PostRatesAreLimited (issue 9, finding 7): a session's posts beyond its burst are
@@ -231,5 +234,143 @@ func TestI9F7_PostRatesAreLimited(t *testing.T) {
 	}
 	if h, err := e.store.SessionHead(ctx, e.tenant, c); err != nil || h.Inbox.NextStep != 0 {
 		t.Fatalf("a refused post was appended: %+v %v", h, err)
+	}
+}
+
+// TestI9F2_InboxIsBounded (issue 9, finding 2): a session's pending inbox is bounded in bytes and
+// in messages: a post beyond the bound is refused with inbox_full and appends nothing; a waking
+// post to an idle session is still accepted (it serves, and empties, an inbox of injected
+// messages); once served, the inbox takes posts again.
+func TestI9F2_InboxIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const maxBytes = 1 << 20
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) {
+		floodConfig(c)
+		c.InboxMaxBytes = maxBytes
+	})
+	ctx := context.Background()
+	try := func(r *replica, sid uuid.UUID, text, mode string) error {
+		sess, err := e.store.SessionGet(ctx, e.tenant, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.svc.Post(ctx, e.tenant, sess, llm.NewUserMessage(uuid.NewString(), text), mode, nil)
+		return err
+	}
+	sid := e.session()
+	big := strings.Repeat("x", 200_000)
+	accepted := 0
+	for ; accepted < 20; accepted++ {
+		if err := try(r, sid, big, worker.ModeInject); err != nil {
+			if fault.Code(err) != fault.InboxFull {
+				t.Fatalf("post %d: %v; want inbox_full", accepted, err)
+			}
+			break
+		}
+	}
+	msgs, bytes, err := e.store.InboxPending(ctx, e.tenant, sid)
+	t.Logf("%d posts of 200 kB accepted: %d messages, %d bytes pending", accepted, msgs, bytes)
+	if err != nil || accepted == 0 || msgs != accepted || bytes%int64(accepted) != 0 || int64(accepted) != maxBytes/(bytes/int64(accepted)) {
+		t.Fatalf("%d posts of 200 kB accepted, pending %d messages, %d bytes (%v); want the 1 MiB bound to refuse the first beyond it",
+			accepted, msgs, bytes, err)
+	}
+	if err := try(r, sid, "text", worker.ModeFollowup); err != nil {
+		t.Fatalf("a followup to the idle session with a full inbox: %v; want it accepted (it serves the inbox)", err)
+	}
+	e.waitTurnEnds(r.hub, sid, 1, 60*time.Second)
+	e.waitReleased(sid)
+	if msgs, bytes, err := e.store.InboxPending(ctx, e.tenant, sid); err != nil || msgs != 0 || bytes != 0 {
+		t.Fatalf("after the turn: %d messages, %d bytes pending (%v)", msgs, bytes, err)
+	}
+	if err := try(r, sid, big, worker.ModeInject); err != nil {
+		t.Fatalf("a post once the inbox was served: %v", err)
+	}
+
+	// The count bound; a busy session takes no waking post beyond it either.
+	few := e.replicaWith(10*time.Second, func(c *worker.Config) { floodConfig(c); c.InboxMaxMessages = 3 })
+	sid = e.session()
+	if err := try(few, sid, `tool:sleep args:{"ms":60000,"text":"z"}`, worker.ModeFollowup); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(few.hub, sid, eventlog.TypeToolCall)
+	for i := range 3 {
+		if err := try(few, sid, "text", worker.ModeFollowup); err != nil {
+			t.Fatalf("post %d within the bound: %v", i, err)
+		}
+	}
+	for _, mode := range []string{worker.ModeInject, worker.ModeSteer, worker.ModeFollowup} {
+		if err := try(few, sid, "text", mode); fault.Code(err) != fault.InboxFull {
+			t.Fatalf("a %s beyond 3 waiting messages: %v; want inbox_full", mode, err)
+		}
+	}
+	if msgs, _, err := e.store.InboxPending(ctx, e.tenant, sid); err != nil || msgs != 3 {
+		t.Fatalf("%d messages pending (%v); want the refused posts to append nothing", msgs, err)
+	}
+	if _, err := few.svc.Cancel(ctx, e.tenant, sid, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heapInUse is the live heap after collecting garbage.
+func heapInUse() int64 {
+	var m runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// TestI9F2_RunnerCacheAccountsWhatItHolds (issue 9, finding 2): the runner cache accounts for
+// the memory a kept runner really holds (measured: the live heap it frees when dropped), not
+// only its event data, for a log of large posted messages and for one of tool steps; a runner
+// that alone would hold more than an eighth of the cache is not kept. Not parallel: it measures
+// the heap.
+func TestI9F2_RunnerCacheAccountsWhatItHolds(t *testing.T) {
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, floodConfig)
+	ctx := context.Background()
+	measure := func(name string, sid uuid.UUID) {
+		t.Helper()
+		e.waitReleased(sid)
+		eventually(t, 10*time.Second, func() bool { n, _ := r.svc.CachedBytes(); return n == 1 })
+		_, accounted := r.svc.CachedBytes()
+		before := heapInUse()
+		r.svc.DropCachedRunner(sid)
+		held := before - heapInUse()
+		t.Logf("%s: %d events; the cache accounts %d bytes, the runner held %d", name, len(e.events(sid)), accounted, held)
+		if int64(accounted) < held || int64(accounted) > 5*held/2 {
+			t.Fatalf("%s: the cache accounts %d bytes for a runner that holds %d", name, accounted, held)
+		}
+	}
+	large := e.session()
+	sess, err := e.store.SessionGet(ctx, e.tenant, large)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 12 {
+		msg := llm.NewUserMessage(uuid.NewString(), strings.Repeat("x", 256<<10-200))
+		if _, err := r.svc.Post(ctx, e.tenant, sess, msg, worker.ModeInject, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post(t, r, e.tenant, large, "text", worker.ModeFollowup)
+	e.waitTurnEnds(r.hub, large, 1, 60*time.Second)
+	measure("large messages", large)
+
+	steps := e.session()
+	for i := range 12 {
+		post(t, r, e.tenant, steps, "tools:3 steps:2 say:"+strings.Repeat("word%20", 300), worker.ModeFollowup)
+		e.waitTurnEnds(r.hub, steps, i+1, 60*time.Second)
+	}
+	measure("tool steps", steps)
+
+	small := e.replicaWith(10*time.Second, func(c *worker.Config) { floodConfig(c); c.CachedBytes = 32 << 20 })
+	post(t, small, e.tenant, large, "text", worker.ModeFollowup)
+	e.waitTurnEnds(small.hub, large, 2, 60*time.Second)
+	e.waitReleased(large)
+	if n, _ := small.svc.CachedBytes(); n != 0 {
+		t.Fatal("a runner of more than an eighth of the cache was kept")
 	}
 }

@@ -317,8 +317,9 @@ func (rn *running) stopAll(c agentloop.Cause) {
 // runnerCache keeps the runners of recently served sessions, so the next job of a session starts
 // from the runner's view of the log instead of reading the whole log again. A runner is taken out
 // while it serves (one serve per session at a time, by the lease) and put back only after a clean
-// release. The least recently kept runners are dropped beyond max runners or maxBytes of logs they
-// hold, and a dropped runner's release func (of its agent configuration) is called.
+// release. The least recently kept runners are dropped beyond max runners or maxBytes of the
+// memory they hold (runnerCost), a runner that alone would hold more than maxBytes/largeShare is
+// not kept at all, and a dropped runner's release func (of its agent configuration) is called.
 type runnerCache struct {
 	mu       sync.Mutex
 	max      int
@@ -334,6 +335,28 @@ type cachedRunner struct {
 	release func()
 	used    uint64
 	bytes   int
+}
+
+// largeShare: a runner that would hold more than 1/largeShare of the cache's bytes is not kept,
+// so that one large session does not push out many small ones.
+const largeShare = 8
+
+// eventCost is what a runner holds for one event beyond twice its data (runnerCost).
+const eventCost = 256
+
+// runnerCost estimates the memory a kept runner holds: its mirror's events (their data, and
+// about eventCost bytes each for the event, its surface node and the slices) and the messages
+// derived from the surface events (decoded copies of their text, at most as large as their data;
+// the inbox it holds is spliced in from events it also holds). Twice the event data and
+// eventCost a event are an upper bound of what the runner cache's tests measured: 1.5 times the
+// data for a log of large posted messages, 2.3 times for a log of tool calls, chunks and results
+// (about 400 bytes an event beyond the data).
+func runnerCost(r *agentloop.Runner) int {
+	b := r.LogBytes()
+	if b == 0 {
+		return 0 // nothing folded yet
+	}
+	return 2*b + eventCost*int(r.Cursor()+1)
 }
 
 func newRunnerCache(max, maxBytes int) *runnerCache {
@@ -363,11 +386,18 @@ func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *pgstore.Journal,
 	c.tick++
 	if old, ok := c.items[id]; ok {
 		c.bytes -= old.bytes
+		delete(c.items, id)
 		if old.release != nil {
 			dropped = append(dropped, old.release)
 		}
 	}
-	size := r.LogBytes()
+	size := runnerCost(r)
+	if size > c.maxBytes/largeShare {
+		if release != nil {
+			dropped = append(dropped, release) // its session's next serve reads its log again
+		}
+		return
+	}
 	c.items[id] = cachedRunner{r: r, j: j, release: release, used: c.tick, bytes: size}
 	c.bytes += size
 	for len(c.items) > c.max || c.bytes > c.maxBytes && len(c.items) > 0 {

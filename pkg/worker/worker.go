@@ -60,13 +60,21 @@ type Config struct {
 	FetchCooldown time.Duration
 	// CachedRunners is how many idle sessions' runners this replica keeps warm, so that a
 	// session's next turn does not read its whole log again. Default 1000. CachedBytes bounds the
-	// logs they hold together. Default 256 MiB.
+	// memory they hold together (estimated from their logs: the events and the messages derived
+	// from them); a runner that alone would hold more than an eighth of it is not kept. Default
+	// 256 MiB.
 	CachedRunners int
 	CachedBytes   int
 	// MaxTenantTurns is how many turns one tenant may run at once, on all replicas together: the
 	// check and the lease take are one atomic step (a tenant turn slot, pgstore.LeaseTake), and
 	// a job refused for it snoozes for a jittered while. Default 20.
 	MaxTenantTurns int
+	// InboxMaxMessages and InboxMaxBytes bound a session's pending inbox (both lists, the
+	// messages' JSON): a post beyond them is refused with fault.InboxFull, checked in the
+	// posting transaction (pgstore.InboxBound). Defaults DefaultInboxMaxMessages and
+	// DefaultInboxMaxBytes; negative: no bound.
+	InboxMaxMessages int
+	InboxMaxBytes    int64
 	// SessionPosts and TenantPosts bound how fast messages are posted to one session and by one
 	// tenant, on this replica (token buckets; a post beyond them is refused with fault.RateLimited
 	// and the wait until a token is back, sent as Retry-After). Defaults DefaultSessionPosts and
@@ -82,6 +90,12 @@ type Config struct {
 	QueueOnly bool
 	Logger    *slog.Logger
 }
+
+// Defaults of Config.InboxMaxMessages and Config.InboxMaxBytes.
+const (
+	DefaultInboxMaxMessages = 100
+	DefaultInboxMaxBytes    = 8 << 20
+)
 
 func (c *Config) defaults() {
 	if c.Owner == uuid.Nil {
@@ -104,6 +118,12 @@ func (c *Config) defaults() {
 	}
 	if c.MaxTenantTurns <= 0 {
 		c.MaxTenantTurns = 20
+	}
+	if c.InboxMaxMessages == 0 {
+		c.InboxMaxMessages = DefaultInboxMaxMessages
+	}
+	if c.InboxMaxBytes == 0 {
+		c.InboxMaxBytes = DefaultInboxMaxBytes
 	}
 	c.SessionPosts = c.SessionPosts.orDefault(DefaultSessionPosts)
 	c.TenantPosts = c.TenantPosts.orDefault(DefaultTenantPosts)
@@ -251,7 +271,8 @@ type Posted struct {
 // job. Otherwise the session's wake job is enqueued (unless one is queued), which any replica
 // runs.
 //
-// A post beyond the session's or the tenant's post rate is refused with fault.RateLimited.
+// A post beyond the session's or the tenant's post rate is refused with fault.RateLimited, one
+// beyond the session's inbox bound with fault.InboxFull.
 func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
 	sessionID := sess.ID
 	if err := s.posts.allow(tenantID, sessionID, time.Now()); err != nil {
@@ -262,6 +283,7 @@ func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Se
 		target = eventlog.InboxNextStep
 	}
 	p := pgstore.PostParams{Tenant: tenantID, Session: sessionID, Idem: idem, Message: msg.ID,
+		Bound: pgstore.InboxBound{Messages: max(s.cfg.InboxMaxMessages, 0), Bytes: max(s.cfg.InboxMaxBytes, 0)},
 		Build: func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			return []eventlog.NewEvent{eventlog.Of(eventlog.Insertion(target, h.Inbox.Len(target), msg))}, nil
 		}}
