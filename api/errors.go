@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
 )
@@ -22,6 +25,8 @@ const (
 	CodeIdempotencyConflict = fault.IdempotencyConflict
 	CodeNoPreset            = fault.NoPreset
 	CodePromptFailed        = fault.PromptFailed
+	CodeRateLimited         = fault.RateLimited
+	CodeInboxFull           = fault.InboxFull
 	CodeUnavailable         = fault.Unavailable
 	CodeInternal            = fault.Internal
 	CodeUnauthorized        = "unauthorized"
@@ -50,6 +55,8 @@ var problemTable = map[string]struct {
 	CodeNoPreset:            {http.StatusConflict, "Session has no preset"},
 	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
+	CodeRateLimited:         {http.StatusTooManyRequests, "Too many requests"},
+	CodeInboxFull:           {http.StatusTooManyRequests, "Inbox full"},
 	CodeNotReady:            {http.StatusServiceUnavailable, "Not ready"},
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},
@@ -91,6 +98,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, detail := classify(err)
 	if code == CodeInternal && !errors.Is(err, context.Canceled) {
 		logger(r).LogAttrs(r.Context(), slog.LevelError, "internal error", slog.String("error", err.Error()))
+	}
+	// A refusal that may be retried after a while (rate_limited) says when, in whole seconds.
+	var ra interface{ RetryAfter() time.Duration }
+	if code != CodeInternal && errors.As(err, &ra) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(ra.RetryAfter().Seconds())))))
 	}
 	writeProblem(w, code, detail)
 }

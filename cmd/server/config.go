@@ -3,11 +3,13 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/pkg/worker"
 )
 
 // Config is the server's configuration, read from the environment. Every setting has a default.
@@ -54,6 +56,21 @@ type Config struct {
 	// TenantMaxTurns (DSHD_TENANT_MAX_TURNS) is how many turns one tenant runs at once on all
 	// replicas together, so that no tenant starves the others. Default 20.
 	TenantMaxTurns int
+	// InboxMaxMessages and InboxMaxBytes (DSHD_INBOX_MAX_MESSAGES, DSHD_INBOX_MAX_BYTES) bound a
+	// session's pending inbox, both lists together (the messages' JSON): a post beyond them
+	// answers 429 inbox_full, except a waking post to an idle session. Defaults 100 and 8388608
+	// (8 MiB).
+	InboxMaxMessages int
+	InboxMaxBytes    int64
+	// SessionPostRate and SessionPostBurst (DSHD_SESSION_POST_RATE, posts a second, 0: no
+	// limit; DSHD_SESSION_POST_BURST) bound how fast messages are posted to one session, on each
+	// replica (a token bucket; beyond it a post answers 429 with Retry-After). Defaults 10 and 20.
+	SessionPostRate  float64
+	SessionPostBurst int
+	// TenantPostRate and TenantPostBurst (DSHD_TENANT_POST_RATE, DSHD_TENANT_POST_BURST) bound
+	// the posts of one tenant to all its sessions together, likewise. Defaults 200 and 400.
+	TenantPostRate  float64
+	TenantPostBurst int
 	// ScriptedModel (DSHD_SCRIPTED_MODEL) offers the scripted test model to presets. Default on
 	// (the offline first run uses it); a hosted deployment may turn it off.
 	ScriptedModel bool
@@ -157,6 +174,24 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	if c.TenantMaxTurns, err = strconv.Atoi(env("DSHD_TENANT_MAX_TURNS", "20")); err != nil || c.TenantMaxTurns < 1 {
 		return Config{}, fmt.Errorf("DSHD_TENANT_MAX_TURNS must be a positive integer")
 	}
+	if c.InboxMaxMessages, err = strconv.Atoi(env("DSHD_INBOX_MAX_MESSAGES", "100")); err != nil || c.InboxMaxMessages < 1 {
+		return Config{}, fmt.Errorf("DSHD_INBOX_MAX_MESSAGES must be a positive integer")
+	}
+	if c.InboxMaxBytes, err = strconv.ParseInt(env("DSHD_INBOX_MAX_BYTES", "8388608"), 10, 64); err != nil || c.InboxMaxBytes < 1 {
+		return Config{}, fmt.Errorf("DSHD_INBOX_MAX_BYTES must be a positive integer")
+	}
+	if c.SessionPostRate, err = parseRate("DSHD_SESSION_POST_RATE", env("DSHD_SESSION_POST_RATE", "10")); err != nil {
+		return Config{}, err
+	}
+	if c.SessionPostBurst, err = strconv.Atoi(env("DSHD_SESSION_POST_BURST", "20")); err != nil || c.SessionPostBurst < 1 {
+		return Config{}, fmt.Errorf("DSHD_SESSION_POST_BURST must be a positive integer")
+	}
+	if c.TenantPostRate, err = parseRate("DSHD_TENANT_POST_RATE", env("DSHD_TENANT_POST_RATE", "200")); err != nil {
+		return Config{}, err
+	}
+	if c.TenantPostBurst, err = strconv.Atoi(env("DSHD_TENANT_POST_BURST", "400")); err != nil || c.TenantPostBurst < 1 {
+		return Config{}, fmt.Errorf("DSHD_TENANT_POST_BURST must be a positive integer")
+	}
 	if c.ScriptedModel, err = parseBool("DSHD_SCRIPTED_MODEL", env("DSHD_SCRIPTED_MODEL", "1")); err != nil {
 		return Config{}, err
 	}
@@ -223,6 +258,23 @@ func parseBool(name, v string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%s must be 1 or 0 (got %q)", name, v)
+}
+
+// parseRate reads a rate in events a second; 0 means no limit.
+func parseRate(name, v string) (float64, error) {
+	r, err := strconv.ParseFloat(v, 64)
+	if err != nil || r < 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+		return 0, fmt.Errorf("%s must be a non-negative number of posts a second, 0 for no limit (got %q)", name, v)
+	}
+	return r, nil
+}
+
+// postRate is the worker's rate of a setting read by parseRate (0: no limit).
+func postRate(perSecond float64, burst int) worker.Rate {
+	if perSecond == 0 {
+		return worker.Rate{PerSecond: -1}
+	}
+	return worker.Rate{PerSecond: perSecond, Burst: burst}
 }
 
 func parseDuration(name, v string) (time.Duration, error) {

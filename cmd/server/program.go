@@ -103,7 +103,10 @@ func (m *Main) Run(ctx context.Context) error {
 	presets := pgstore.NewPresets(m.pool, ag.Rules())
 	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
-		MaxTenantTurns: m.Config.TenantMaxTurns, Approvals: approvals, Logger: m.Logger})
+		MaxTenantTurns: m.Config.TenantMaxTurns, Approvals: approvals, Logger: m.Logger,
+		InboxMaxMessages: m.Config.InboxMaxMessages, InboxMaxBytes: m.Config.InboxMaxBytes,
+		SessionPosts: postRate(m.Config.SessionPostRate, m.Config.SessionPostBurst),
+		TenantPosts:  postRate(m.Config.TenantPostRate, m.Config.TenantPostBurst)})
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,8 @@ const (
 	IdempotencyConflict = "idempotency_conflict" // an Idempotency-Key reused with another request
 	NoPreset            = "no_preset"            // the session has no preset to run
 	PromptFailed        = "prompt_failed"        // the prompt does not assemble (PRM-8)
+	RateLimited         = "rate_limited"         // too many posts to a session or by a tenant: retry later
+	InboxFull           = "inbox_full"           // the session's pending inbox is at its bound: retry later
 	LeaseLost           = "lease_lost"           // the writer no longer holds the session's run lease
 	Stale               = "stale"                // the log moved on since the writer's head
 	Unavailable         = "unavailable"          // a dependency (the database) is unreachable

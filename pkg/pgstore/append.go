@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"math"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -13,15 +15,23 @@ import (
 
 // appendSQL is the one append statement: it moves the counter by n and the inbox lengths, inserts
 // the rows and notifies, at once; with $14 it also releases the run lease when no followup waits
-// after the batch (a turn runner's last append of a turn, instead of a statement of its own). It does nothing (no row) when the session is not the tenant's
+// after the batch and no waking message was posted during the serve (run_wake, migration 00007:
+// the holder's release then serves again), a turn runner's last append of a turn, instead of a
+// statement of its own. It does nothing (no row) when the session is not the tenant's
 // live session, when the log does not end at the expected seq, when the fence owner does not hold
 // the run lease, or when an inbox length would go negative.
 const appendSQL = `
 WITH c AS (
 	UPDATE session_counters sc SET last_seq = sc.last_seq + $3,
 		inbox_next_turn = sc.inbox_next_turn + $10, inbox_next_step = sc.inbox_next_step + $11,
-		run_owner = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 THEN NULL ELSE sc.run_owner END,
-		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 THEN NULL ELSE sc.run_lease_until END
+		-- the sizes of the waiting messages (migration 00008): $15/$17 removed from the front of
+		-- next-turn/next-step, $16/$18 the sizes of those inserted at the end (inboxSizes)
+		inbox_next_turn_sizes = CASE WHEN $15 = 0 AND cardinality($16::int[]) = 0 THEN sc.inbox_next_turn_sizes
+			ELSE (sc.inbox_next_turn_sizes || $16::int[])[$15 + 1:] END,
+		inbox_next_step_sizes = CASE WHEN $17 = 0 AND cardinality($18::int[]) = 0 THEN sc.inbox_next_step_sizes
+			ELSE (sc.inbox_next_step_sizes || $18::int[])[$17 + 1:] END,
+		run_owner = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_owner END,
+		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_lease_until END
 	FROM sessions s
 	WHERE sc.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 	  AND sc.last_seq = $4
@@ -55,14 +65,56 @@ var errNoRow = errors.New("pgstore: the append matched no counter row")
 // appendRows runs the append statement for p and reports whether it released the lease.
 func appendRows(ctx context.Context, q querier, p appendParams) (released bool, err error) {
 	c := toColumns(p.Batch)
+	z := inboxSizes(p.Batch)
 	var last int64
 	err = q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), c.times,
 		c.types, c.datas, c.ops, c.srcs, p.Inbox.NextTurn-p.Head.Inbox.NextTurn,
-		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable, p.Release && p.Owner != nil).Scan(&last, &released, nil)
+		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable, p.Release && p.Owner != nil,
+		z.turn.removed, z.turn.inserted, z.step.removed, z.step.inserted).Scan(&last, &released, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, errNoRow
 	}
 	return released && p.Release && p.Owner != nil, translate(err, "append")
+}
+
+// listSizes is what a batch does to the sizes of one inbox list: how many messages it removes
+// from the front, and the sizes of those it inserts at the end, in order.
+type listSizes struct {
+	removed  int
+	inserted []int32
+}
+
+// batchSizes is what a batch does to the sizes of both lists.
+type batchSizes struct{ turn, step listSizes }
+
+// inboxSizes reads the splices of a validated batch. A message's size is the length of its JSON
+// in the splice. Splices are taken to insert at the end and delete from the front, as every
+// writer's do (eventlog.Insertion, eventlog.Deletion); another keeps the count right and makes the
+// sizes approximate.
+func inboxSizes(batch []eventlog.Event) batchSizes {
+	z := batchSizes{turn: listSizes{inserted: []int32{}}, step: listSizes{inserted: []int32{}}}
+	for _, ev := range batch {
+		if ev.Type != eventlog.TypeInboxSpliced {
+			continue
+		}
+		var s struct {
+			Target       string            `json:"target"`
+			RemovedCount int               `json:"removedCount"`
+			Inserted     []json.RawMessage `json:"inserted"`
+		}
+		if json.Unmarshal(ev.Data, &s) != nil {
+			continue // prepare validated it
+		}
+		l := &z.turn
+		if s.Target == eventlog.InboxNextStep {
+			l = &z.step
+		}
+		l.removed += s.RemovedCount
+		for _, m := range s.Inserted {
+			l.inserted = append(l.inserted, int32(min(len(m), math.MaxInt32)))
+		}
+	}
+	return z
 }
 
 // insertSQL inserts rows with explicit seqs and times (seeds and forks); the caller holds the

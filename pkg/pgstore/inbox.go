@@ -2,6 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
+	"math"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -34,7 +37,38 @@ func syncInbox(ctx context.Context, q querier, sessionID uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	_, err = q.Exec(ctx, `UPDATE session_counters SET inbox_next_turn = $2, inbox_next_step = $3 WHERE session_id = $1`,
-		sessionID, l.NextTurn, l.NextStep)
+	turn, step := replaySizes(evs)
+	_, err = q.Exec(ctx, `UPDATE session_counters SET inbox_next_turn = $2, inbox_next_step = $3,
+		inbox_next_turn_sizes = $4, inbox_next_step_sizes = $5 WHERE session_id = $1`,
+		sessionID, l.NextTurn, l.NextStep, turn, step)
 	return err
+}
+
+// replaySizes replays valid splices over the sizes of the waiting messages (migration 00008):
+// exactly, wherever a splice inserts or deletes.
+func replaySizes(evs []eventlog.Event) (turn, step []int32) {
+	turn, step = []int32{}, []int32{}
+	for _, ev := range evs {
+		var s struct {
+			Target       string            `json:"target"`
+			Start        int               `json:"start"`
+			RemovedCount int               `json:"removedCount"`
+			Inserted     []json.RawMessage `json:"inserted"`
+		}
+		if json.Unmarshal(ev.Data, &s) != nil {
+			continue
+		}
+		l := &turn
+		if s.Target == eventlog.InboxNextStep {
+			l = &step
+		}
+		start := min(max(s.Start, 0), len(*l))
+		end := min(start+max(s.RemovedCount, 0), len(*l))
+		ins := make([]int32, len(s.Inserted))
+		for i, m := range s.Inserted {
+			ins[i] = int32(min(len(m), math.MaxInt32))
+		}
+		*l = slices.Concat((*l)[:start], ins, (*l)[end:])
+	}
+	return turn, step
 }

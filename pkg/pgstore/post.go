@@ -3,7 +3,8 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,28 +37,39 @@ type PostParams struct {
 	Idem *Idempotency
 	// Message is the id of the posted message, recorded with the idempotency key.
 	Message string
+	// Bound bounds the session's pending inbox (checked under the counter row lock).
+	Bound InboxBound
 	// Lease, when not nil, offers to take the session's run lease in the same transaction
 	// instead of enqueueing a wake: the caller serves the session itself (Posted.Leased). When
-	// the lease is held (a turn runs, and its runner serves what waits before it releases) or
-	// the tenant runs Lease.MaxTenant turns already, the wake is enqueued as without an offer.
+	// the lease is held, nothing is taken or enqueued (a turn runs, and its runner serves what
+	// waits before it releases); when the tenant runs Lease.MaxTenant turns already, the wake is
+	// enqueued as without an offer (postWake).
 	Lease *LeaseOffer
+}
+
+// InboxBound bounds a session's pending inbox, both lists together: a post that would make it hold
+// more than Messages messages or Bytes bytes (of their JSON) is refused (fault.InboxFull) and
+// appends nothing. Zero fields: no bound. A waking post to a session with no lease and no
+// queued wake is accepted beyond the bound: it is what serves (and empties) an inbox filled with
+// injected or parked messages.
+type InboxBound struct {
+	Messages int
+	Bytes    int64
+}
+
+// inboxFull is the error of a post refused by the session's inbox bound.
+func inboxFull(msgs int, bytes int64, b InboxBound) error {
+	return &fault.Error{Code: fault.InboxFull, Message: fmt.Sprintf(
+		"the session's inbox holds %d messages (%d bytes) waiting; its bound is %d messages and %d bytes: retry once its turns have taken some",
+		msgs, bytes, b.Messages, b.Bytes)}
 }
 
 // LeaseOffer is the lease a poster takes to serve the session at once.
 type LeaseOffer struct {
 	Owner     uuid.UUID
 	TTL       time.Duration
-	MaxTenant int // turns the tenant may run at once, on all replicas (a soft bound)
+	MaxTenant int // turns the tenant may run at once, on all replicas (takeSlot); <= 0: no bound
 }
-
-// leaseTakeSQL gives $3 the session's lease for $4 ms if it is free or expired and the tenant
-// holds fewer than $5 live leases.
-const leaseTakeSQL = `
-UPDATE session_counters c SET run_owner = $3, run_lease_until = now() + $4 * interval '1 millisecond'
-WHERE c.session_id = $1 AND (c.run_owner IS NULL OR c.run_lease_until < now())
-  AND (SELECT count(*) FROM session_counters h JOIN sessions s ON s.id = h.session_id
-       WHERE h.run_owner IS NOT NULL AND h.run_lease_until > now() AND s.tenant_id = $2) < $5
-RETURNING 1`
 
 // Posted is the result of a Post: the message id and the seq of the first appended event.
 // Replayed is true when an idempotent retry returned an earlier result (nothing was appended).
@@ -73,10 +85,16 @@ type Posted struct {
 	Head eventlog.Head
 }
 
-// Post appends what p.Build returns and, unless the poster takes the lease (p.Lease), enqueues
-// the session's wake, in one transaction: a message is never accepted without work scheduled for
-// it (the lease is such work: if its holder dies, the lease sweeper wakes the session).
+// Post appends what p.Build returns and schedules its work (postWake: the lease's holder, the
+// lease taken by the poster, or the session's one wake job), in one transaction: a message is
+// never accepted without work scheduled for it (a held lease is such work: if its holder dies,
+// the lease sweeper wakes the session).
 func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
+	if p.Queue != nil && p.Lease != nil {
+		if err := s.ensureSlots(ctx, p.Tenant, p.Lease.MaxTenant); err != nil {
+			return Posted{}, err
+		}
+	}
 	var out Posted
 	err := s.inTx(ctx, "post", func(tx pgx.Tx) error {
 		if p.Idem != nil {
@@ -86,13 +104,29 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 				return err
 			}
 		}
-		h, err := s.head(ctx, tx, p.Tenant, p.Session, true)
+		h, st, err := postHead(ctx, tx, p.Tenant, p.Session)
 		if err != nil {
 			return err
+		}
+		// The inbox bound, under the counter row lock: the count before building, the bytes
+		// once the message's size is known (a refusal rolls the append back).
+		pending := h.Inbox.NextTurn + h.Inbox.NextStep
+		bounded := !(p.Queue != nil && !st.held && !st.queued)
+		if bounded && p.Bound.Messages > 0 && pending >= p.Bound.Messages {
+			return inboxFull(pending, st.bytes, p.Bound)
 		}
 		evs, err := s.appendAt(ctx, tx, p.Tenant, p.Session, h, nil, p.Build)
 		if err != nil {
 			return err
+		}
+		if z := inboxSizes(evs); bounded && p.Bound.Bytes > 0 && len(z.turn.inserted)+len(z.step.inserted) > 0 {
+			added := int64(0)
+			for _, n := range slices.Concat(z.turn.inserted, z.step.inserted) {
+				added += int64(n)
+			}
+			if st.bytes+added > p.Bound.Bytes {
+				return inboxFull(pending, st.bytes, p.Bound)
+			}
 		}
 		out = Posted{MessageID: p.Message, Events: evs, Head: h}
 		out.Head.Next += int64(len(evs))
@@ -100,7 +134,7 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		if len(evs) > 0 {
 			out.Seq = evs[0].Seq
 		}
-		if err := s.postWake(ctx, tx, p, &out); err != nil {
+		if err := s.postWake(ctx, tx, p, st, &out); err != nil {
 			return err
 		}
 		if p.Idem != nil {
@@ -118,21 +152,94 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 	return out, nil
 }
 
-// postWake takes the offered lease or enqueues the session's wake (nothing without a queue).
-func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, out *Posted) error {
+// wakeFresh is how long an enqueued wake job counts as queued (session_counters.wake_queued_at):
+// a job snoozing for its tenant's bound refreshes it; one retrying after errors for longer no
+// longer keeps posts from enqueueing another.
+const wakeFresh = time.Minute
+
+// runState is what a post needs to know of the session's run, read with its head under the
+// counter row lock (the database's clock decides whether the lease is live).
+type runState struct {
+	held   bool  // a run lease is recorded, live or expired
+	live   bool  // ... and it has not expired
+	wake   bool  // run_wake is already set
+	queued bool  // a wake job is queued (wake_queued_at is fresh)
+	bytes  int64 // the size of the waiting messages (migration 00008)
+}
+
+// postHead reads the session's head and run state, locking its counter row. ErrNotFound unless
+// the session is the tenant's and live.
+func postHead(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID) (eventlog.Head, runState, error) {
+	var (
+		h     eventlog.Head
+		st    runState
+		last  int64
+		owner *uuid.UUID
+		until *time.Time
+	)
+	err := tx.QueryRow(ctx, `SELECT c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until,
+			COALESCE(c.run_lease_until > now(), false), c.run_wake,
+			COALESCE(c.wake_queued_at > now() - $3 * interval '1 millisecond', false),
+			(SELECT COALESCE(sum(x), 0) FROM unnest(c.inbox_next_turn_sizes || c.inbox_next_step_sizes) x)
+		FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
+		FOR UPDATE OF c`, sessionID, tenantID, wakeFresh.Milliseconds()).
+		Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until, &st.live, &st.wake, &st.queued, &st.bytes)
+	h.Next = last + 1
+	if owner != nil && until != nil {
+		h.Lease = eventlog.Lease{Owner: owner.String(), Until: *until}
+		st.held = true
+	}
+	st.live = st.live && st.held
+	return h, st, translate(err, "read head")
+}
+
+// postWake schedules the work of a waking post (nothing without a queue), in its transaction:
+//
+//   - the lease is live: its holder serves the message before it releases. The post sets
+//     run_wake, so that the holder's release serves again (a steer may come after its last
+//     step), and enqueues nothing: a flood of followups to a busy session is no flood of jobs.
+//     If the holder dies, the lease sweeper's repair serves what waits.
+//   - the lease is free or expired: the post takes it when offered and the tenant has a free turn
+//     slot (the poster serves now), or else enqueues the session's wake job unless one is queued
+//     already (wake_queued_at): a session has at most one waiting job. An expired holder that
+//     comes back finds run_wake set.
+func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, st runState, out *Posted) error {
 	if p.Queue == nil {
 		return nil
 	}
-	if l := p.Lease; l != nil {
-		err := tx.QueryRow(ctx, leaseTakeSQL, p.Session, p.Tenant, l.Owner, l.TTL.Milliseconds(), l.MaxTenant).Scan(nil)
-		if err == nil {
-			out.Leased = true
-			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
+	if st.live {
+		if st.wake {
 			return nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		_, err := tx.Exec(ctx, `UPDATE session_counters SET run_wake = true WHERE session_id = $1`, p.Session)
+		return err
+	}
+	if l := p.Lease; l != nil {
+		ok, err := takeSlot(ctx, tx, p.Tenant, p.Session, l.Owner, l.MaxTenant)
+		if err != nil {
 			return err
 		}
+		if ok {
+			_, err = tx.Exec(ctx, `UPDATE session_counters SET run_owner = $2,
+				run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false WHERE session_id = $1`,
+				p.Session, l.Owner, l.TTL.Milliseconds())
+			out.Leased = err == nil
+			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
+			return err
+		}
+	}
+	setWake := st.held && !st.wake
+	if setWake || !st.queued {
+		_, err := tx.Exec(ctx, `UPDATE session_counters SET run_wake = run_wake OR $2,
+			wake_queued_at = CASE WHEN $3 THEN now() ELSE wake_queued_at END WHERE session_id = $1`,
+			p.Session, setWake, !st.queued)
+		if err != nil {
+			return err
+		}
+	}
+	if st.queued {
+		return nil
 	}
 	return p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message"})
 }

@@ -138,16 +138,25 @@ func (w *wakeWorker) Work(ctx context.Context, job *river.Job[Wake]) error {
 }
 
 // LeaseDrop gives up owner's lease of the session whatever waits in its inbox (a replica shutting
-// down) and, when a followup waits, enqueues the session's wake in the same transaction, so that
-// another replica serves it. Dropping a lease one does not hold does nothing.
+// down) and, when a message waits (a followup, anything in next-step, or a waking post that set
+// run_wake), enqueues the session's wake in the same transaction, so that another replica serves
+// it. Dropping a lease one does not hold does nothing.
 func (q *Queue) LeaseDrop(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID) error {
 	return st.inTx(ctx, "drop lease", func(tx pgx.Tx) error {
-		var waiting int
+		var waiting bool
 		err := tx.QueryRow(ctx, `
-			UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL
-			FROM sessions s WHERE c.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND c.run_owner = $3
-			RETURNING c.inbox_next_turn`, sessionID, tenantID, owner).Scan(&waiting)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && waiting == 0 {
+			WITH cur AS (
+				SELECT c.session_id, c.inbox_next_turn > 0 OR c.inbox_next_step > 0 OR c.run_wake AS waiting
+				FROM session_counters c JOIN sessions s ON s.id = c.session_id
+				WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
+			), dropped AS (
+				UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL, run_wake = false,
+					wake_queued_at = CASE WHEN cur.waiting THEN now() ELSE c.wake_queued_at END
+				FROM cur WHERE c.session_id = cur.session_id
+				RETURNING c.session_id
+			)
+			SELECT cur.waiting FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !waiting {
 			return nil
 		}
 		if err != nil {

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -11,7 +12,8 @@ import (
 )
 
 // LeaseAcquire gives owner the session's run lease for ttl if it is free, expired or already
-// owner's. It reports whether owner holds the lease and, when not, until when the other holder's
+// owner's, whatever the tenant runs (LeaseTake applies the tenant's bound; this is for tools and
+// tests). It reports whether owner holds the lease and, when not, until when the other holder's
 // lease runs. ErrNotFound for an unknown, other tenant's or deleted session.
 func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration) (bool, time.Time, error) {
 	var until time.Time
@@ -37,6 +39,135 @@ func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uui
 	return false, h.Lease.Until, nil
 }
 
+// LeaseOutcome is what LeaseTake did.
+type LeaseOutcome int
+
+const (
+	// LeaseTaken: the caller holds the lease now.
+	LeaseTaken LeaseOutcome = iota
+	// LeaseBusy: another holder's lease is live (LeaseTake's until says how long it runs).
+	LeaseBusy
+	// LeaseTenantFull: the lease is free but the tenant runs as many turns as it may.
+	LeaseTenantFull
+)
+
+// LeaseTake is a wake job's take of the session's run lease: it gives owner the lease for ttl if
+// it is free or expired and the tenant holds fewer than maxTenant live leases (no bound when
+// maxTenant <= 0), the check and the take in one transaction that never waits for another
+// taker's commit (takeSlot). until is the other holder's expiry for LeaseBusy. ErrNotFound for an
+// unknown, other tenant's or deleted session.
+//
+// Taken and busy, the job has run: the session's queued wake is cleared (the next post to an idle
+// session enqueues another), and so is run_wake when taken (the new holder serves whatever
+// waits). A busy lease's holder serves what waits before it releases (LeaseRelease), so the job
+// is done. Refused for the tenant's bound, the job stays queued (it snoozes).
+func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration, maxTenant int) (_ LeaseOutcome, until time.Time, _ error) {
+	if err := s.ensureSlots(ctx, tenantID, maxTenant); err != nil {
+		return 0, time.Time{}, err
+	}
+	var out LeaseOutcome
+	err := s.inTx(ctx, "take lease", func(tx pgx.Tx) error {
+		var live bool
+		var cur *time.Time
+		err := tx.QueryRow(ctx, `
+			SELECT c.run_owner IS NOT NULL AND c.run_lease_until > now(), c.run_lease_until
+			FROM session_counters c JOIN sessions s ON s.id = c.session_id
+			WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
+			FOR UPDATE OF c`, sessionID, tenantID).Scan(&live, &cur)
+		if err != nil {
+			return err
+		}
+		if live {
+			out, until = LeaseBusy, *cur
+			_, err := tx.Exec(ctx, `UPDATE session_counters SET wake_queued_at = NULL
+				WHERE session_id = $1 AND wake_queued_at IS NOT NULL`, sessionID)
+			return err
+		}
+		ok, err := takeSlot(ctx, tx, tenantID, sessionID, owner, maxTenant)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			out = LeaseTenantFull
+			_, err := tx.Exec(ctx, `UPDATE session_counters SET wake_queued_at = now() WHERE session_id = $1`, sessionID)
+			return err
+		}
+		out = LeaseTaken
+		return tx.QueryRow(ctx, `UPDATE session_counters SET run_owner = $2,
+			run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false, wake_queued_at = NULL
+			WHERE session_id = $1 RETURNING run_lease_until`, sessionID, owner, ttl.Milliseconds()).Scan(&until)
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return out, until, nil
+}
+
+// slotFree is the condition that the turn slot t records no live lease (tenant_turn_slots,
+// migration 00006): the lease was released, expired or taken over by another owner.
+const slotFree = `NOT EXISTS (SELECT 1 FROM session_counters h
+	WHERE h.session_id = t.session_id AND h.run_owner = t.owner AND h.run_lease_until > now())`
+
+// slotTries bounds how many slots takeSlot locks before giving up (and the post enqueues a wake
+// job instead): a slot that looked free to the locking statement may prove taken, by a taker
+// that committed just before.
+const slotTries = 8
+
+// takeSlot claims a free turn slot of the tenant for the lease (session, owner) in tx, which
+// holds the session's counter row: it reports false when the tenant runs max turns already (no
+// bound when max <= 0). The check and the claim are atomic: the slot stays locked until tx
+// commits, and the lease recorded in it is live from then on.
+//
+// It never waits: a slot locked by another taker is skipped (SKIP LOCKED), so one tenant's
+// concurrent posts are not serialized through each other's commits. A slot is first locked, then
+// checked free again by a statement of its own: its snapshot is taken after the lock was granted,
+// so it sees the lease of a taker that committed the slot just before (a single statement would
+// recheck the locked row but not the lease it records). Lock order: the counter row, then slots.
+func takeSlot(ctx context.Context, tx pgx.Tx, tenantID, sessionID, owner uuid.UUID, max int) (bool, error) {
+	if max <= 0 {
+		return true, nil
+	}
+	tried := []int32{}
+	from := rand.IntN(max) // concurrent takers start at different slots
+	for range slotTries {
+		var slot int32
+		err := tx.QueryRow(ctx, `SELECT t.slot FROM tenant_turn_slots t
+			WHERE t.tenant_id = $1 AND t.slot < $2 AND NOT t.slot = ANY($3) AND `+slotFree+`
+			ORDER BY (t.slot + $4) % $2 LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, tenantID, max, tried, from).Scan(&slot)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE tenant_turn_slots t SET session_id = $3, owner = $4
+			WHERE t.tenant_id = $1 AND t.slot = $2 AND `+slotFree, tenantID, slot, sessionID, owner)
+		if err != nil || tag.RowsAffected() == 1 {
+			return err == nil, err
+		}
+		tried = append(tried, slot)
+	}
+	return false, nil
+}
+
+// ensureSlots creates the tenant's turn slots 0 .. max-1 once per store (they are never removed;
+// slots past a lowered max are not used).
+func (s *Store) ensureSlots(ctx context.Context, tenantID uuid.UUID, max int) error {
+	if max <= 0 {
+		return nil
+	}
+	if n, ok := s.slots.Load(tenantID); ok && n.(int) >= max {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO tenant_turn_slots (tenant_id, slot)
+		SELECT $1, g FROM generate_series(0, $2 - 1) g ON CONFLICT DO NOTHING`, tenantID, max)
+	if err != nil {
+		return translate(err, "create turn slots")
+	}
+	s.slots.Store(tenantID, max)
+	return nil
+}
+
 // LeaseRenew extends owner's lease by ttl from now; ErrLeaseLost when owner no longer holds it.
 func (s *Store) LeaseRenew(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration) error {
 	tag, err := s.pool.Exec(ctx, `
@@ -53,32 +184,35 @@ func (s *Store) LeaseRenew(ctx context.Context, tenantID, sessionID, owner uuid.
 	return nil
 }
 
-// LeaseRelease gives up owner's lease unless a followup waits in the next-turn inbox (the release
-// and every append lock the same row, so a followup appended before the release keeps the lease
-// with its runner, and one appended after finds the lease free). Messages in the next-step list do
-// not keep it: contexts parked by a cancel and injected messages wait for the next wake (LOOP-1,
-// LOOP-7); a steer comes with its own wake job, which takes the lease once it is free. It reports
-// whether the lease was released; ErrLeaseLost when owner did not hold it.
+// LeaseRelease gives up owner's lease unless a followup waits in the next-turn inbox or a waking
+// message was posted since the holder began serving (run_wake, which it clears): the release and
+// every append lock the same row, so a message appended before the release keeps the lease with
+// its runner, which serves again, and one appended after finds the lease free. Messages in the
+// next-step list do not keep it by themselves: contexts parked by a cancel and injected messages
+// wait for the next wake (LOOP-1, LOOP-7). It reports whether the lease was released;
+// ErrLeaseLost when owner did not hold it.
 func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uuid.UUID) (bool, error) {
-	var waiting int
+	var released bool
 	err := s.pool.QueryRow(ctx, `
 		WITH cur AS (
-			SELECT c.session_id, c.inbox_next_turn AS waiting
+			SELECT c.session_id, c.inbox_next_turn = 0 AND NOT c.run_wake AS idle, c.run_wake
 			FROM session_counters c JOIN sessions s ON s.id = c.session_id
 			WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
 		), rel AS (
-			UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL
-			FROM cur WHERE c.session_id = cur.session_id AND cur.waiting = 0
+			UPDATE session_counters c SET run_wake = false,
+				run_owner = CASE WHEN cur.idle THEN NULL ELSE c.run_owner END,
+				run_lease_until = CASE WHEN cur.idle THEN NULL ELSE c.run_lease_until END
+			FROM cur WHERE c.session_id = cur.session_id AND (cur.idle OR cur.run_wake)
 			RETURNING c.session_id
 		)
-		SELECT cur.waiting FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
+		SELECT cur.idle FROM cur`, sessionID, tenantID, owner).Scan(&released)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, eventlog.ErrLeaseLost
 	}
 	if err != nil {
 		return false, translate(err, "release lease")
 	}
-	return waiting == 0, nil
+	return released, nil
 }
 
 // LeaseDrop gives up owner's lease whatever waits in the inbox (a replica shutting down leaves the
@@ -100,6 +234,16 @@ func (s *Store) LeasesHeld(ctx context.Context, tenantID uuid.UUID) (int, error)
 		SELECT count(*) FROM session_counters c JOIN sessions s ON s.id = c.session_id
 		WHERE s.tenant_id = $1 AND c.run_owner IS NOT NULL AND c.run_lease_until > now()`, tenantID).Scan(&n)
 	return n, translate(err, "count leases")
+}
+
+// InboxPending returns how many messages wait in the session's inbox and their size in bytes (of
+// their JSON), the quantities its inbox bound applies to (PostParams.Bound).
+func (s *Store) InboxPending(ctx context.Context, tenantID, sessionID uuid.UUID) (msgs int, bytes int64, _ error) {
+	err := s.pool.QueryRow(ctx, `SELECT c.inbox_next_turn + c.inbox_next_step,
+			(SELECT COALESCE(sum(x), 0) FROM unnest(c.inbox_next_turn_sizes || c.inbox_next_step_sizes) x)
+		FROM session_counters c JOIN sessions s ON s.id = c.session_id
+		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL`, sessionID, tenantID).Scan(&msgs, &bytes)
+	return msgs, bytes, translate(err, "read inbox")
 }
 
 // SessionRef names a session of a tenant.

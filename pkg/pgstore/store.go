@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,6 +63,8 @@ type Store struct {
 	check  bool
 	retry  time.Duration // StoreConfig.RetryUnavailable, 0 for none
 	commit atomic.Pointer[CommitFunc]
+	// slots records, per tenant, how many turn slots are known to exist (runs.go).
+	slots sync.Map
 }
 
 // CommitFunc is told of batches this process committed (see OnCommit). It must not block and must

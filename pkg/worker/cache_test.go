@@ -42,14 +42,17 @@ func TestRunnerCacheTakesOnceAndDropsTheLeastRecent(t *testing.T) {
 	}
 }
 
-func TestSnoozeIsBriefButNeverPastExpiry(t *testing.T) {
+func TestSnoozeJitterSpreadsAroundItsMean(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct{ left, want time.Duration }{
-		{-time.Second, minSnooze}, {0, minSnooze}, {100 * time.Millisecond, 150 * time.Millisecond},
-		{10 * time.Second, maxSnooze},
-	} {
-		if got := snoozeFor(c.left); got != c.want {
-			t.Errorf("snoozeFor(%v) = %v, want %v", c.left, got, c.want)
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		d := jitter(tenantSnooze)
+		if d < tenantSnooze/2 || d >= tenantSnooze*3/2 {
+			t.Fatalf("jitter(%v) = %v", tenantSnooze, d)
 		}
+		seen[d] = true
+	}
+	if len(seen) < 50 {
+		t.Fatalf("%d distinct snoozes of 100: not spread", len(seen))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -22,29 +23,30 @@ type turnWorker struct {
 	cache   *runnerCache
 }
 
-// Work takes the session's lease or snoozes until the holder's lease runs out, then serves.
+// Work takes the session's lease and serves. A job that finds the lease held is done: the holder
+// serves what waits before it releases (pgstore.LeaseRelease), so the job neither spins nor
+// waits. One refused for its tenant's bound snoozes for a jittered while.
 func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	cfg := w.s.cfg
 	if w.s.stopping.Load() {
-		return pgstore.Snooze(maxSnooze) // leave it to another replica, or to this one's restart
-	}
-	// Fairness: a tenant runs at most MaxTenantTurns turns at once, on all replicas together (a
-	// soft bound: two jobs may pass the check together).
-	if n, err := cfg.Store.LeasesHeld(ctx, a.TenantID); err == nil && n >= cfg.MaxTenantTurns {
-		return pgstore.Snooze(tenantSnooze)
+		return pgstore.Snooze(jitter(stoppingSnooze)) // leave it to another replica, or to this one's restart
 	}
 	// Every serve has its own lease identity: two jobs of one session on one replica must exclude
-	// each other like jobs on different replicas.
+	// each other like jobs on different replicas. Fairness: a tenant runs at most MaxTenantTurns
+	// turns at once, on all replicas together; the check is part of the take (a turn slot).
 	owner := uuid.New()
-	ok, until, err := cfg.Store.LeaseAcquire(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL)
+	out, _, err := cfg.Store.LeaseTake(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL, cfg.MaxTenantTurns)
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil // the session was deleted: nothing to serve
 	}
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return pgstore.Snooze(snoozeFor(time.Until(until)))
+	switch out {
+	case pgstore.LeaseTenantFull:
+		return pgstore.Snooze(jitter(tenantSnooze))
+	case pgstore.LeaseBusy:
+		return nil
 	}
 	return w.serveSession(ctx, a, owner, nil, unknownSeq)
 }
@@ -60,18 +62,13 @@ var (
 // tenantSnooze is how long a job waits when its tenant runs as many turns as it may.
 const tenantSnooze = 500 * time.Millisecond
 
-// Bounds of the snooze of a job that found its session's lease held.
-const (
-	minSnooze = 50 * time.Millisecond
-	maxSnooze = 250 * time.Millisecond
-)
+// stoppingSnooze is how long a job waits when this replica is stopping.
+const stoppingSnooze = 250 * time.Millisecond
 
-// snoozeFor is how long a job waits for a held lease that runs for left more: briefly, because
-// the holder may release it any moment (a steer that arrived just after the holder's last step
-// is served as soon as it does), but never past the lease's expiry, when a dead holder's session
-// is taken over.
-func snoozeFor(left time.Duration) time.Duration {
-	return min(max(left+minSnooze, minSnooze), maxSnooze)
+// jitter spreads a snooze of d over [d/2, 3d/2), so that jobs refused together do not all come
+// back together.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
 }
 
 // serve runs the session's turns while it holds the lease, renewing it, and releases it when no
@@ -138,7 +135,19 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 				cfg.Logger.Warn("lease lost while serving", "session", a.SessionID)
 				return false, nil
 			}
-			return false, fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+			err = fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
+			// The runner could not write its log (its appends kept losing the race with posts, or
+			// the database failed): it is dropped, and the lease is handed over at once, with a
+			// wake job when anything waits, instead of held until it expires. The next holder
+			// repairs the open turn (SES-14) and serves the inbox.
+			if j.Released() {
+				return false, err
+			}
+			if herr := w.s.queue.LeaseDrop(context.WithoutCancel(ctx), cfg.Store, a.TenantID, a.SessionID, owner); herr != nil {
+				return false, err // the lease expires and the sweeper wakes the session
+			}
+			cfg.Logger.Warn("serve failed; the session was handed over", "session", a.SessionID, "err", err)
+			return false, nil
 		}
 		if j.Released() {
 			return true, nil // the turn's last append released the lease
@@ -153,7 +162,8 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 		if released || ctx.Err() != nil {
 			return released, nil
 		}
-		// A followup arrived after the last turn: serve it with the lease still held.
+		// A followup waits, or a waking message came during the serve (a steer after the last
+		// step): serve again with the lease still held.
 	}
 }
 
@@ -340,8 +350,9 @@ func (rn *running) stopAll(c agentloop.Cause) {
 // runnerCache keeps the runners of recently served sessions, so the next job of a session starts
 // from the runner's view of the log instead of reading the whole log again. A runner is taken out
 // while it serves (one serve per session at a time, by the lease) and put back only after a clean
-// release. The least recently kept runners are dropped beyond max runners or maxBytes of logs they
-// hold, and a dropped runner's release func (of its agent configuration) is called.
+// release. The least recently kept runners are dropped beyond max runners or maxBytes of the
+// memory they hold (runnerCost), a runner that alone would hold more than maxBytes/largeShare is
+// not kept at all, and a dropped runner's release func (of its agent configuration) is called.
 type runnerCache struct {
 	mu       sync.Mutex
 	max      int
@@ -357,6 +368,28 @@ type cachedRunner struct {
 	release func()
 	used    uint64
 	bytes   int
+}
+
+// largeShare: a runner that would hold more than 1/largeShare of the cache's bytes is not kept,
+// so that one large session does not push out many small ones.
+const largeShare = 8
+
+// eventCost is what a runner holds for one event beyond twice its data (runnerCost).
+const eventCost = 256
+
+// runnerCost estimates the memory a kept runner holds: its mirror's events (their data, and
+// about eventCost bytes each for the event, its surface node and the slices) and the messages
+// derived from the surface events (decoded copies of their text, at most as large as their data;
+// the inbox it holds is spliced in from events it also holds). Twice the event data and
+// eventCost a event are an upper bound of what the runner cache's tests measured: 1.5 times the
+// data for a log of large posted messages, 2.3 times for a log of tool calls, chunks and results
+// (about 400 bytes an event beyond the data).
+func runnerCost(r *agentloop.Runner) int {
+	b := r.LogBytes()
+	if b == 0 {
+		return 0 // nothing folded yet
+	}
+	return 2*b + eventCost*int(r.Cursor()+1)
 }
 
 func newRunnerCache(max, maxBytes int) *runnerCache {
@@ -386,11 +419,18 @@ func (c *runnerCache) put(id uuid.UUID, r *agentloop.Runner, j *pgstore.Journal,
 	c.tick++
 	if old, ok := c.items[id]; ok {
 		c.bytes -= old.bytes
+		delete(c.items, id)
 		if old.release != nil {
 			dropped = append(dropped, old.release)
 		}
 	}
-	size := r.LogBytes()
+	size := runnerCost(r)
+	if size > c.maxBytes/largeShare {
+		if release != nil {
+			dropped = append(dropped, release) // its session's next serve reads its log again
+		}
+		return
+	}
 	c.items[id] = cachedRunner{r: r, j: j, release: release, used: c.tick, bytes: size}
 	c.bytes += size
 	for len(c.items) > c.max || c.bytes > c.maxBytes && len(c.items) > 0 {

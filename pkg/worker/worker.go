@@ -1,17 +1,22 @@
-// Package worker runs sessions' turns as River jobs on any replica.
+// Package worker runs sessions' turns on any replica.
 //
-// Posting a message appends it to the session's durable inbox and, for a waking message
-// (followup, steer), enqueues a TurnArgs job in the same transaction, so a message is never
-// accepted without work scheduled for it. A job wakes its session: the worker takes the session's
-// run lease (one holder at a time, enforced on the session's counter row in PostgreSQL, with every
-// append fenced by it), repairs a turn a crashed holder left open, serves the inbox, and releases
-// the lease only when no followup waits. A job that finds the lease held snoozes until it expires.
-// A sweeper enqueues a job for every session whose lease expired, so a crashed replica's turn is
-// repaired even when no new message arrives.
+// Posting a message appends it to the session's durable inbox and schedules its work in the same
+// transaction, so a message is never accepted without work scheduled for it. For a waking message
+// (followup, steer) that work is one of: the run lease's holder, when a turn runs (the post sets
+// run_wake, and the holder serves what waits before it releases: no job); the poster itself, when
+// the session is idle and this replica can serve it now (the post takes the lease); or else the
+// session's one wake job (a River job, not enqueued again while one is queued). A job takes the
+// session's run lease (one holder at a time, enforced on the session's counter row in PostgreSQL,
+// with every append fenced by it, and at most MaxTenantTurns per tenant, taken atomically with a
+// tenant turn slot), repairs a turn a crashed holder left open, serves the inbox, and releases the
+// lease only when nothing waits. A job that finds the lease held is done (the holder serves); one
+// refused for its tenant's bound snoozes for a jittered while. A sweeper enqueues a job for every
+// session whose lease expired, so a crashed replica's turn is repaired even when no new message
+// arrives.
 //
 // Lock order: none across sessions. Per session, the counter row is the only lock; it is taken by
 // appends, lease operations and the inbox check of a release, always in single statements or
-// short transactions.
+// short transactions; a lease take then claims a tenant slot without waiting (SKIP LOCKED).
 package worker
 
 import (
@@ -59,20 +64,42 @@ type Config struct {
 	FetchCooldown time.Duration
 	// CachedRunners is how many idle sessions' runners this replica keeps warm, so that a
 	// session's next turn does not read its whole log again. Default 1000. CachedBytes bounds the
-	// logs they hold together. Default 256 MiB.
+	// memory they hold together (estimated from their logs: the events and the messages derived
+	// from them); a runner that alone would hold more than an eighth of it is not kept. Default
+	// 256 MiB.
 	CachedRunners int
 	CachedBytes   int
-	// MaxTenantTurns is how many turns one tenant may run at once, on all replicas together
-	// (a soft bound). Default 20.
+	// MaxTenantTurns is how many turns one tenant may run at once, on all replicas together: the
+	// check and the lease take are one atomic step (a tenant turn slot, pgstore.LeaseTake), and
+	// a job refused for it snoozes for a jittered while. Default 20.
 	MaxTenantTurns int
+	// InboxMaxMessages and InboxMaxBytes bound a session's pending inbox (both lists, the
+	// messages' JSON): a post beyond them is refused with fault.InboxFull, checked in the
+	// posting transaction (pgstore.InboxBound). Defaults DefaultInboxMaxMessages and
+	// DefaultInboxMaxBytes; negative: no bound.
+	InboxMaxMessages int
+	InboxMaxBytes    int64
+	// SessionPosts and TenantPosts bound how fast messages are posted to one session and by one
+	// tenant, on this replica (token buckets; a post beyond them is refused with fault.RateLimited
+	// and the wait until a token is back, sent as Retry-After). Defaults DefaultSessionPosts and
+	// DefaultTenantPosts; a negative PerSecond: no limit.
+	SessionPosts Rate
+	TenantPosts  Rate
 	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
 	InsertOnly bool
-	// QueueOnly makes every post enqueue a wake job, as it did before direct starts: no post
-	// takes the session's lease itself. Default false: a post to an idle session takes the lease
-	// in its own transaction and this replica serves the session at once (no job, no fetch).
+	// QueueOnly makes every post to an idle session enqueue its wake job, as it did before
+	// direct starts: no post takes the session's lease itself. Default false: a post to an idle
+	// session takes the lease in its own transaction and this replica serves the session at once
+	// (no job, no fetch).
 	QueueOnly bool
 	Logger    *slog.Logger
 }
+
+// Defaults of Config.InboxMaxMessages and Config.InboxMaxBytes.
+const (
+	DefaultInboxMaxMessages = 100
+	DefaultInboxMaxBytes    = 8 << 20
+)
 
 func (c *Config) defaults() {
 	if c.Owner == uuid.Nil {
@@ -96,6 +123,14 @@ func (c *Config) defaults() {
 	if c.MaxTenantTurns <= 0 {
 		c.MaxTenantTurns = 20
 	}
+	if c.InboxMaxMessages == 0 {
+		c.InboxMaxMessages = DefaultInboxMaxMessages
+	}
+	if c.InboxMaxBytes == 0 {
+		c.InboxMaxBytes = DefaultInboxMaxBytes
+	}
+	c.SessionPosts = c.SessionPosts.orDefault(DefaultSessionPosts)
+	c.TenantPosts = c.TenantPosts.orDefault(DefaultTenantPosts)
 	if c.FetchCooldown <= 0 {
 		c.FetchCooldown = 2 * time.Millisecond
 	}
@@ -110,6 +145,7 @@ type Service struct {
 	cfg   Config
 	queue *pgstore.Queue
 	turns *turnWorker
+	posts *postLimiter
 	// base is the context of direct serves (posts that took the lease); Stop interrupts them as
 	// it does jobs' serves, and waits for them (direct).
 	base   context.Context
@@ -123,7 +159,7 @@ type Service struct {
 // New returns a Service; nothing runs until Start.
 func New(cfg Config) (*Service, error) {
 	cfg.defaults()
-	s := &Service{cfg: cfg}
+	s := &Service{cfg: cfg, posts: newPostLimiter(cfg.SessionPosts, cfg.TenantPosts)}
 	s.turns = &turnWorker{s: s, running: newRunning(), cache: newRunnerCache(cfg.CachedRunners, cfg.CachedBytes)}
 	q, err := pgstore.NewQueue(cfg.Store, pgstore.QueueConfig{MaxWorkers: cfg.MaxWorkers,
 		FetchCooldown: cfg.FetchCooldown, InsertOnly: cfg.InsertOnly, Logger: cfg.Logger}, s.turns.Work)
@@ -183,6 +219,7 @@ func (s *Service) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		s.posts.prune(time.Now())
 		if err := s.cfg.Store.IdempotencyExpire(ctx, 24*time.Hour); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("idempotency key expiry failed", "err", err)
 		}
@@ -228,20 +265,29 @@ type Posted struct {
 }
 
 // Post appends msg to the session's inbox, at the end of next-turn for a followup and of
-// next-step for steer and inject, and for a followup or steer enqueues a turn job, all in one
+// next-step for steer and inject, and for a followup or steer schedules its work, all in one
 // transaction: a message is never accepted without work scheduled for it.
 //
-// A waking post to an idle session takes the session's run lease in the same transaction when
-// this replica can serve it now (Config.QueueOnly unset, not stopping, fewer than MaxWorkers
-// serves): it then serves the session at once, without a job. Otherwise a job is enqueued, which
-// any replica runs.
+// A waking post to a busy session leaves the message to the lease's holder, which serves it
+// before it releases. One to an idle session takes the session's run lease in the same
+// transaction when this replica can serve it now (Config.QueueOnly unset, not stopping, fewer
+// than MaxWorkers serves, a tenant turn slot free): it then serves the session at once, without a
+// job. Otherwise the session's wake job is enqueued (unless one is queued), which any replica
+// runs.
+//
+// A post beyond the session's or the tenant's post rate is refused with fault.RateLimited, one
+// beyond the session's inbox bound with fault.InboxFull.
 func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
 	sessionID := sess.ID
+	if err := s.posts.allow(tenantID, sessionID, time.Now()); err != nil {
+		return Posted{}, err
+	}
 	target := eventlog.InboxNextTurn
 	if mode == ModeSteer || mode == ModeInject {
 		target = eventlog.InboxNextStep
 	}
 	p := pgstore.PostParams{Tenant: tenantID, Session: sessionID, Idem: idem, Message: msg.ID,
+		Bound: pgstore.InboxBound{Messages: max(s.cfg.InboxMaxMessages, 0), Bytes: max(s.cfg.InboxMaxBytes, 0)},
 		Build: func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			return []eventlog.NewEvent{eventlog.Of(eventlog.Insertion(target, h.Inbox.Len(target), msg))}, nil
 		}}

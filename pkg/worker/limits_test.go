@@ -1,0 +1,43 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/fault"
+)
+
+// TestI9F7_TokenBucketsRefillAndPrune: a bucket refuses past its burst with the wait until the
+// next token, refills at its rate, and is forgotten once full again; an unlimited rate never
+// refuses.
+func TestI9F7_TokenBucketsRefillAndPrune(t *testing.T) {
+	t.Parallel()
+	l := newPostLimiter(Rate{PerSecond: 2, Burst: 2}, Rate{PerSecond: -1})
+	tenant, sess := uuid.New(), uuid.New()
+	now := time.Unix(1000, 0)
+	for i := range 2 {
+		if err := l.allow(tenant, sess, now); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	err := l.allow(tenant, sess, now)
+	if fault.Code(err) != fault.RateLimited {
+		t.Fatalf("third post: %v", err)
+	}
+	if ra, ok := err.(*fault.Error).Err.(retryAfter); !ok || time.Duration(ra) != 500*time.Millisecond {
+		t.Fatalf("wait %v, want 500ms", err.(*fault.Error).Err)
+	}
+	if err := l.allow(tenant, sess, now.Add(500*time.Millisecond)); err != nil {
+		t.Fatalf("after a refill: %v", err)
+	}
+	l.prune(now.Add(600 * time.Millisecond))
+	if len(l.session.m) != 1 || len(l.tenant.m) != 0 {
+		t.Fatalf("buckets %d, %d: a bucket not yet full was pruned, or an unlimited one kept", len(l.session.m), len(l.tenant.m))
+	}
+	l.prune(now.Add(2 * time.Second))
+	if len(l.session.m) != 0 {
+		t.Fatal("a full bucket was kept")
+	}
+}
