@@ -120,12 +120,21 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 		err  error
 	)
 	r := j.retrier()
+	locked := !j.known
 	for {
 		switch {
 		case sent != nil:
 			out, sent, err = j.resend(ctx, *sent)
-		case j.known:
+		case !locked:
 			out, sent, err = j.appendOptimistic(ctx, build)
+			if errors.Is(err, eventlog.ErrStale) {
+				// Another writer got in first (posts to a busy session can keep doing so): build
+				// again on the head read under the counter row's lock, once, instead of losing
+				// the race again. A build that needs an up-to-date view (a claim) still answers
+				// ErrStale there, and the caller reads what it missed.
+				locked = true
+				continue
+			}
 		default:
 			out, sent, err = j.appendLocked(ctx, build)
 		}
@@ -284,10 +293,15 @@ func (j *Journal) appendLocked(ctx context.Context, build eventlog.BuildFunc) (_
 		if err != nil || len(p.Batch) == 0 {
 			return err
 		}
-		if _, err = appendRows(ctx, tx, p); err != nil {
+		p.Release = j.owner != nil && j.releaseAtTurnEnd && endsTurn(p.Batch)
+		released, err := appendRows(ctx, tx, p)
+		if err != nil {
 			return err
 		}
 		written = true
+		if released {
+			j.released.Store(true) // takes effect with the commit; a failed commit is resent
+		}
 		return nil
 	})
 	if own != nil {
