@@ -23,6 +23,7 @@ const (
 	CodeNoPreset            = fault.NoPreset
 	CodePromptFailed        = fault.PromptFailed
 	CodeUnavailable         = fault.Unavailable
+	CodeUnsupportedMedia    = fault.UnsupportedMedia
 	CodeInternal            = fault.Internal
 	CodeUnauthorized        = "unauthorized"
 	CodeMethodNotAllowed    = "method_not_allowed"
@@ -47,6 +48,7 @@ var problemTable = map[string]struct {
 	CodeIdempotencyConflict: {http.StatusConflict, "Idempotency key reused"},
 	CodeNoPreset:            {http.StatusConflict, "Session has no preset"},
 	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
+	CodeUnsupportedMedia:    {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
 	CodeNotReady:            {http.StatusServiceUnavailable, "Not ready"},
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},

@@ -109,6 +109,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, `{"name":"x"}`).want(t, 400))
 	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", "", full).want(t, 401))
 	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, big).want(t, 413))
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, full, "Content-Type", "text/plain").want(t, 415))
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, `{"name":"a","name":"b"}`).want(t, 400))
 	c.check("GET", "/v1/presets", e.do(t, "GET", "/v1/presets?limit=1", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/presets", e.do(t, "GET", "/v1/presets?limit=0", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/presets/{id}", e.do(t, "GET", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 200))
