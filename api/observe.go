@@ -118,3 +118,15 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// writeDeadline bounds the writing of every response by Config.WriteTimeout from the start of the
+// request: a client that stops reading gets its connection closed instead of holding the handler
+// (and its response) forever. SSE streams replace the deadline with one per write (stream.go). The
+// deadline stays set after the handler, so the end of the response is bounded too; the next
+// request on the connection sets its own.
+func (s *Server) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		next.ServeHTTP(w, r)
+	})
+}

@@ -132,6 +132,13 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("GET", "/v1/sessions", e.do(t, "GET", "/v1/sessions", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}", e.do(t, "GET", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+s.ID+"/history", e.keyA, nil).want(t, 200))
+	hs := e.sessionCreate(t, e.keyA)
+	e.appendEvents(hs, eventlog.NewEvent{Type: "user/message", Data: llm.NewUserMessage("h1", "a"), SurfaceOp: eventlog.Append},
+		eventlog.NewEvent{Type: "user/message", Data: llm.NewUserMessage("h2", "b"), SurfaceOp: eventlog.Append})
+	if r := c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+hs.String()+"/history?limit=1", e.keyA, nil).want(t, 200)); !bytes.Contains(r.body, []byte(`"nextCursor":"`)) {
+		t.Fatalf("a first page of one of two messages has no nextCursor: %s", r.body)
+	}
+	c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+s.ID+"/history?cursor=x", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?limit=3", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?after=z", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyB, nil).want(t, 404))

@@ -59,6 +59,13 @@ type Config struct {
 	// StreamTailBuffer is how many recent events of a followed session a replica keeps for its
 	// streams to share (tail.go). Default 2048.
 	StreamTailBuffer int
+	// WriteTimeout bounds the writing of every response except SSE streams (which bound each
+	// write by StreamWriteTimeout): a client that does not read its response cannot hold a
+	// handler longer. Default 30 s.
+	WriteTimeout time.Duration
+	// PageBytes bounds the event data of one JSON page of events or history; a page holds at
+	// least one event or message. Default 4 MiB.
+	PageBytes int
 }
 
 func (c *Config) defaults() {
@@ -79,6 +86,12 @@ func (c *Config) defaults() {
 	}
 	if c.StreamTailBuffer <= 0 {
 		c.StreamTailBuffer = 2048
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.PageBytes <= 0 {
+		c.PageBytes = pgstore.DefaultHistoryBytes
 	}
 }
 
@@ -132,7 +145,7 @@ func (s *Server) Routes() []string {
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.observe, s.limitBody)
+	r.Use(s.observe, s.writeDeadline, s.limitBody)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, CodeNotFound, "no such endpoint: "+r.URL.Path)
 	})

@@ -52,8 +52,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	defer s.metrics.streams.Dec()
 
 	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.StreamWriteTimeout}
-	// Clear the write deadline when the stream ends: the connection may serve further requests.
-	defer func() { _ = st.rc.SetWriteDeadline(time.Time{}) }()
+	// The end of the response (flushed after the handler returns) gets a deadline of its own; the
+	// next request on the connection sets its own.
+	defer func() { _ = st.rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)) }()
 	if err := st.flush(); err != nil {
 		return
 	}

@@ -54,6 +54,12 @@ type Config struct {
 	// ToolTimeout (DSHD_TOOL_TIMEOUT, a Go duration) bounds every tool that sets no timeout of its
 	// own (SPEC extension E2). Default 10m.
 	ToolTimeout time.Duration
+	// WriteTimeout (DSHD_WRITE_TIMEOUT, a Go duration) bounds the writing of every response
+	// except SSE streams: a client that does not read is disconnected. Default 30s.
+	WriteTimeout time.Duration
+	// PageBytes (DSHD_PAGE_BYTES) bounds the event data of one page of events or history.
+	// Default 4194304 (4 MiB).
+	PageBytes int
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -106,6 +112,12 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.ToolTimeout, err = parseDuration("DSHD_TOOL_TIMEOUT", env("DSHD_TOOL_TIMEOUT", "10m")); err != nil {
 		return Config{}, err
+	}
+	if c.WriteTimeout, err = parseDuration("DSHD_WRITE_TIMEOUT", env("DSHD_WRITE_TIMEOUT", "30s")); err != nil {
+		return Config{}, err
+	}
+	if c.PageBytes, err = strconv.Atoi(env("DSHD_PAGE_BYTES", "4194304")); err != nil || c.PageBytes < 1 {
+		return Config{}, fmt.Errorf("DSHD_PAGE_BYTES must be a positive integer")
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)

@@ -39,12 +39,14 @@ func TestParseConfig(t *testing.T) {
 	}
 	if c.DatabaseURL != DefaultDatabaseURL || c.Addr != ":8080" || c.AdminToken != "" || c.DemoTools ||
 		c.Heartbeat != 15*time.Second || c.MaxBodyBytes != 1<<20 || c.ShutdownTimeout != 10*time.Second ||
-		len(c.ModelHosts) != 1 || c.ModelHosts[0] != "api.deepseek.com" {
+		len(c.ModelHosts) != 1 || c.ModelHosts[0] != "api.deepseek.com" ||
+		c.WriteTimeout != 30*time.Second || c.PageBytes != 4<<20 {
 		t.Fatalf("defaults %+v", c)
 	}
 	env := map[string]string{"DATABASE_URL": "postgres://x/y", "DSHD_ADDR": ":9", "DSHD_ADMIN_TOKEN": "a",
 		"DSHD_MODEL_HOSTS": "a.example, b.example:8000 ,", "DSHD_DEMO_TOOLS": "1", "DEEPSEEK_API_KEY": "k",
-		"DSHD_SSE_HEARTBEAT": "2s", "DSHD_MAX_BODY_BYTES": "10", "DSHD_SHUTDOWN_TIMEOUT": "1m", "DSHD_LOG_LEVEL": "debug"}
+		"DSHD_SSE_HEARTBEAT": "2s", "DSHD_MAX_BODY_BYTES": "10", "DSHD_SHUTDOWN_TIMEOUT": "1m", "DSHD_LOG_LEVEL": "debug",
+		"DSHD_WRITE_TIMEOUT": "5s", "DSHD_PAGE_BYTES": "1000"}
 	c, err = ParseConfig(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -52,11 +54,12 @@ func TestParseConfig(t *testing.T) {
 	if c.DatabaseURL != "postgres://x/y" || c.Addr != ":9" || c.AdminToken != "a" || !c.DemoTools ||
 		c.DeepSeekAPIKey != "k" || c.Heartbeat != 2*time.Second || c.MaxBodyBytes != 10 ||
 		c.ShutdownTimeout != time.Minute || c.LogLevel.String() != "DEBUG" ||
-		strings.Join(c.ModelHosts, "|") != "a.example|b.example:8000" {
+		strings.Join(c.ModelHosts, "|") != "a.example|b.example:8000" || c.WriteTimeout != 5*time.Second || c.PageBytes != 1000 {
 		t.Fatalf("parsed %+v", c)
 	}
 	for k, v := range map[string]string{"DSHD_DEMO_TOOLS": "maybe", "DSHD_SSE_HEARTBEAT": "soon",
-		"DSHD_MAX_BODY_BYTES": "-1", "DSHD_SHUTDOWN_TIMEOUT": "0s", "DSHD_LOG_LEVEL": "loud"} {
+		"DSHD_MAX_BODY_BYTES": "-1", "DSHD_SHUTDOWN_TIMEOUT": "0s", "DSHD_LOG_LEVEL": "loud",
+		"DSHD_WRITE_TIMEOUT": "never", "DSHD_PAGE_BYTES": "0"} {
 		if _, err := ParseConfig(func(name string) string { return map[string]string{k: v}[name] }); err == nil {
 			t.Errorf("%s=%s accepted", k, v)
 		}

@@ -103,6 +103,8 @@ func (m *Main) Run(ctx context.Context) error {
 		AdminToken:   m.Config.AdminToken,
 		MaxBodyBytes: m.Config.MaxBodyBytes,
 		Heartbeat:    m.Config.Heartbeat,
+		WriteTimeout: m.Config.WriteTimeout,
+		PageBytes:    m.Config.PageBytes,
 	})
 	logStore.OnCommit(m.api.Publish)
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
