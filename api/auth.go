@@ -50,6 +50,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		info(r).tenant = id
+		info(r).authenticated()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, id)))
 	})
 }
@@ -68,6 +69,7 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 			writeProblem(w, CodeUnauthorized, "send the admin token as Authorization: Bearer <token>")
 			return
 		}
+		info(r).authenticated()
 		next.ServeHTTP(w, r)
 	})
 }

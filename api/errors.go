@@ -24,6 +24,8 @@ const (
 	CodePromptFailed        = fault.PromptFailed
 	CodeUnavailable         = fault.Unavailable
 	CodeUnsupportedMedia    = fault.UnsupportedMedia
+	CodeRequestTimeout      = fault.RequestTimeout
+	CodeServerBusy          = fault.ServerBusy
 	CodeInternal            = fault.Internal
 	CodeUnauthorized        = "unauthorized"
 	CodeMethodNotAllowed    = "method_not_allowed"
@@ -49,9 +51,11 @@ var problemTable = map[string]struct {
 	CodeNoPreset:            {http.StatusConflict, "Session has no preset"},
 	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeUnsupportedMedia:    {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	CodeRequestTimeout:      {http.StatusRequestTimeout, "Request timeout"},
 	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
 	CodeNotReady:            {http.StatusServiceUnavailable, "Not ready"},
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
+	CodeServerBusy:          {http.StatusServiceUnavailable, "Server busy"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},
 }
 

@@ -85,6 +85,9 @@ func bodyError(err error) error {
 	if errors.As(err, &tooLarge) {
 		return err
 	}
+	if isTimeout(err) {
+		return errorf(CodeRequestTimeout, "the request body did not arrive in time")
+	}
 	return errorf(CodeInvalidRequest, "the request body could not be read")
 }
 

@@ -22,6 +22,18 @@ type reqInfo struct {
 	session string
 	stream  bool
 	base    *slog.Logger
+	// release gives back the request's slot among the unauthenticated ones (admit); nil when it
+	// holds none.
+	release func()
+}
+
+// authenticated records that the request proved an API key or the admin token: it no longer
+// counts among the unauthenticated requests.
+func (i *reqInfo) authenticated() {
+	if i.release != nil {
+		i.release()
+		i.release = nil
+	}
 }
 
 type infoKey struct{}

@@ -66,6 +66,13 @@ type Config struct {
 	// PageBytes bounds the event data of one JSON page of events or history; a page holds at
 	// least one event or message. Default 4 MiB.
 	PageBytes int
+	// BodyReadTimeout bounds the reading of a request body, from the start of the request: a
+	// body that has not arrived by then answers 408 and the connection is closed. Default 10 s.
+	BodyReadTimeout time.Duration
+	// MaxUnauthenticated bounds the requests in flight that have not (yet) authenticated with an
+	// API key or the admin token; beyond it requests answer 503 server_busy at once. GET /healthz
+	// does not count. Default 256.
+	MaxUnauthenticated int
 }
 
 func (c *Config) defaults() {
@@ -93,6 +100,12 @@ func (c *Config) defaults() {
 	if c.PageBytes <= 0 {
 		c.PageBytes = pgstore.DefaultHistoryBytes
 	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = 10 * time.Second
+	}
+	if c.MaxUnauthenticated <= 0 {
+		c.MaxUnauthenticated = 256
+	}
 }
 
 // Server is the HTTP handler of dshd. It is safe for concurrent use.
@@ -103,13 +116,15 @@ type Server struct {
 	router    chi.Router
 	done      chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
-	tails     *tails // shared per-session readers of SSE streams
+	tails     *tails        // shared per-session readers of SSE streams
+	unauth    chan struct{} // a slot per request in flight that has not authenticated
 }
 
 // New returns a server with cfg's dependencies.
 func New(cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{}),
+		unauth: make(chan struct{}, cfg.MaxUnauthenticated),
 		tails: &tails{log: cfg.Log, hub: cfg.Hub, heartbeat: cfg.Heartbeat, page: cfg.StreamPage,
 			keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}}}
 	s.router = s.routes()
@@ -145,7 +160,7 @@ func (s *Server) Routes() []string {
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.observe, s.writeDeadline, s.limitBody)
+	r.Use(s.observe, s.admit, s.writeDeadline, s.guardBody, s.limitBody)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, CodeNotFound, "no such endpoint: "+r.URL.Path)
 	})

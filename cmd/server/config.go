@@ -60,6 +60,15 @@ type Config struct {
 	// PageBytes (DSHD_PAGE_BYTES) bounds the event data of one page of events or history.
 	// Default 4194304 (4 MiB).
 	PageBytes int
+	// ReadHeaderTimeout (DSHD_READ_HEADER_TIMEOUT, a Go duration) bounds the reading of a
+	// request's head: a connection that trickles its headers is closed then. Default 5s.
+	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout (DSHD_BODY_READ_TIMEOUT, a Go duration) bounds the reading of a request
+	// body from the start of the request; a body that has not arrived answers 408. Default 10s.
+	BodyReadTimeout time.Duration
+	// MaxUnauthenticated (DSHD_MAX_UNAUTHENTICATED) bounds the requests in flight that have not
+	// authenticated; beyond it requests answer 503 server_busy. Default 256.
+	MaxUnauthenticated int
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -118,6 +127,15 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.PageBytes, err = strconv.Atoi(env("DSHD_PAGE_BYTES", "4194304")); err != nil || c.PageBytes < 1 {
 		return Config{}, fmt.Errorf("DSHD_PAGE_BYTES must be a positive integer")
+	}
+	if c.ReadHeaderTimeout, err = parseDuration("DSHD_READ_HEADER_TIMEOUT", env("DSHD_READ_HEADER_TIMEOUT", "5s")); err != nil {
+		return Config{}, err
+	}
+	if c.BodyReadTimeout, err = parseDuration("DSHD_BODY_READ_TIMEOUT", env("DSHD_BODY_READ_TIMEOUT", "10s")); err != nil {
+		return Config{}, err
+	}
+	if c.MaxUnauthenticated, err = strconv.Atoi(env("DSHD_MAX_UNAUTHENTICATED", "256")); err != nil || c.MaxUnauthenticated < 1 {
+		return Config{}, fmt.Errorf("DSHD_MAX_UNAUTHENTICATED must be a positive integer")
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)

@@ -105,12 +105,18 @@ func (m *Main) Run(ctx context.Context) error {
 		Heartbeat:    m.Config.Heartbeat,
 		WriteTimeout: m.Config.WriteTimeout,
 		PageBytes:    m.Config.PageBytes,
+
+		BodyReadTimeout:    m.Config.BodyReadTimeout,
+		MaxUnauthenticated: m.Config.MaxUnauthenticated,
 	})
 	logStore.OnCommit(m.api.Publish)
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return fmt.Errorf("dshd: listen: %w", err)
 	}
-	m.server = &http.Server{Handler: m.api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	// Request bodies and responses get their deadlines per request from the API server (a body
+	// read bound, a write bound for everything but SSE streams), so there is no ReadTimeout or
+	// WriteTimeout here; the head of a request is bounded by ReadHeaderTimeout.
+	m.server = &http.Server{Handler: m.api, ReadHeaderTimeout: m.Config.ReadHeaderTimeout, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
 	// Shutdown waits for handlers to return; SSE handlers return when the API server closes.
 	m.server.RegisterOnShutdown(m.api.Close)
