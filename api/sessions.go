@@ -149,6 +149,9 @@ func (rs sessionResource) handleSessionDelete(w http.ResponseWriter, r *http.Req
 		writeError(w, r, err)
 		return
 	}
+	// The streams of the session on this replica end now; other replicas' hear of it from the
+	// store's notification.
+	rs.s.tails.gone(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

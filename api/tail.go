@@ -110,6 +110,17 @@ func (ts *tails) publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 	}
 }
 
+// gone ends the streams of a session this replica deleted: its tail fails as if its next read had
+// found the session gone.
+func (ts *tails) gone(sessionID uuid.UUID) {
+	ts.mu.Lock()
+	t := ts.m[sessionID]
+	ts.mu.Unlock()
+	if t != nil {
+		t.fail(eventlog.ErrNotFound)
+	}
+}
+
 // latest is the optional part of a Subscriber that knows the highest notified seq of a session.
 type latest interface {
 	Latest(sessionID uuid.UUID) (int64, bool)

@@ -212,14 +212,21 @@ const maxCursorMicros = 253402300799999999
 func cursorTime(us int64) bool { return us >= 0 && us <= maxCursorMicros }
 
 // SessionDelete soft-deletes the session: afterwards it reads as ErrNotFound everywhere and
-// appends to it fail with ErrNotFound. Its rows stay in the database.
+// appends to it fail with ErrNotFound. Its rows stay in the database. The same statement
+// notifies NotifyChannel with seq -1, so the subscribers of the session on every replica re-read
+// it (and find it gone) at once.
 func (s *Store) SessionDelete(ctx context.Context, tenantID, id uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE sessions SET deleted_at = $3
-		WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, id, tenantID, s.now())
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH d AS (
+			UPDATE sessions SET deleted_at = $3
+			WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
+			RETURNING id)
+		SELECT count(*) FROM (SELECT pg_notify('`+NotifyChannel+`', id::text || ':-1') FROM d) n`,
+		id, tenantID, s.now()).Scan(&n)
 	if err != nil {
 		return translate(err, "delete session")
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return ErrNotFound
 	}
 	return nil
