@@ -26,6 +26,7 @@ const (
 	CodeUnsupportedMedia    = fault.UnsupportedMedia
 	CodeRequestTimeout      = fault.RequestTimeout
 	CodeServerBusy          = fault.ServerBusy
+	CodeTooManyStreams      = fault.TooManyStreams
 	CodeInternal            = fault.Internal
 	CodeUnauthorized        = "unauthorized"
 	CodeMethodNotAllowed    = "method_not_allowed"
@@ -53,6 +54,7 @@ var problemTable = map[string]struct {
 	CodeUnsupportedMedia:    {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	CodeRequestTimeout:      {http.StatusRequestTimeout, "Request timeout"},
 	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
+	CodeTooManyStreams:      {http.StatusTooManyRequests, "Too many streams"},
 	CodeNotReady:            {http.StatusServiceUnavailable, "Not ready"},
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 	CodeServerBusy:          {http.StatusServiceUnavailable, "Server busy"},

@@ -37,7 +37,9 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		return
 	}
 	if acceptsEventStream(r) {
-		rs.s.stream(w, r, id, q, nil)
+		if release, ok := rs.s.reserveOrRefuse(w, r, id); ok {
+			rs.s.stream(w, r, id, q, nil, release)
+		}
 		return
 	}
 	evs, err := rs.s.cfg.Log.EventList(r.Context(), tenantID(r), id,

@@ -2,11 +2,14 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // admit bounds the requests in flight that have not authenticated (Config.MaxUnauthenticated):
@@ -89,4 +92,44 @@ func (b *timedBody) Read(p []byte) (int, error) {
 // isTimeout reports whether err is a read that ran into its deadline.
 func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// openStreams counts the SSE streams open on this server per tenant and per session, for
+// Config.MaxStreamsPerTenant and MaxStreamsPerSession.
+type openStreams struct {
+	mu        sync.Mutex
+	byTenant  map[uuid.UUID]int
+	bySession map[uuid.UUID]int
+}
+
+// reserveStream takes a place for a stream of a session; release gives it back (idempotent).
+// Without a place it returns a too_many_streams error.
+func (s *Server) reserveStream(tenant, session uuid.UUID) (release func(), err error) {
+	o := &s.open
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byTenant == nil {
+		o.byTenant, o.bySession = map[uuid.UUID]int{}, map[uuid.UUID]int{}
+	}
+	switch {
+	case o.bySession[session] >= s.cfg.MaxStreamsPerSession:
+		return nil, errorf(CodeTooManyStreams, fmt.Sprintf("the session has %d streams open, the most allowed; close one or retry later", s.cfg.MaxStreamsPerSession))
+	case o.byTenant[tenant] >= s.cfg.MaxStreamsPerTenant:
+		return nil, errorf(CodeTooManyStreams, fmt.Sprintf("the tenant has %d streams open, the most allowed; close one or retry later", s.cfg.MaxStreamsPerTenant))
+	}
+	o.bySession[session]++
+	o.byTenant[tenant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if o.bySession[session]--; o.bySession[session] == 0 {
+				delete(o.bySession, session)
+			}
+			if o.byTenant[tenant]--; o.byTenant[tenant] == 0 {
+				delete(o.byTenant, tenant)
+			}
+		})
+	}, nil
 }

@@ -81,7 +81,7 @@ func (c *contract) check(method, path string, r response) response {
 // openapi.yaml; every route must be documented and every documented operation exercised.
 func TestOpenAPIDescribesResponses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *api.Config) { c.MaxBodyBytes = 4096 })
+	e := newEnv(t, func(c *api.Config) { c.MaxBodyBytes = 4096; c.MaxStreamsPerSession = 1 })
 	c := loadContract(t)
 	big := `{"name":"` + strings.Repeat("x", 5000) + `"}`
 
@@ -145,6 +145,7 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	stream := openStream(t, streamURL(e.replica, sid), e.keyA)
 	stream.next(t)
 	c.check("GET", "/v1/sessions/{id}/events", response{status: stream.resp.StatusCode, header: stream.resp.Header})
+	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyA, nil, "Accept", "text/event-stream").want(t, 429))
 
 	// The agent loop's endpoints, on a session of a scripted preset.
 	var sp struct{ ID string }

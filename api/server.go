@@ -51,9 +51,19 @@ type Config struct {
 	// Heartbeat is the interval of the SSE comment heartbeat, which also re-reads the log in case
 	// a wake-up was lost. Default 15 s.
 	Heartbeat time.Duration
-	// StreamWriteTimeout bounds each write of an SSE frame batch; a client that reads slower than
-	// that is disconnected (it resumes with Last-Event-ID). Default 30 s.
+	// StreamWriteTimeout bounds each write of an SSE stream (at most 64 KiB of frames); a client
+	// that reads slower than that is disconnected (it resumes with Last-Event-ID). Default 10 s.
 	StreamWriteTimeout time.Duration
+	// StreamMaxLag is how far, in bytes of frames, a stream that has caught up with the log may
+	// fall behind it again: a subscriber that reads slower than the session's log grows is
+	// dropped once it is that far behind (it resumes with Last-Event-ID) rather than fed for as
+	// long as its writes trickle through. Default 4 MiB.
+	StreamMaxLag int
+	// MaxStreamsPerSession and MaxStreamsPerTenant bound the SSE streams open on this server for
+	// one session and for one tenant; beyond them a stream (or a message posted with Accept:
+	// text/event-stream, before it is posted) answers 429 too_many_streams. Defaults 32 and 256.
+	MaxStreamsPerSession int
+	MaxStreamsPerTenant  int
 	// StreamPage is how many events an SSE stream reads from the database at a time. Default 100.
 	StreamPage int
 	// StreamTailBuffer is how many recent events of a followed session a replica keeps for its
@@ -86,7 +96,16 @@ func (c *Config) defaults() {
 		c.Heartbeat = 15 * time.Second
 	}
 	if c.StreamWriteTimeout <= 0 {
-		c.StreamWriteTimeout = 30 * time.Second
+		c.StreamWriteTimeout = 10 * time.Second
+	}
+	if c.StreamMaxLag <= 0 {
+		c.StreamMaxLag = 4 << 20
+	}
+	if c.MaxStreamsPerSession <= 0 {
+		c.MaxStreamsPerSession = 32
+	}
+	if c.MaxStreamsPerTenant <= 0 {
+		c.MaxStreamsPerTenant = 256
 	}
 	if c.StreamPage <= 0 {
 		c.StreamPage = 100
@@ -118,6 +137,7 @@ type Server struct {
 	closeOnce sync.Once
 	tails     *tails        // shared per-session readers of SSE streams
 	unauth    chan struct{} // a slot per request in flight that has not authenticated
+	open      openStreams   // SSE streams open, per tenant and per session
 }
 
 // New returns a server with cfg's dependencies.

@@ -25,13 +25,18 @@ import (
 // pages, then follows the session's shared tail on this replica (tail.go), which reads each new
 // row once after a hub wake-up (or its heartbeat, which doubles as a poll). The tail is acquired
 // before the first read and starts from the session's last seq at that moment, so no commit can
-// fall between the backfill and the tail. A client that reads slowly only delays its own handler; one that stops
-// reading for StreamWriteTimeout is disconnected and resumes with Last-Event-ID. The stream ends
-// cleanly when the client goes away, the session is deleted, or the server closes (Close).
+// fall between the backfill and the tail. Frames of the tail are written as they are, shared by
+// every stream of the session, never copied per stream. A client that reads slowly only delays
+// its own stream; one whose write blocks for StreamWriteTimeout, or that falls StreamMaxLag
+// behind the log once it had caught up, is disconnected and resumes with Last-Event-ID. The
+// stream ends cleanly when the client goes away, the session is deleted, or the server closes
+// (Close).
 //
 // until, when not nil, ends the stream right after the first event for which it returns true
-// (a message's stream ends with the turn that served it).
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool) {
+// (a message's stream ends with the turn that served it). release gives back the stream's place
+// (reserveStream) when the stream ends.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool, release func()) {
+	defer release()
 	ctx := r.Context()
 	tenant := tenantID(r)
 	sess, err := s.cfg.Log.SessionGet(ctx, tenant, id)
@@ -58,69 +63,122 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	if err := st.flush(); err != nil {
 		return
 	}
+	f := &follower{s: s, t: t, st: st, tenant: tenant, id: id, types: q.types, until: until, cursor: q.after}
+	if err := f.run(ctx); err != nil {
+		s.streamEnded(r, err)
+	}
+}
+
+// reserveOrRefuse takes a stream's place for session id of the request's tenant, or answers 429
+// too_many_streams and returns false.
+func (s *Server) reserveOrRefuse(w http.ResponseWriter, r *http.Request, id uuid.UUID) (release func(), ok bool) {
+	release, err := s.reserveStream(tenantID(r), id)
+	if err != nil {
+		w.Header().Set("Retry-After", "5")
+		writeError(w, r, err)
+		return nil, false
+	}
+	return release, true
+}
+
+// errDropped ends a stream whose client reads slower than the log grows.
+var errDropped = errors.New("the client fell more than the allowed lag behind the log; it resumes with Last-Event-ID")
+
+// follower sends a session's events to one stream: backfill, then the shared tail.
+type follower struct {
+	s      *Server
+	t      *tail
+	st     *sseWriter
+	tenant uuid.UUID
+	id     uuid.UUID
+	types  []string
+	until  func(eventlog.Event) bool
+	cursor int64
+	live   bool // caught up with the tail once: from then on it may lag StreamMaxLag at most
+}
+
+// run sends events until the stream ends: nil when it ended cleanly (until, the client went away,
+// the server closed), else why it ended.
+func (f *follower) run(ctx context.Context) error {
+	s, t := f.s, f.t
 	heartbeat := time.NewTicker(s.cfg.Heartbeat)
 	defer heartbeat.Stop()
-	cursor := q.after
 	for {
-		evs, frames, ok, changed, err := t.since(cursor)
+		evs, frames, ok, changed, err := t.since(f.cursor)
 		if err != nil {
-			s.streamEnded(r, err)
-			return
+			return err
 		}
 		if !ok {
+			if f.live && t.bufferedBytes() > s.cfg.StreamMaxLag {
+				return errDropped
+			}
 			// Behind the shared buffer: read the database up to its end, which is at least the
 			// tail's last seq read before (so a type filter that matched nothing skips it).
 			lastBefore := t.lastSeq()
-			var done bool
-			if cursor, done, err = s.backfill(ctx, st, tenant, id, cursor, q.types, until); err != nil {
-				s.streamEnded(r, err)
-				return
+			cursor, done, err := s.backfill(ctx, f.st, f.tenant, f.id, f.cursor, f.types, f.until)
+			if err != nil || done {
+				return err
 			}
-			if done {
-				return
-			}
-			cursor = max(cursor, lastBefore)
+			f.cursor = max(cursor, lastBefore)
 			continue
 		}
 		if len(evs) > 0 {
-			done, err := st.send(evs, frames, q.types, until)
-			if err != nil {
-				s.streamEnded(r, err)
-				return
+			if f.live && pendingBytes(evs, frames, f.types) > s.cfg.StreamMaxLag {
+				return errDropped
 			}
-			if done {
-				return
+			done, err := f.st.send(evs, frames, f.types, f.until)
+			if err != nil || done {
+				return err
 			}
-			cursor = evs[len(evs)-1].Seq
+			f.cursor = evs[len(evs)-1].Seq
 			continue
 		}
+		f.live = true
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-s.done:
-			return
+			return nil
 		case <-changed:
 		case <-heartbeat.C:
-			if err := st.comment("heartbeat"); err != nil {
-				s.streamEnded(r, err)
-				return
+			if err := f.st.comment(); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// pendingBytes is the size of the frames of evs a stream with the type filter types would send.
+func pendingBytes(evs []eventlog.Event, frames [][]byte, types []string) int {
+	n := 0
+	for i, ev := range evs {
+		if len(types) == 0 || slices.Contains(types, ev.Type) {
+			if frames != nil && frames[i] != nil {
+				n += len(frames[i])
+			} else {
+				n += len(ev.Data)
+			}
+		}
+	}
+	return n
 }
 
 // backfill sends every event after cursor that is committed now, a page at a time, and returns
 // the new cursor; done reports that until ended the stream.
 func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UUID, cursor int64, types []string, until func(eventlog.Event) bool) (_ int64, done bool, _ error) {
 	for {
-		evs, err := s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types})
+		// A page holds at most backfillBytes of data (and one event at least): a stream that
+		// backfills holds that much of the log at a time, however large its events.
+		evs, err := s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types, MaxBytes: backfillBytes})
 		if err != nil {
 			return cursor, false, err
 		}
 		if len(evs) == 0 {
 			return cursor, false, nil
 		}
-		full := len(evs) == s.cfg.StreamPage
+		// A page cut by its bytes reaches backfillBytes (it ends with the event that crosses it);
+		// one short of both limits says the log has nothing more now.
+		full := len(evs) == s.cfg.StreamPage || pageBytes(evs) >= backfillBytes
 		if until != nil {
 			for i, ev := range evs {
 				if until(ev) {
@@ -144,47 +202,60 @@ func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UU
 	}
 }
 
+// pageBytes is the size of the events' data.
+func pageBytes(evs []eventlog.Event) int {
+	n := 0
+	for _, ev := range evs {
+		n += len(ev.Data)
+	}
+	return n
+}
+
 // streamEnded logs why a stream ended, unless the client simply went away.
 func (s *Server) streamEnded(r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
 	level := slog.LevelWarn
-	if errors.Is(err, eventlog.ErrNotFound) {
-		level = slog.LevelInfo // the session was deleted while streaming
+	if errors.Is(err, eventlog.ErrNotFound) || errors.Is(err, errDropped) {
+		level = slog.LevelInfo // the session was deleted while streaming, or the client was slow
 	}
 	logger(r).Log(r.Context(), level, "stream ended", slog.String("error", err.Error()))
 }
 
 // sseWriter writes server-sent event frames to one client.
 type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	buf     bytes.Buffer
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	timeout   time.Duration
+	buf       bytes.Buffer // the frame of an event this stream encodes itself (not the tail's)
+	unflushed int          // bytes written since the last flush
 }
 
-// maxWriteBytes is how much a stream buffers before it writes.
-const maxWriteBytes = 1 << 20
+// maxWriteBytes is how much a stream writes under one write deadline before it flushes;
+// backfillBytes bounds the event data of a page a stream reads from the database.
+const (
+	maxWriteBytes = 64 << 10
+	backfillBytes = 32 << 10
+)
 
 // send writes the events that pass the type filter, up to and including the first for which
 // until is true (done then reports it). frames, when not nil, are the events' encoded frames
-// (shared by the streams of a tail, so each event is encoded once per replica).
+// (shared by the streams of a tail, so each event is encoded once per replica); they are written
+// as they are, not copied.
 func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string, until func(eventlog.Event) bool) (done bool, err error) {
-	st.buf.Reset()
 	for i, ev := range evs {
 		if len(types) == 0 || slices.Contains(types, ev.Type) {
 			if frames != nil && frames[i] != nil {
-				st.buf.Write(frames[i])
-			} else if err := appendFrame(&st.buf, ev); err != nil {
-				return false, err
-			}
-			// Large events go out in several writes rather than one huge buffer.
-			if st.buf.Len() >= maxWriteBytes {
-				if err := st.write(); err != nil {
-					return false, err
-				}
+				err = st.put(frames[i])
+			} else {
 				st.buf.Reset()
+				if err = appendFrame(&st.buf, ev); err == nil {
+					err = st.put(st.buf.Bytes())
+				}
+			}
+			if err != nil {
+				return false, err
 			}
 		}
 		if until != nil && until(ev) {
@@ -192,16 +263,41 @@ func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string,
 			break
 		}
 	}
-	if st.buf.Len() == 0 {
-		return done, nil
+	if st.buf.Cap() > maxWriteBytes {
+		st.buf = bytes.Buffer{} // a large event's buffer is not kept for the life of the stream
 	}
-	return done, st.write()
+	return done, st.flushWritten()
 }
 
 // events writes one frame per event and flushes them together.
 func (st *sseWriter) events(evs []eventlog.Event) error {
 	_, err := st.send(evs, nil, nil, nil)
 	return err
+}
+
+// put writes p, flushing every maxWriteBytes; each flushed piece gets its own write deadline.
+func (st *sseWriter) put(p []byte) error {
+	if st.unflushed == 0 {
+		if err := st.rc.SetWriteDeadline(time.Now().Add(st.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+	}
+	if _, err := st.w.Write(p); err != nil {
+		return err
+	}
+	if st.unflushed += len(p); st.unflushed >= maxWriteBytes {
+		return st.flushWritten()
+	}
+	return nil
+}
+
+// flushWritten flushes what put wrote.
+func (st *sseWriter) flushWritten() error {
+	if st.unflushed == 0 {
+		return nil
+	}
+	st.unflushed = 0
+	return st.flush()
 }
 
 // appendFrame writes the SSE frame of ev: `id: <seq>`, `event: <type>`, `data: <event JSON>`.
@@ -284,21 +380,15 @@ func encodeFrame(ev eventlog.Event) []byte {
 	return b.Bytes()
 }
 
-// comment writes an SSE comment line, which clients ignore and proxies see as traffic.
-func (st *sseWriter) comment(text string) error {
-	st.buf.Reset()
-	st.buf.WriteString(": " + text + "\n\n")
-	return st.write()
-}
+// heartbeatFrame is an SSE comment line, which clients ignore and proxies see as traffic.
+var heartbeatFrame = []byte(": heartbeat\n\n")
 
-func (st *sseWriter) write() error {
-	if err := st.rc.SetWriteDeadline(time.Now().Add(st.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+// comment writes the heartbeat comment.
+func (st *sseWriter) comment() error {
+	if err := st.put(heartbeatFrame); err != nil {
 		return err
 	}
-	if _, err := st.w.Write(st.buf.Bytes()); err != nil {
-		return err
-	}
-	return st.flush()
+	return st.flushWritten()
 }
 
 func (st *sseWriter) flush() error {

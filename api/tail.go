@@ -213,6 +213,13 @@ func (t *tail) fail(err error) {
 	t.notify = make(chan struct{})
 }
 
+// bufferedBytes returns the size of the frames the tail keeps.
+func (t *tail) bufferedBytes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
 // lastSeq returns the last seq the tail has read.
 func (t *tail) lastSeq() int64 {
 	t.mu.Lock()

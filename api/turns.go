@@ -81,15 +81,23 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		h.Write([]byte(id.String() + "\x00" + req.Mode + "\x00" + *req.Content))
 		idem = &worker.Idempotency{Key: key, Hash: h.Sum(nil)}
 	}
+	// The stream's place is taken before the message is posted: a refused stream posts nothing.
+	release := func() {}
+	if acceptsEventStream(r) {
+		if release, ok = rs.s.reserveOrRefuse(w, r, id); !ok {
+			return
+		}
+	}
 	msg := llm.NewUserMessage(uuid.NewString(), *req.Content)
 	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), sess, msg, req.Mode, idem)
 	if err != nil {
+		release()
 		writeError(w, r, err)
 		return
 	}
 	if acceptsEventStream(r) {
 		t := &turnWatch{messageID: posted.MessageID, inject: req.Mode == worker.ModeInject}
-		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe)
+		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe, release)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, messageResponse{MessageID: posted.MessageID, Seq: posted.Seq})

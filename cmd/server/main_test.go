@@ -45,14 +45,16 @@ func TestParseConfig(t *testing.T) {
 		c.Heartbeat != 15*time.Second || c.MaxBodyBytes != 1<<20 || c.ShutdownTimeout != 10*time.Second ||
 		len(c.ModelHosts) != 1 || c.ModelHosts[0] != "api.deepseek.com" ||
 		c.WriteTimeout != 30*time.Second || c.PageBytes != 4<<20 || c.ReadHeaderTimeout != 5*time.Second ||
-		c.BodyReadTimeout != 10*time.Second || c.MaxUnauthenticated != 256 {
+		c.BodyReadTimeout != 10*time.Second || c.MaxUnauthenticated != 256 || c.StreamWriteTimeout != 10*time.Second ||
+		c.StreamMaxLag != 4<<20 || c.MaxStreamsPerSession != 32 || c.MaxStreamsPerTenant != 256 {
 		t.Fatalf("defaults %+v", c)
 	}
 	env := map[string]string{"DATABASE_URL": "postgres://x/y", "DSHD_ADDR": ":9", "DSHD_ADMIN_TOKEN": "a",
 		"DSHD_MODEL_HOSTS": "a.example, b.example:8000 ,", "DSHD_DEMO_TOOLS": "1", "DEEPSEEK_API_KEY": "k",
 		"DSHD_SSE_HEARTBEAT": "2s", "DSHD_MAX_BODY_BYTES": "10", "DSHD_SHUTDOWN_TIMEOUT": "1m", "DSHD_LOG_LEVEL": "debug",
 		"DSHD_WRITE_TIMEOUT": "5s", "DSHD_PAGE_BYTES": "1000", "DSHD_READ_HEADER_TIMEOUT": "1s",
-		"DSHD_BODY_READ_TIMEOUT": "2s", "DSHD_MAX_UNAUTHENTICATED": "3"}
+		"DSHD_BODY_READ_TIMEOUT": "2s", "DSHD_MAX_UNAUTHENTICATED": "3", "DSHD_SSE_WRITE_TIMEOUT": "3s",
+		"DSHD_SSE_MAX_LAG": "4096", "DSHD_SSE_MAX_PER_SESSION": "4", "DSHD_SSE_MAX_PER_TENANT": "5"}
 	c, err = ParseConfig(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -61,13 +63,15 @@ func TestParseConfig(t *testing.T) {
 		c.DeepSeekAPIKey != "k" || c.Heartbeat != 2*time.Second || c.MaxBodyBytes != 10 ||
 		c.ShutdownTimeout != time.Minute || c.LogLevel.String() != "DEBUG" ||
 		strings.Join(c.ModelHosts, "|") != "a.example|b.example:8000" || c.WriteTimeout != 5*time.Second || c.PageBytes != 1000 ||
-		c.ReadHeaderTimeout != time.Second || c.BodyReadTimeout != 2*time.Second || c.MaxUnauthenticated != 3 {
+		c.ReadHeaderTimeout != time.Second || c.BodyReadTimeout != 2*time.Second || c.MaxUnauthenticated != 3 ||
+		c.StreamWriteTimeout != 3*time.Second || c.StreamMaxLag != 4096 || c.MaxStreamsPerSession != 4 || c.MaxStreamsPerTenant != 5 {
 		t.Fatalf("parsed %+v", c)
 	}
 	for k, v := range map[string]string{"DSHD_DEMO_TOOLS": "maybe", "DSHD_SSE_HEARTBEAT": "soon",
 		"DSHD_MAX_BODY_BYTES": "-1", "DSHD_SHUTDOWN_TIMEOUT": "0s", "DSHD_LOG_LEVEL": "loud",
 		"DSHD_WRITE_TIMEOUT": "never", "DSHD_PAGE_BYTES": "0", "DSHD_READ_HEADER_TIMEOUT": "0",
-		"DSHD_BODY_READ_TIMEOUT": "x", "DSHD_MAX_UNAUTHENTICATED": "-1"} {
+		"DSHD_BODY_READ_TIMEOUT": "x", "DSHD_MAX_UNAUTHENTICATED": "-1", "DSHD_SSE_WRITE_TIMEOUT": "-1s",
+		"DSHD_SSE_MAX_LAG": "lots", "DSHD_SSE_MAX_PER_SESSION": "0", "DSHD_SSE_MAX_PER_TENANT": "1.5"} {
 		if _, err := ParseConfig(func(name string) string { return map[string]string{k: v}[name] }); err == nil {
 			t.Errorf("%s=%s accepted", k, v)
 		}

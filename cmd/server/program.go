@@ -108,6 +108,11 @@ func (m *Main) Run(ctx context.Context) error {
 
 		BodyReadTimeout:    m.Config.BodyReadTimeout,
 		MaxUnauthenticated: m.Config.MaxUnauthenticated,
+
+		StreamWriteTimeout:   m.Config.StreamWriteTimeout,
+		StreamMaxLag:         m.Config.StreamMaxLag,
+		MaxStreamsPerSession: m.Config.MaxStreamsPerSession,
+		MaxStreamsPerTenant:  m.Config.MaxStreamsPerTenant,
 	})
 	logStore.OnCommit(m.api.Publish)
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {

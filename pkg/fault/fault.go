@@ -57,6 +57,7 @@ const (
 	UnsupportedMedia = "unsupported_media_type" // a request body that is not sent as JSON
 	RequestTimeout   = "request_timeout"        // the request body did not arrive in time
 	ServerBusy       = "server_busy"            // too many requests in flight without a key
+	TooManyStreams   = "too_many_streams"       // the session or tenant has its most SSE streams open
 )
 
 // Error is an application error: a stable Code, a Message safe to show to the caller, and the

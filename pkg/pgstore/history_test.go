@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -90,5 +91,45 @@ func TestIssue9Finding3HistoryPages(t *testing.T) {
 	}
 	if _, _, err := st.HistoryPage(ctx, tenant, uuid.New(), pgstore.HistoryQuery{}); !errors.Is(err, pgstore.ErrNotFound) {
 		t.Errorf("unknown session: %v", err)
+	}
+}
+
+// TestIssue9Finding5EventPagesBoundedByBytes: ListQuery.MaxBytes ends a page with the event at
+// which its data reaches the budget (one event at least), and paging with it reads every event.
+func TestIssue9Finding5EventPagesBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, _, tenant := newStore(t, pgstore.StoreConfig{})
+	sess := newSession(t, st, tenant)
+	var evs []eventlog.NewEvent
+	for i := range 10 {
+		evs = append(evs, raw("assistant/chunk", fmt.Sprintf(`{"turn":1,"step":1,"chunk":{"type":"text-delta","text":"%04d%s"}}`, i, strings.Repeat("x", 940))))
+	}
+	if _, err := appendEvents(st, ctx, tenant, sess.ID, append([]eventlog.NewEvent{turnStart(1), stepStart(1, 1)}, evs...)...); err != nil {
+		t.Fatal(err)
+	}
+	page, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: 1, Limit: 100, MaxBytes: 2500})
+	if err != nil || len(page) != 3 {
+		t.Fatalf("a 2500-byte page of 1000-byte events: %d events, %v; want 3 (the third crosses the budget)", len(page), err)
+	}
+	if page, err = st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: 1, Limit: 100, MaxBytes: 1}); err != nil || len(page) != 1 {
+		t.Fatalf("a 1-byte page: %d events, %v; want one", len(page), err)
+	}
+	var seqs []int64
+	for after := int64(-1); ; {
+		page, err := st.EventList(ctx, tenant, sess.ID, pgstore.ListQuery{After: after, Limit: 4, MaxBytes: 1500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, ev := range page {
+			seqs = append(seqs, ev.Seq)
+		}
+		after = page[len(page)-1].Seq
+	}
+	if fmt.Sprint(seqs) != "[0 1 2 3 4 5 6 7 8 9 10 11]" {
+		t.Fatalf("paged by bytes: %v", seqs)
 	}
 }

@@ -18,11 +18,15 @@ import (
 )
 
 // ListQuery selects a page of events: those with seq > After (-1 for the whole log), of the given
-// types (all when empty), at most Limit (default 100, at most 1000), in seq order.
+// types (all when empty), at most Limit (default 100, at most 1000), in seq order. MaxBytes, when
+// positive, also ends the page with the event at which its data reaches MaxBytes, so that a page
+// of large events does not cost Limit times their size: a page shorter than Limit whose data is
+// under MaxBytes holds every matching event there is.
 type ListQuery struct {
-	After int64
-	Limit int
-	Types []string
+	After    int64
+	Limit    int
+	Types    []string
+	MaxBytes int
 }
 
 // Default and maximum page sizes of EventList.
@@ -50,10 +54,24 @@ func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q 
 	if len(q.Types) > 0 {
 		types = q.Types
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
+	const page = `SELECT ` + eventColumns + ` FROM events
 		WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 AND ($5::text[] IS NULL OR type = ANY($5))
 		  AND EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL)
-		ORDER BY seq LIMIT $4`, sessionID, tenantID, q.After, q.Limit, types)
+		ORDER BY seq LIMIT $4`
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if q.MaxBytes > 0 {
+		// The rows of the page that start before its data reaches the budget.
+		rows, err = s.pool.Query(ctx, `SELECT `+eventColumns+` FROM (
+			SELECT *, sum(octet_length(data::text)) OVER (ORDER BY seq) - octet_length(data::text) AS before
+			FROM (`+page+`) p) w
+			WHERE before < $6
+			ORDER BY seq`, sessionID, tenantID, q.After, q.Limit, types, q.MaxBytes)
+	} else {
+		rows, err = s.pool.Query(ctx, page, sessionID, tenantID, q.After, q.Limit, types)
+	}
 	if err != nil {
 		return nil, translate(err, "list events")
 	}
