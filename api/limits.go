@@ -62,7 +62,7 @@ func (s *Server) guardBody(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if !b.eof {
+		if !b.eof && !info(r).detached {
 			_ = rc.SetReadDeadline(time.Now())
 		}
 	})

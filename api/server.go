@@ -135,9 +135,12 @@ type Server struct {
 	router    chi.Router
 	done      chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
-	tails     *tails        // shared per-session readers of SSE streams
-	unauth    chan struct{} // a slot per request in flight that has not authenticated
-	open      openStreams   // SSE streams open, per tenant and per session
+	tails     *tails         // shared per-session readers of SSE streams
+	unauth    chan struct{}  // a slot per request in flight that has not authenticated
+	open      openStreams    // SSE streams open, per tenant and per session
+	streamsWG sync.WaitGroup // detached streams (stream.go), which Close waits for
+	closingMu sync.Mutex     // orders streamsWG.Add before Close's Wait
+	closing   bool
 }
 
 // New returns a server with cfg's dependencies.
@@ -163,8 +166,17 @@ func (s *Server) Publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 
 // Close ends every open SSE stream cleanly (the response completes after the frames already
 // sent) and makes new streams end at once. Call it when the HTTP server starts shutting down
-// (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Idempotent.
-func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+// (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Streams that
+// took their connections over (stream.go), which Shutdown does not see, have ended when Close
+// returns; that takes as long as their writes in flight (StreamWriteTimeout at most).
+// Idempotent.
+func (s *Server) Close() {
+	s.closingMu.Lock()
+	s.closing = true
+	s.closingMu.Unlock()
+	s.closeOnce.Do(func() { close(s.done) })
+	s.streamsWG.Wait()
+}
 
 // Routes lists every route the server serves as "METHOD /pattern", sorted, for checks that the
 // documentation (openapi.yaml) covers them.

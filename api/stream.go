@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -32,41 +33,99 @@ import (
 // stream ends cleanly when the client goes away, the session is deleted, or the server closes
 // (Close).
 //
+// Once an HTTP/1 stream has caught up it is detached (detach): it takes over the connection and
+// its handler returns, so that an idle subscriber costs a small goroutine, its connection and a
+// watcher of the connection, not a parked net/http handler with its buffers.
+//
 // until, when not nil, ends the stream right after the first event for which it returns true
 // (a message's stream ends with the turn that served it). release gives back the stream's place
 // (reserveStream) when the stream ends.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool, release func()) {
-	defer release()
 	ctx := r.Context()
 	tenant := tenantID(r)
 	sess, err := s.cfg.Log.SessionGet(ctx, tenant, id)
 	if err != nil {
+		release()
 		writeError(w, r, err)
 		return
 	}
 	t := s.tails.acquire(tenant, id, sess.LastSeq)
-	defer s.tails.release(t)
-
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	if r.ProtoMajor == 1 {
+		h.Set("Connection", "close") // a detached stream closes its connection when it ends
+	}
 	w.WriteHeader(http.StatusOK)
 	info(r).stream = true
 	s.metrics.streams.Inc()
-	defer s.metrics.streams.Dec()
-
-	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.StreamWriteTimeout}
-	// The end of the response (flushed after the handler returns) gets a deadline of its own; the
-	// next request on the connection sets its own.
-	defer func() { _ = st.rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)) }()
-	if err := st.flush(); err != nil {
+	rc := http.NewResponseController(w)
+	f := &follower{s: s, t: t, st: &sseWriter{out: httpOut{w: w, rc: rc}, timeout: s.cfg.StreamWriteTimeout},
+		tenant: tenant, id: id, types: q.types, until: until, cursor: q.after}
+	end := func() {
+		s.tails.release(t)
+		s.metrics.streams.Dec()
+		release()
+	}
+	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		end()
 		return
 	}
-	f := &follower{s: s, t: t, st: st, tenant: tenant, id: id, types: q.types, until: until, cursor: q.after}
-	if err := f.run(ctx); err != nil {
+	parked, err := f.run(ctx, r.ProtoMajor == 1)
+	if parked && s.detach(w, r, rc, f, end) {
+		return
+	}
+	if parked {
+		_, err = f.run(ctx, false)
+	}
+	if err != nil {
 		s.streamEnded(r, err)
 	}
+	end()
+	// The end of the response (flushed after the handler returns) gets a deadline of its own; the
+	// next request on the connection sets its own.
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+}
+
+// detach hands a caught-up stream over to a goroutine of its own that owns the connection
+// (hijacked), and returns true; the handler then returns. It returns false when the connection
+// cannot be taken over (HTTP/2): the stream goes on in its handler.
+func (s *Server) detach(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, f *follower, end func()) bool {
+	s.closingMu.Lock()
+	defer s.closingMu.Unlock()
+	if s.closing {
+		return false // closing: end in the handler, as usual
+	}
+	rec := s.recordOf(w, r)
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		return false
+	}
+	info(r).detached = true
+	out := &connOut{conn: conn, chunked: r.ProtoAtLeast(1, 1)}
+	f.st.out = out
+	ctx, cancel := context.WithCancel(context.Background())
+	s.streamsWG.Add(1)
+	// The watcher: a client that closes its connection (or sends anything: nothing is expected
+	// after the request) ends the stream. Closing the connection ends the watcher.
+	go func() {
+		var b [1]byte
+		_, _ = conn.Read(b[:])
+		cancel()
+	}()
+	go func() {
+		defer s.streamsWG.Done()
+		_, err := f.run(ctx, false)
+		if err != nil && ctx.Err() == nil {
+			s.streamEndedDetached(rec.ri, err)
+		}
+		out.end(s.cfg.StreamWriteTimeout)
+		cancel()
+		end()
+		s.record(rec, http.StatusOK, rec.bytes+out.written, time.Since(rec.ri.start))
+	}()
+	return true
 }
 
 // reserveOrRefuse takes a stream's place for session id of the request's tenant, or answers 429
@@ -97,52 +156,63 @@ type follower struct {
 	live   bool // caught up with the tail once: from then on it may lag StreamMaxLag at most
 }
 
-// run sends events until the stream ends: nil when it ended cleanly (until, the client went away,
-// the server closed), else why it ended.
-func (f *follower) run(ctx context.Context) error {
+// run sends events until the stream ends: err is nil when it ended cleanly (until, the client
+// went away, the server closed), else why it ended. With park, it returns parked instead of
+// waiting the first time it has caught up with the tail.
+func (f *follower) run(ctx context.Context, park bool) (parked bool, _ error) {
 	s, t := f.s, f.t
-	heartbeat := time.NewTicker(s.cfg.Heartbeat)
-	defer heartbeat.Stop()
+	var heartbeat *time.Ticker
+	defer func() {
+		if heartbeat != nil {
+			heartbeat.Stop()
+		}
+	}()
 	for {
 		evs, frames, ok, changed, err := t.since(f.cursor)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !ok {
 			if f.live && t.bufferedBytes() > s.cfg.StreamMaxLag {
-				return errDropped
+				return false, errDropped
 			}
 			// Behind the shared buffer: read the database up to its end, which is at least the
 			// tail's last seq read before (so a type filter that matched nothing skips it).
 			lastBefore := t.lastSeq()
 			cursor, done, err := s.backfill(ctx, f.st, f.tenant, f.id, f.cursor, f.types, f.until)
 			if err != nil || done {
-				return err
+				return false, err
 			}
 			f.cursor = max(cursor, lastBefore)
 			continue
 		}
 		if len(evs) > 0 {
 			if f.live && pendingBytes(evs, frames, f.types) > s.cfg.StreamMaxLag {
-				return errDropped
+				return false, errDropped
 			}
 			done, err := f.st.send(evs, frames, f.types, f.until)
 			if err != nil || done {
-				return err
+				return false, err
 			}
 			f.cursor = evs[len(evs)-1].Seq
 			continue
 		}
 		f.live = true
+		if park {
+			return true, nil
+		}
+		if heartbeat == nil {
+			heartbeat = time.NewTicker(s.cfg.Heartbeat)
+		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return false, nil
 		case <-s.done:
-			return nil
+			return false, nil
 		case <-changed:
 		case <-heartbeat.C:
 			if err := f.st.comment(); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
@@ -216,24 +286,38 @@ func (s *Server) streamEnded(r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
+	s.streamEndedDetached(info(r), err)
+}
+
+// streamEndedDetached logs why the stream of request ri ended.
+func (s *Server) streamEndedDetached(ri *reqInfo, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	level := slog.LevelWarn
 	if errors.Is(err, eventlog.ErrNotFound) || errors.Is(err, errDropped) {
 		level = slog.LevelInfo // the session was deleted while streaming, or the client was slow
 	}
-	logger(r).Log(r.Context(), level, "stream ended", slog.String("error", err.Error()))
+	ri.logger().Log(context.Background(), level, "stream ended", slog.String("error", err.Error()))
 }
 
-// sseWriter writes server-sent event frames to one client.
+// sseWriter writes server-sent event frames to one client, in batches of at most maxWriteBytes,
+// each under a write deadline of its own.
 type sseWriter struct {
-	w         http.ResponseWriter
-	rc        *http.ResponseController
-	timeout   time.Duration
-	buf       bytes.Buffer // the frame of an event this stream encodes itself (not the tail's)
-	unflushed int          // bytes written since the last flush
+	out     streamOut
+	timeout time.Duration
+	batch   [][]byte // frames to write: the tail's (shared, never changed) or this stream's own
+	size    int      // bytes in batch
 }
 
-// maxWriteBytes is how much a stream writes under one write deadline before it flushes;
-// backfillBytes bounds the event data of a page a stream reads from the database.
+// streamOut is where a stream's batches go: the handler's ResponseWriter, or the connection of a
+// detached stream.
+type streamOut interface {
+	write(deadline time.Time, frames [][]byte) error
+}
+
+// maxWriteBytes is how much a stream writes under one write deadline; backfillBytes bounds the
+// event data of a page a stream reads from the database.
 const (
 	maxWriteBytes = 64 << 10
 	backfillBytes = 32 << 10
@@ -246,15 +330,18 @@ const (
 func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string, until func(eventlog.Event) bool) (done bool, err error) {
 	for i, ev := range evs {
 		if len(types) == 0 || slices.Contains(types, ev.Type) {
-			if frames != nil && frames[i] != nil {
-				err = st.put(frames[i])
-			} else {
-				st.buf.Reset()
-				if err = appendFrame(&st.buf, ev); err == nil {
-					err = st.put(st.buf.Bytes())
-				}
+			f := []byte(nil)
+			if frames != nil {
+				f = frames[i]
 			}
-			if err != nil {
+			if f == nil {
+				var b bytes.Buffer
+				if err := appendFrame(&b, ev); err != nil {
+					return false, err
+				}
+				f = b.Bytes()
+			}
+			if err := st.put(f); err != nil {
 				return false, err
 			}
 		}
@@ -263,10 +350,7 @@ func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string,
 			break
 		}
 	}
-	if st.buf.Cap() > maxWriteBytes {
-		st.buf = bytes.Buffer{} // a large event's buffer is not kept for the life of the stream
-	}
-	return done, st.flushWritten()
+	return done, st.flush()
 }
 
 // events writes one frame per event and flushes them together.
@@ -275,29 +359,100 @@ func (st *sseWriter) events(evs []eventlog.Event) error {
 	return err
 }
 
-// put writes p, flushing every maxWriteBytes; each flushed piece gets its own write deadline.
-func (st *sseWriter) put(p []byte) error {
-	if st.unflushed == 0 {
-		if err := st.rc.SetWriteDeadline(time.Now().Add(st.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
-		}
-	}
-	if _, err := st.w.Write(p); err != nil {
-		return err
-	}
-	if st.unflushed += len(p); st.unflushed >= maxWriteBytes {
-		return st.flushWritten()
+// put adds a frame to the batch, writing the batch once it holds maxWriteBytes.
+func (st *sseWriter) put(f []byte) error {
+	st.batch = append(st.batch, f)
+	if st.size += len(f); st.size >= maxWriteBytes {
+		return st.flush()
 	}
 	return nil
 }
 
-// flushWritten flushes what put wrote.
-func (st *sseWriter) flushWritten() error {
-	if st.unflushed == 0 {
+// flush writes the batch and forgets its frames.
+func (st *sseWriter) flush() error {
+	if len(st.batch) == 0 {
 		return nil
 	}
-	st.unflushed = 0
+	err := st.out.write(time.Now().Add(st.timeout), st.batch)
+	clear(st.batch)
+	st.batch, st.size = st.batch[:0], 0
+	if cap(st.batch) > 256 {
+		st.batch = nil
+	}
+	return err
+}
+
+// heartbeatFrame is an SSE comment line, which clients ignore and proxies see as traffic.
+var heartbeatFrame = []byte(": heartbeat\n\n")
+
+// comment writes the heartbeat comment.
+func (st *sseWriter) comment() error {
+	if err := st.put(heartbeatFrame); err != nil {
+		return err
+	}
 	return st.flush()
+}
+
+// httpOut writes a stream's batches to its handler's ResponseWriter.
+type httpOut struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (o httpOut) write(deadline time.Time, frames [][]byte) error {
+	if err := o.rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	for _, f := range frames {
+		if _, err := o.w.Write(f); err != nil {
+			return err
+		}
+	}
+	if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// connOut writes a detached stream's batches to its connection: each batch is one HTTP/1.1 chunk
+// (or, for HTTP/1.0, the bare bytes), written with one writev that refers to the frames.
+type connOut struct {
+	conn    net.Conn
+	chunked bool
+	written int // bytes of frames written
+}
+
+var crlf = []byte("\r\n")
+
+func (o *connOut) write(deadline time.Time, frames [][]byte) error {
+	if err := o.conn.SetWriteDeadline(deadline); err != nil {
+		return err
+	}
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	bufs := make(net.Buffers, 0, len(frames)+2)
+	if o.chunked {
+		bufs = append(bufs, append(strconv.AppendInt(make([]byte, 0, 18), int64(n), 16), crlf...))
+	}
+	bufs = append(bufs, frames...)
+	if o.chunked {
+		bufs = append(bufs, crlf)
+	}
+	_, err := bufs.WriteTo(o.conn)
+	o.written += n
+	return err
+}
+
+// end completes the response (the last chunk of a chunked one) within timeout, and closes the
+// connection.
+func (o *connOut) end(timeout time.Duration) {
+	if o.chunked {
+		_ = o.conn.SetWriteDeadline(time.Now().Add(timeout))
+		_, _ = o.conn.Write([]byte("0\r\n\r\n"))
+	}
+	_ = o.conn.Close()
 }
 
 // appendFrame writes the SSE frame of ev: `id: <seq>`, `event: <type>`, `data: <event JSON>`.
@@ -378,23 +533,4 @@ func encodeFrame(ev eventlog.Event) []byte {
 		return nil
 	}
 	return b.Bytes()
-}
-
-// heartbeatFrame is an SSE comment line, which clients ignore and proxies see as traffic.
-var heartbeatFrame = []byte(": heartbeat\n\n")
-
-// comment writes the heartbeat comment.
-func (st *sseWriter) comment() error {
-	if err := st.put(heartbeatFrame); err != nil {
-		return err
-	}
-	return st.flushWritten()
-}
-
-func (st *sseWriter) flush() error {
-	err := st.rc.Flush()
-	if errors.Is(err, http.ErrNotSupported) {
-		return nil
-	}
-	return err
 }

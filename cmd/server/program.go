@@ -184,6 +184,9 @@ func (m *Main) Close() error {
 		if err := <-m.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
 		}
+		// Shutdown does not wait for the SSE streams that took their connections over; Close
+		// does (it ended them when Shutdown began).
+		m.api.Close()
 	} else if m.ln != nil {
 		_ = m.ln.Close()
 	}
