@@ -205,3 +205,34 @@ func TestIssue9Finding5StalledReadersAreCheap(t *testing.T) {
 	}
 	runtime.KeepAlive(fast)
 }
+
+// TestIssue9Finding5CloseCutsStalledStreams: closing the server ends a caught-up stream whose
+// client then stopped reading within about a second, not after StreamWriteTimeout (a minute here).
+func TestIssue9Finding5CloseCutsStalledStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.StreamWriteTimeout = time.Minute })
+	base := smallBufferServer(t, e)
+	sid := e.sessionCreate(t, e.keyA)
+	e.appendEvents(sid, turnStart(1))
+	_, body := rawStreamConn(t, base, sid, e.keyA)
+	br := bufio.NewReader(body)
+	for line := ""; !strings.HasPrefix(line, "id: 0"); {
+		var err error
+		if line, err = br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // caught up: the stream has its connection to itself
+	big := strings.Repeat("q", 16<<10)
+	for i := range 40 { // far more than the socket buffers hold: the stream's write blocks
+		e.appendEvents(sid, chunk(1, 1, strconv.Itoa(i)+big))
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	e.api.Close()
+	took := time.Since(start)
+	t.Logf("Close took %s", took)
+	if took > 5*time.Second {
+		t.Fatalf("Close took %s", took)
+	}
+}

@@ -139,8 +139,9 @@ type Server struct {
 	unauth    chan struct{}  // a slot per request in flight that has not authenticated
 	open      openStreams    // SSE streams open, per tenant and per session
 	streamsWG sync.WaitGroup // detached streams (stream.go), which Close waits for
-	closingMu sync.Mutex     // orders streamsWG.Add before Close's Wait
+	closingMu sync.Mutex     // guards the fields below; orders streamsWG.Add before Close's Wait
 	closing   bool
+	detached  map[*connOut]struct{} // the connections of detached streams
 }
 
 // New returns a server with cfg's dependencies.
@@ -168,11 +169,15 @@ func (s *Server) Publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 // sent) and makes new streams end at once. Call it when the HTTP server starts shutting down
 // (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Streams that
 // took their connections over (stream.go), which Shutdown does not see, have ended when Close
-// returns; that takes as long as their writes in flight (StreamWriteTimeout at most).
-// Idempotent.
+// returns (a write in flight gets a second more). Idempotent.
 func (s *Server) Close() {
 	s.closingMu.Lock()
 	s.closing = true
+	// A detached stream stuck in a write to a client that does not read gets a second, not
+	// StreamWriteTimeout, to finish it.
+	for o := range s.detached {
+		o.closeBy(time.Now().Add(time.Second))
+	}
 	s.closingMu.Unlock()
 	s.closeOnce.Do(func() { close(s.done) })
 	s.streamsWG.Wait()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,6 +106,10 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, rc *http.Respons
 	info(r).detached = true
 	out := &connOut{conn: conn, chunked: r.ProtoAtLeast(1, 1)}
 	f.st.out = out
+	if s.detached == nil {
+		s.detached = map[*connOut]struct{}{}
+	}
+	s.detached[out] = struct{}{}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.streamsWG.Add(1)
 	// The watcher: a client that closes its connection (or sends anything: nothing is expected
@@ -120,6 +125,9 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, rc *http.Respons
 		if err != nil && ctx.Err() == nil {
 			s.streamEndedDetached(rec.ri, err)
 		}
+		s.closingMu.Lock()
+		delete(s.detached, out)
+		s.closingMu.Unlock()
 		out.end(s.cfg.StreamWriteTimeout)
 		cancel()
 		end()
@@ -419,13 +427,28 @@ func (o httpOut) write(deadline time.Time, frames [][]byte) error {
 type connOut struct {
 	conn    net.Conn
 	chunked bool
-	written int // bytes of frames written
+	written int          // bytes of frames written
+	closing atomic.Int64 // when set (Unix ns), no write deadline is later: the server is closing
 }
 
 var crlf = []byte("\r\n")
 
+// closeBy moves the deadline of the write in flight, and of every later one, to t at the latest.
+func (o *connOut) closeBy(t time.Time) {
+	o.closing.Store(t.UnixNano())
+	_ = o.conn.SetWriteDeadline(t)
+}
+
+// deadline is d, or the closing deadline when that is earlier.
+func (o *connOut) deadline(d time.Time) time.Time {
+	if c := o.closing.Load(); c != 0 && c < d.UnixNano() {
+		return time.Unix(0, c)
+	}
+	return d
+}
+
 func (o *connOut) write(deadline time.Time, frames [][]byte) error {
-	if err := o.conn.SetWriteDeadline(deadline); err != nil {
+	if err := o.conn.SetWriteDeadline(o.deadline(deadline)); err != nil {
 		return err
 	}
 	n := 0
@@ -449,7 +472,7 @@ func (o *connOut) write(deadline time.Time, frames [][]byte) error {
 // connection.
 func (o *connOut) end(timeout time.Duration) {
 	if o.chunked {
-		_ = o.conn.SetWriteDeadline(time.Now().Add(timeout))
+		_ = o.conn.SetWriteDeadline(o.deadline(time.Now().Add(timeout)))
 		_, _ = o.conn.Write([]byte("0\r\n\r\n"))
 	}
 	_ = o.conn.Close()
