@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,17 +123,25 @@ func (s *Server) detach(w http.ResponseWriter, r *http.Request, rc *http.Respons
 	}()
 	go func() {
 		defer s.streamsWG.Done()
+		defer func() {
+			s.closingMu.Lock()
+			delete(s.detached, out)
+			s.closingMu.Unlock()
+			out.end(s.cfg.StreamWriteTimeout)
+			cancel()
+			end()
+			s.record(rec, http.StatusOK, rec.bytes+out.written, time.Since(rec.ri.start))
+		}()
+		defer func() {
+			// As observe does for handlers: a panic ends this stream, not the process.
+			if p := recover(); p != nil {
+				rec.ri.logger().Error("panic", slog.String("error", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+			}
+		}()
 		_, err := f.run(ctx, false)
 		if err != nil && ctx.Err() == nil {
 			s.streamEndedDetached(rec.ri, err)
 		}
-		s.closingMu.Lock()
-		delete(s.detached, out)
-		s.closingMu.Unlock()
-		out.end(s.cfg.StreamWriteTimeout)
-		cancel()
-		end()
-		s.record(rec, http.StatusOK, rec.bytes+out.written, time.Since(rec.ri.start))
 	}()
 	return true
 }
