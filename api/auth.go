@@ -55,6 +55,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		info(r).tenant = id
+		info(r).authenticated()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, id)))
 	})
 }
@@ -73,6 +74,7 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 			writeProblem(w, CodeUnauthorized, "send the admin token as Authorization: Bearer <token>")
 			return
 		}
+		info(r).authenticated()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -28,6 +28,10 @@ const (
 	CodeRateLimited         = fault.RateLimited
 	CodeInboxFull           = fault.InboxFull
 	CodeUnavailable         = fault.Unavailable
+	CodeUnsupportedMedia    = fault.UnsupportedMedia
+	CodeRequestTimeout      = fault.RequestTimeout
+	CodeServerBusy          = fault.ServerBusy
+	CodeTooManyStreams      = fault.TooManyStreams
 	CodeInternal            = fault.Internal
 	CodeUnauthorized        = "unauthorized"
 	CodeMethodNotAllowed    = "method_not_allowed"
@@ -54,11 +58,15 @@ var problemTable = map[string]struct {
 	CodeIdempotencyConflict: {http.StatusConflict, "Idempotency key reused"},
 	CodeNoPreset:            {http.StatusConflict, "Session has no preset"},
 	CodePayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large"},
+	CodeUnsupportedMedia:    {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	CodeRequestTimeout:      {http.StatusRequestTimeout, "Request timeout"},
 	CodePromptFailed:        {http.StatusUnprocessableEntity, "Prompt assembly failed"},
 	CodeRateLimited:         {http.StatusTooManyRequests, "Too many requests"},
 	CodeInboxFull:           {http.StatusTooManyRequests, "Inbox full"},
+	CodeTooManyStreams:      {http.StatusTooManyRequests, "Too many streams"},
 	CodeNotReady:            {http.StatusServiceUnavailable, "Not ready"},
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
+	CodeServerBusy:          {http.StatusServiceUnavailable, "Server busy"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},
 }
 

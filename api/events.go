@@ -37,7 +37,9 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		return
 	}
 	if acceptsEventStream(r) {
-		rs.s.stream(w, r, id, q, nil)
+		if release, ok := rs.s.reserveOrRefuse(w, r, id); ok {
+			rs.s.stream(w, r, id, q, nil, release)
+		}
 		return
 	}
 	evs, err := rs.s.cfg.Log.EventList(r.Context(), tenantID(r), id,
@@ -46,7 +48,7 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 		writeError(w, r, err)
 		return
 	}
-	evs = underBudget(evs, maxPageBytes)
+	evs = underBudget(evs, rs.s.cfg.PageBytes)
 	next := q.after
 	if len(evs) > 0 {
 		next = evs[len(evs)-1].Seq
@@ -56,9 +58,6 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 	}
 	writeJSON(w, http.StatusOK, eventPage{Events: evs, NextAfter: next})
 }
-
-// maxPageBytes bounds the event data of one JSON page; a page holds at least one event.
-const maxPageBytes = 4 << 20
 
 // underBudget returns the longest prefix of evs whose data fits in budget bytes, and at least one
 // event: nextAfter then points past the last one returned, so the client pages on.

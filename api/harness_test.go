@@ -203,6 +203,28 @@ func (r *replica) do(t testing.TB, method, path, key string, body any, headers .
 	return response{status: resp.StatusCode, header: resp.Header, body: data}
 }
 
+// doNoType is do with the body sent without a Content-Type, as a bare Go client sends it.
+func (r *replica) doNoType(t testing.TB, method, path, key, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, r.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
 // json decodes the body into v, failing the test when it is not JSON.
 func (r response) json(t testing.TB, v any) {
 	t.Helper()

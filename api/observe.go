@@ -22,6 +22,22 @@ type reqInfo struct {
 	session string
 	stream  bool
 	base    *slog.Logger
+	// release gives back the request's slot among the unauthenticated ones (admit); nil when it
+	// holds none.
+	release func()
+	start   time.Time
+	// detached is set by a stream that took its connection over and outlives its handler: the
+	// stream records the request when it ends (stream.go).
+	detached bool
+}
+
+// authenticated records that the request proved an API key or the admin token: it no longer
+// counts among the unauthenticated requests.
+func (i *reqInfo) authenticated() {
+	if i.release != nil {
+		i.release()
+		i.release = nil
+	}
 }
 
 type infoKey struct{}
@@ -34,8 +50,10 @@ func info(r *http.Request) *reqInfo {
 }
 
 // logger returns the server's logger with the request id, tenant and session of r.
-func logger(r *http.Request) *slog.Logger {
-	i := info(r)
+func logger(r *http.Request) *slog.Logger { return info(r).logger() }
+
+// logger returns the server's logger with the request id, tenant and session of the request.
+func (i *reqInfo) logger() *slog.Logger {
 	l := i.base.With(slog.String("request_id", i.id))
 	if i.tenant != uuid.Nil {
 		l = l.With(slog.String("tenant", i.tenant.String()))
@@ -58,7 +76,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			id = uuid.NewString()
 		}
 		w.Header().Set("X-Request-Id", id)
-		ri := &reqInfo{id: id, base: s.logger}
+		ri := &reqInfo{id: id, base: s.logger, start: start}
 		r = r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		defer func() {
@@ -71,7 +89,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 					writeProblem(ww, CodeInternal, "internal error")
 				}
 			}
-			s.finish(r, ww, time.Since(start))
+			if !ri.detached {
+				s.finish(r, ww, time.Since(start))
+			}
 		}()
 		next.ServeHTTP(ww, r)
 	})
@@ -82,20 +102,39 @@ func (s *Server) finish(r *http.Request, ww middleware.WrapResponseWriter, d tim
 	if status == 0 {
 		status = http.StatusOK
 	}
-	route := ""
+	s.record(s.recordOf(ww, r), status, ww.BytesWritten(), d)
+}
+
+// reqRecord is what the request log line and the metrics need of a request: a stream that
+// outlives its handler keeps this, not the request.
+type reqRecord struct {
+	ri                  *reqInfo
+	method, path, route string
+	bytes               int // written through the handler's ResponseWriter
+}
+
+func (s *Server) recordOf(w http.ResponseWriter, r *http.Request) reqRecord {
+	rec := reqRecord{ri: info(r), method: r.Method, path: r.URL.Path}
 	if rc := chi.RouteContext(r.Context()); rc != nil {
-		route = rc.RoutePattern()
+		rec.route = rc.RoutePattern()
 	}
-	ri := info(r)
-	s.metrics.observe(route, r.Method, status, d.Seconds(), ri.stream)
+	if ww, ok := w.(interface{ BytesWritten() int }); ok {
+		rec.bytes = ww.BytesWritten()
+	}
+	return rec
+}
+
+// record writes the request's log line and metrics.
+func (s *Server) record(rec reqRecord, status, bytes int, d time.Duration) {
+	s.metrics.observe(rec.route, rec.method, status, d.Seconds(), rec.ri.stream)
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelError
 	}
-	logger(r).LogAttrs(r.Context(), level, "request",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", route),
+	rec.ri.logger().LogAttrs(context.Background(), level, "request",
+		slog.String("method", rec.method), slog.String("path", rec.path), slog.String("route", rec.route),
 		slog.Int("status", status), slog.Float64("duration_ms", float64(d.Microseconds())/1000),
-		slog.Int("bytes", ww.BytesWritten()), slog.Bool("stream", ri.stream))
+		slog.Int("bytes", bytes), slog.Bool("stream", rec.ri.stream))
 }
 
 // validRequestID accepts ids of 1 to 64 printable ASCII characters without spaces.
@@ -115,6 +154,18 @@ func validRequestID(id string) bool {
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeDeadline bounds the writing of every response by Config.WriteTimeout from the start of the
+// request: a client that stops reading gets its connection closed instead of holding the handler
+// (and its response) forever. SSE streams replace the deadline with one per write (stream.go). The
+// deadline stays set after the handler, so the end of the response is bounded too; the next
+// request on the connection sets its own.
+func (s *Server) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		next.ServeHTTP(w, r)
 	})
 }

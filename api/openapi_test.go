@@ -81,7 +81,7 @@ func (c *contract) check(method, path string, r response) response {
 // openapi.yaml; every route must be documented and every documented operation exercised.
 func TestOpenAPIDescribesResponses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *api.Config) { c.MaxBodyBytes = 4096 })
+	e := newEnv(t, func(c *api.Config) { c.MaxBodyBytes = 4096; c.MaxStreamsPerSession = 1 })
 	c := loadContract(t)
 	big := `{"name":"` + strings.Repeat("x", 5000) + `"}`
 
@@ -109,6 +109,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, `{"name":"x"}`).want(t, 400))
 	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", "", full).want(t, 401))
 	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, big).want(t, 413))
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, full, "Content-Type", "text/plain").want(t, 415))
+	c.check("POST", "/v1/presets", e.do(t, "POST", "/v1/presets", e.keyA, `{"name":"a","name":"b"}`).want(t, 400))
 	c.check("GET", "/v1/presets", e.do(t, "GET", "/v1/presets?limit=1", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/presets", e.do(t, "GET", "/v1/presets?limit=0", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/presets/{id}", e.do(t, "GET", "/v1/presets/"+p.ID, e.keyA, nil).want(t, 200))
@@ -132,12 +134,20 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("GET", "/v1/sessions", e.do(t, "GET", "/v1/sessions", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}", e.do(t, "GET", "/v1/sessions/"+s.ID, e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+s.ID+"/history", e.keyA, nil).want(t, 200))
+	hs := e.sessionCreate(t, e.keyA)
+	e.appendEvents(hs, eventlog.NewEvent{Type: "user/message", Data: llm.NewUserMessage("h1", "a"), SurfaceOp: eventlog.Append},
+		eventlog.NewEvent{Type: "user/message", Data: llm.NewUserMessage("h2", "b"), SurfaceOp: eventlog.Append})
+	if r := c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+hs.String()+"/history?limit=1", e.keyA, nil).want(t, 200)); !bytes.Contains(r.body, []byte(`"nextCursor":"`)) {
+		t.Fatalf("a first page of one of two messages has no nextCursor: %s", r.body)
+	}
+	c.check("GET", "/v1/sessions/{id}/history", e.do(t, "GET", "/v1/sessions/"+s.ID+"/history?cursor=x", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?limit=3", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?after=z", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyB, nil).want(t, 404))
 	stream := openStream(t, streamURL(e.replica, sid), e.keyA)
 	stream.next(t)
 	c.check("GET", "/v1/sessions/{id}/events", response{status: stream.resp.StatusCode, header: stream.resp.Header})
+	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyA, nil, "Accept", "text/event-stream").want(t, 429))
 
 	// The agent loop's endpoints, on a session of a scripted preset.
 	var sp struct{ ID string }

@@ -62,9 +62,19 @@ type Config struct {
 	// Heartbeat is the interval of the SSE comment heartbeat, which also re-reads the log in case
 	// a wake-up was lost. Default 15 s.
 	Heartbeat time.Duration
-	// StreamWriteTimeout bounds each write of an SSE frame batch; a client that reads slower than
-	// that is disconnected (it resumes with Last-Event-ID). Default 30 s.
+	// StreamWriteTimeout bounds each write of an SSE stream (at most 64 KiB of frames); a client
+	// that reads slower than that is disconnected (it resumes with Last-Event-ID). Default 10 s.
 	StreamWriteTimeout time.Duration
+	// StreamMaxLag is how far, in bytes of frames, a stream that has caught up with the log may
+	// fall behind it again: a subscriber that reads slower than the session's log grows is
+	// dropped once it is that far behind (it resumes with Last-Event-ID) rather than fed for as
+	// long as its writes trickle through. Default 4 MiB.
+	StreamMaxLag int
+	// MaxStreamsPerSession and MaxStreamsPerTenant bound the SSE streams open on this server for
+	// one session and for one tenant; beyond them a stream (or a message posted with Accept:
+	// text/event-stream, before it is posted) answers 429 too_many_streams. Defaults 32 and 256.
+	MaxStreamsPerSession int
+	MaxStreamsPerTenant  int
 	// StreamPage is how many events an SSE stream reads from the database at a time. Default 100.
 	StreamPage int
 	// StreamTailBuffer is how many recent events of a followed session a replica keeps for its
@@ -78,6 +88,20 @@ type Config struct {
 	StreamTokenSecret []byte
 	// StreamTokenTTL is how long a stream token opens streams. Default 5 minutes.
 	StreamTokenTTL time.Duration
+	// WriteTimeout bounds the writing of every response except SSE streams (which bound each
+	// write by StreamWriteTimeout): a client that does not read its response cannot hold a
+	// handler longer. Default 30 s.
+	WriteTimeout time.Duration
+	// PageBytes bounds the event data of one JSON page of events or history; a page holds at
+	// least one event or message. Default 4 MiB.
+	PageBytes int
+	// BodyReadTimeout bounds the reading of a request body, from the start of the request: a
+	// body that has not arrived by then answers 408 and the connection is closed. Default 10 s.
+	BodyReadTimeout time.Duration
+	// MaxUnauthenticated bounds the requests in flight that have not (yet) authenticated with an
+	// API key or the admin token; beyond it requests answer 503 server_busy at once. GET /healthz
+	// does not count. Default 256.
+	MaxUnauthenticated int
 }
 
 func (c *Config) defaults() {
@@ -91,13 +115,34 @@ func (c *Config) defaults() {
 		c.Heartbeat = 15 * time.Second
 	}
 	if c.StreamWriteTimeout <= 0 {
-		c.StreamWriteTimeout = 30 * time.Second
+		c.StreamWriteTimeout = 10 * time.Second
+	}
+	if c.StreamMaxLag <= 0 {
+		c.StreamMaxLag = 4 << 20
+	}
+	if c.MaxStreamsPerSession <= 0 {
+		c.MaxStreamsPerSession = 32
+	}
+	if c.MaxStreamsPerTenant <= 0 {
+		c.MaxStreamsPerTenant = 256
 	}
 	if c.StreamPage <= 0 {
 		c.StreamPage = 100
 	}
 	if c.StreamTailBuffer <= 0 {
 		c.StreamTailBuffer = 2048
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.PageBytes <= 0 {
+		c.PageBytes = pgstore.DefaultHistoryBytes
+	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = 10 * time.Second
+	}
+	if c.MaxUnauthenticated <= 0 {
+		c.MaxUnauthenticated = 256
 	}
 }
 
@@ -109,14 +154,21 @@ type Server struct {
 	router    chi.Router
 	done      chan struct{} // closed by Close: streams end
 	closeOnce sync.Once
-	tails     *tails // shared per-session readers of SSE streams
 	tokens    *streamTokens
+	tails     *tails         // shared per-session readers of SSE streams
+	unauth    chan struct{}  // a slot per request in flight that has not authenticated
+	open      openStreams    // SSE streams open, per tenant and per session
+	streamsWG sync.WaitGroup // detached streams (stream.go), which Close waits for
+	closingMu sync.Mutex     // guards the fields below; orders streamsWG.Add before Close's Wait
+	closing   bool
+	detached  map[*connOut]struct{} // the connections of detached streams
 }
 
 // New returns a server with cfg's dependencies.
 func New(cfg Config) *Server {
 	cfg.defaults()
 	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{}),
+		unauth: make(chan struct{}, cfg.MaxUnauthenticated),
 		tails:  &tails{log: cfg.Log, hub: cfg.Hub, keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}},
 		tokens: newStreamTokens(cfg.StreamTokenSecret, cfg.StreamTokenTTL)}
 	s.router = s.routes()
@@ -135,8 +187,21 @@ func (s *Server) Publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 
 // Close ends every open SSE stream cleanly (the response completes after the frames already
 // sent) and makes new streams end at once. Call it when the HTTP server starts shutting down
-// (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Idempotent.
-func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+// (http.Server.RegisterOnShutdown), because Shutdown waits for handlers to return. Streams that
+// took their connections over (stream.go), which Shutdown does not see, have ended when Close
+// returns (a write in flight gets a second more). Idempotent.
+func (s *Server) Close() {
+	s.closingMu.Lock()
+	s.closing = true
+	// A detached stream stuck in a write to a client that does not read gets a second, not
+	// StreamWriteTimeout, to finish it.
+	for o := range s.detached {
+		o.closeBy(time.Now().Add(time.Second))
+	}
+	s.closingMu.Unlock()
+	s.closeOnce.Do(func() { close(s.done) })
+	s.streamsWG.Wait()
+}
 
 // Routes lists every route the server serves as "METHOD /pattern", sorted, for checks that the
 // documentation (openapi.yaml) covers them.
@@ -152,7 +217,7 @@ func (s *Server) Routes() []string {
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(s.observe, s.cors, s.limitBody)
+	r.Use(s.observe, s.cors, s.admit, s.writeDeadline, s.guardBody, s.limitBody)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, CodeNotFound, "no such endpoint: "+r.URL.Path)
 	})

@@ -192,17 +192,35 @@ func (rs sessionResource) handleSessionDelete(w http.ResponseWriter, r *http.Req
 			logger(r).Warn("session deleted, its workspace not", "error", err)
 		}
 	}
+	// The streams of the session on this replica end now; other replicas' hear of it from the
+	// store's notification.
+	rs.s.tails.gone(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleSessionHistory answers {messages}: the model-visible history rebuilt from the log (SES-5).
+// historyPage is a page of the model-visible history; nextCursor is left out after the last page,
+// so the history of a small session is one page exactly as it always was.
+type historyPage struct {
+	Messages   []llm.Message `json:"messages"`
+	NextCursor string        `json:"nextCursor,omitempty"`
+}
+
+// handleSessionHistory answers {messages, nextCursor}: a page of the model-visible history rebuilt
+// from the log (SES-5), at most ?limit= messages (default 500, at most 1000) and Config.PageBytes
+// of their data, after ?cursor= (the previous page's nextCursor).
 func (rs sessionResource) handleSessionHistory(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	msgs, err := rs.s.cfg.Log.DeriveMessages(r.Context(), tenantID(r), id)
+	limit, err := intParam(r, "limit", pgstore.DefaultHistoryPage, 1, pgstore.MaxHistoryPage)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	msgs, next, err := rs.s.cfg.Log.HistoryPage(r.Context(), tenantID(r), id,
+		pgstore.HistoryQuery{Cursor: r.URL.Query().Get("cursor"), Limit: int(limit), MaxBytes: rs.s.cfg.PageBytes})
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -210,9 +228,7 @@ func (rs sessionResource) handleSessionHistory(w http.ResponseWriter, r *http.Re
 	if msgs == nil {
 		msgs = []llm.Message{}
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Messages []llm.Message `json:"messages"`
-	}{msgs})
+	writeJSON(w, http.StatusOK, historyPage{Messages: msgs, NextCursor: next})
 }
 
 // sessionID parses {id} and records it for the request log.

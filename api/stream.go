@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,101 +29,244 @@ import (
 // pages, then follows the session's shared tail on this replica (tail.go), which reads each new
 // row once after a hub wake-up (or its heartbeat, which doubles as a poll). The tail is acquired
 // before the first read and starts from the session's last seq at that moment, so no commit can
-// fall between the backfill and the tail. A client that reads slowly only delays its own handler; one that stops
-// reading for StreamWriteTimeout is disconnected and resumes with Last-Event-ID. The stream ends
-// cleanly when the client goes away, the session is deleted, or the server closes (Close).
+// fall between the backfill and the tail. Frames of the tail are written as they are, shared by
+// every stream of the session, never copied per stream. A client that reads slowly only delays
+// its own stream; one whose write blocks for StreamWriteTimeout, or that falls StreamMaxLag
+// behind the log once it had caught up, is disconnected and resumes with Last-Event-ID. The
+// stream ends cleanly when the client goes away, the session is deleted, or the server closes
+// (Close).
+//
+// Once an HTTP/1 stream has caught up it is detached (detach): it takes over the connection and
+// its handler returns, so that an idle subscriber costs a small goroutine, its connection and a
+// watcher of the connection, not a parked net/http handler with its buffers.
 //
 // until, when not nil, ends the stream right after the first event for which it returns true
-// (a message's stream ends with the turn that served it).
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool) {
+// (a message's stream ends with the turn that served it). release gives back the stream's place
+// (reserveStream) when the stream ends.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool, release func()) {
 	ctx := r.Context()
 	tenant := tenantID(r)
 	sess, err := s.cfg.Log.SessionGet(ctx, tenant, id)
 	if err != nil {
+		release()
 		writeError(w, r, err)
 		return
 	}
 	t := s.tails.acquire(tenant, id, sess.LastSeq)
-	defer s.tails.release(t)
-
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	if r.ProtoMajor == 1 {
+		h.Set("Connection", "close") // a detached stream closes its connection when it ends
+	}
 	w.WriteHeader(http.StatusOK)
 	info(r).stream = true
 	s.metrics.streams.Inc()
-	defer s.metrics.streams.Dec()
-
-	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.StreamWriteTimeout}
-	// Clear the write deadline when the stream ends: the connection may serve further requests.
-	defer func() { _ = st.rc.SetWriteDeadline(time.Time{}) }()
-	if err := st.flush(); err != nil {
+	rc := http.NewResponseController(w)
+	f := &follower{s: s, t: t, st: &sseWriter{out: httpOut{w: w, rc: rc}, timeout: s.cfg.StreamWriteTimeout},
+		tenant: tenant, id: id, types: q.types, until: until, cursor: q.after}
+	end := func() {
+		s.tails.release(t)
+		s.metrics.streams.Dec()
+		release()
+	}
+	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		end()
 		return
 	}
-	heartbeat := time.NewTicker(s.cfg.Heartbeat)
-	defer heartbeat.Stop()
-	cursor := q.after
+	parked, err := f.run(ctx, r.ProtoMajor == 1)
+	if parked && s.detach(w, r, rc, f, end) {
+		return
+	}
+	if parked {
+		_, err = f.run(ctx, false)
+	}
+	if err != nil {
+		s.streamEnded(r, err)
+	}
+	end()
+	// The end of the response (flushed after the handler returns) gets a deadline of its own; the
+	// next request on the connection sets its own.
+	_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+}
+
+// detach hands a caught-up stream over to a goroutine of its own that owns the connection
+// (hijacked), and returns true; the handler then returns. It returns false when the connection
+// cannot be taken over (HTTP/2): the stream goes on in its handler.
+func (s *Server) detach(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, f *follower, end func()) bool {
+	s.closingMu.Lock()
+	defer s.closingMu.Unlock()
+	if s.closing {
+		return false // closing: end in the handler, as usual
+	}
+	rec := s.recordOf(w, r)
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		return false
+	}
+	info(r).detached = true
+	out := &connOut{conn: conn, chunked: r.ProtoAtLeast(1, 1)}
+	f.st.out = out
+	if s.detached == nil {
+		s.detached = map[*connOut]struct{}{}
+	}
+	s.detached[out] = struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.streamsWG.Add(1)
+	// The watcher: a client that closes its connection (or sends anything: nothing is expected
+	// after the request) ends the stream. Closing the connection ends the watcher.
+	go func() {
+		var b [1]byte
+		_, _ = conn.Read(b[:])
+		cancel()
+	}()
+	go func() {
+		defer s.streamsWG.Done()
+		defer func() {
+			s.closingMu.Lock()
+			delete(s.detached, out)
+			s.closingMu.Unlock()
+			out.end(s.cfg.StreamWriteTimeout)
+			cancel()
+			end()
+			s.record(rec, http.StatusOK, rec.bytes+out.written, time.Since(rec.ri.start))
+		}()
+		defer func() {
+			// As observe does for handlers: a panic ends this stream, not the process.
+			if p := recover(); p != nil {
+				rec.ri.logger().Error("panic", slog.String("error", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+			}
+		}()
+		_, err := f.run(ctx, false)
+		if err != nil && ctx.Err() == nil {
+			s.streamEndedDetached(rec.ri, err)
+		}
+	}()
+	return true
+}
+
+// reserveOrRefuse takes a stream's place for session id of the request's tenant, or answers 429
+// too_many_streams and returns false.
+func (s *Server) reserveOrRefuse(w http.ResponseWriter, r *http.Request, id uuid.UUID) (release func(), ok bool) {
+	release, err := s.reserveStream(tenantID(r), id)
+	if err != nil {
+		w.Header().Set("Retry-After", "5")
+		writeError(w, r, err)
+		return nil, false
+	}
+	return release, true
+}
+
+// errDropped ends a stream whose client reads slower than the log grows.
+var errDropped = errors.New("the client fell more than the allowed lag behind the log; it resumes with Last-Event-ID")
+
+// follower sends a session's events to one stream: backfill, then the shared tail.
+type follower struct {
+	s      *Server
+	t      *tail
+	st     *sseWriter
+	tenant uuid.UUID
+	id     uuid.UUID
+	types  []string
+	until  func(eventlog.Event) bool
+	cursor int64
+	live   bool // caught up with the tail once: from then on it may lag StreamMaxLag at most
+}
+
+// run sends events until the stream ends: err is nil when it ended cleanly (until, the client
+// went away, the server closed), else why it ended. With park, it returns parked instead of
+// waiting the first time it has caught up with the tail.
+func (f *follower) run(ctx context.Context, park bool) (parked bool, _ error) {
+	s, t := f.s, f.t
+	var heartbeat *time.Ticker
+	defer func() {
+		if heartbeat != nil {
+			heartbeat.Stop()
+		}
+	}()
 	for {
-		evs, frames, ok, changed, err := t.since(cursor)
+		evs, frames, ok, changed, err := t.since(f.cursor)
 		if err != nil {
-			s.streamEnded(r, err)
-			return
+			return false, err
 		}
 		if !ok {
+			if f.live && t.bufferedBytes() > s.cfg.StreamMaxLag {
+				return false, errDropped
+			}
 			// Behind the shared buffer: read the database up to its end, which is at least the
 			// tail's last seq read before (so a type filter that matched nothing skips it).
 			lastBefore := t.lastSeq()
-			var done bool
-			if cursor, done, err = s.backfill(ctx, st, tenant, id, cursor, q.types, until); err != nil {
-				s.streamEnded(r, err)
-				return
+			cursor, done, err := s.backfill(ctx, f.st, f.tenant, f.id, f.cursor, f.types, f.until)
+			if err != nil || done {
+				return false, err
 			}
-			if done {
-				return
-			}
-			cursor = max(cursor, lastBefore)
+			f.cursor = max(cursor, lastBefore)
 			continue
 		}
 		if len(evs) > 0 {
-			done, err := st.send(evs, frames, q.types, until)
-			if err != nil {
-				s.streamEnded(r, err)
-				return
+			if f.live && pendingBytes(evs, frames, f.types) > s.cfg.StreamMaxLag {
+				return false, errDropped
 			}
-			if done {
-				return
+			done, err := f.st.send(evs, frames, f.types, f.until)
+			if err != nil || done {
+				return false, err
 			}
-			cursor = evs[len(evs)-1].Seq
+			f.cursor = evs[len(evs)-1].Seq
 			continue
+		}
+		f.live = true
+		if park {
+			return true, nil
+		}
+		if heartbeat == nil {
+			heartbeat = time.NewTicker(s.cfg.Heartbeat)
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false, nil
 		case <-s.done:
-			return
+			return false, nil
 		case <-changed:
 		case <-heartbeat.C:
-			if err := st.comment("heartbeat"); err != nil {
-				s.streamEnded(r, err)
-				return
+			if err := f.st.comment(); err != nil {
+				return false, err
 			}
 		}
 	}
+}
+
+// pendingBytes is the size of the frames of evs a stream with the type filter types would send.
+func pendingBytes(evs []eventlog.Event, frames [][]byte, types []string) int {
+	n := 0
+	for i, ev := range evs {
+		if len(types) == 0 || slices.Contains(types, ev.Type) {
+			if frames != nil && frames[i] != nil {
+				n += len(frames[i])
+			} else {
+				n += len(ev.Data)
+			}
+		}
+	}
+	return n
 }
 
 // backfill sends every event after cursor that is committed now, a page at a time, and returns
 // the new cursor; done reports that until ended the stream.
 func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UUID, cursor int64, types []string, until func(eventlog.Event) bool) (_ int64, done bool, _ error) {
 	for {
-		evs, err := s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types})
+		// A page holds at most backfillBytes of data (and one event at least): a stream that
+		// backfills holds that much of the log at a time, however large its events.
+		evs, err := s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: cursor, Limit: s.cfg.StreamPage, Types: types, MaxBytes: backfillBytes})
 		if err != nil {
 			return cursor, false, err
 		}
 		if len(evs) == 0 {
 			return cursor, false, nil
 		}
-		full := len(evs) == s.cfg.StreamPage
+		// A page cut by its bytes reaches backfillBytes (it ends with the event that crosses it);
+		// one short of both limits says the log has nothing more now.
+		full := len(evs) == s.cfg.StreamPage || pageBytes(evs) >= backfillBytes
 		if until != nil {
 			for i, ev := range evs {
 				if until(ev) {
@@ -143,47 +290,77 @@ func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UU
 	}
 }
 
+// pageBytes is the size of the events' data.
+func pageBytes(evs []eventlog.Event) int {
+	n := 0
+	for _, ev := range evs {
+		n += len(ev.Data)
+	}
+	return n
+}
+
 // streamEnded logs why a stream ended, unless the client simply went away.
 func (s *Server) streamEnded(r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || r.Context().Err() != nil {
 		return
 	}
-	level := slog.LevelWarn
-	if errors.Is(err, eventlog.ErrNotFound) {
-		level = slog.LevelInfo // the session was deleted while streaming
+	s.streamEndedDetached(info(r), err)
+}
+
+// streamEndedDetached logs why the stream of request ri ended.
+func (s *Server) streamEndedDetached(ri *reqInfo, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
 	}
-	logger(r).Log(r.Context(), level, "stream ended", slog.String("error", err.Error()))
+	level := slog.LevelWarn
+	if errors.Is(err, eventlog.ErrNotFound) || errors.Is(err, errDropped) {
+		level = slog.LevelInfo // the session was deleted while streaming, or the client was slow
+	}
+	ri.logger().Log(context.Background(), level, "stream ended", slog.String("error", err.Error()))
 }
 
-// sseWriter writes server-sent event frames to one client.
+// sseWriter writes server-sent event frames to one client, in batches of at most maxWriteBytes,
+// each under a write deadline of its own.
 type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
+	out     streamOut
 	timeout time.Duration
-	buf     bytes.Buffer
+	batch   [][]byte // frames to write: the tail's (shared, never changed) or this stream's own
+	size    int      // bytes in batch
 }
 
-// maxWriteBytes is how much a stream buffers before it writes.
-const maxWriteBytes = 1 << 20
+// streamOut is where a stream's batches go: the handler's ResponseWriter, or the connection of a
+// detached stream.
+type streamOut interface {
+	write(deadline time.Time, frames [][]byte) error
+}
+
+// maxWriteBytes is how much a stream writes under one write deadline; backfillBytes bounds the
+// event data of a page a stream reads from the database.
+const (
+	maxWriteBytes = 64 << 10
+	backfillBytes = 32 << 10
+)
 
 // send writes the events that pass the type filter, up to and including the first for which
 // until is true (done then reports it). frames, when not nil, are the events' encoded frames
-// (shared by the streams of a tail, so each event is encoded once per replica).
+// (shared by the streams of a tail, so each event is encoded once per replica); they are written
+// as they are, not copied.
 func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string, until func(eventlog.Event) bool) (done bool, err error) {
-	st.buf.Reset()
 	for i, ev := range evs {
 		if len(types) == 0 || slices.Contains(types, ev.Type) {
-			if frames != nil && frames[i] != nil {
-				st.buf.Write(frames[i])
-			} else if err := appendFrame(&st.buf, ev); err != nil {
-				return false, err
+			f := []byte(nil)
+			if frames != nil {
+				f = frames[i]
 			}
-			// Large events go out in several writes rather than one huge buffer.
-			if st.buf.Len() >= maxWriteBytes {
-				if err := st.write(); err != nil {
+			if f == nil {
+				var b bytes.Buffer
+				if err := appendFrame(&b, ev); err != nil {
 					return false, err
 				}
-				st.buf.Reset()
+				f = b.Bytes()
+			}
+			if err := st.put(f); err != nil {
+				return false, err
 			}
 		}
 		if until != nil && until(ev) {
@@ -191,16 +368,124 @@ func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string,
 			break
 		}
 	}
-	if st.buf.Len() == 0 {
-		return done, nil
-	}
-	return done, st.write()
+	return done, st.flush()
 }
 
 // events writes one frame per event and flushes them together.
 func (st *sseWriter) events(evs []eventlog.Event) error {
 	_, err := st.send(evs, nil, nil, nil)
 	return err
+}
+
+// put adds a frame to the batch, writing the batch once it holds maxWriteBytes.
+func (st *sseWriter) put(f []byte) error {
+	st.batch = append(st.batch, f)
+	if st.size += len(f); st.size >= maxWriteBytes {
+		return st.flush()
+	}
+	return nil
+}
+
+// flush writes the batch and forgets its frames.
+func (st *sseWriter) flush() error {
+	if len(st.batch) == 0 {
+		return nil
+	}
+	err := st.out.write(time.Now().Add(st.timeout), st.batch)
+	clear(st.batch)
+	st.batch, st.size = st.batch[:0], 0
+	if cap(st.batch) > 256 {
+		st.batch = nil
+	}
+	return err
+}
+
+// heartbeatFrame is an SSE comment line, which clients ignore and proxies see as traffic.
+var heartbeatFrame = []byte(": heartbeat\n\n")
+
+// comment writes the heartbeat comment.
+func (st *sseWriter) comment() error {
+	if err := st.put(heartbeatFrame); err != nil {
+		return err
+	}
+	return st.flush()
+}
+
+// httpOut writes a stream's batches to its handler's ResponseWriter.
+type httpOut struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (o httpOut) write(deadline time.Time, frames [][]byte) error {
+	if err := o.rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	for _, f := range frames {
+		if _, err := o.w.Write(f); err != nil {
+			return err
+		}
+	}
+	if err := o.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// connOut writes a detached stream's batches to its connection: each batch is one HTTP/1.1 chunk
+// (or, for HTTP/1.0, the bare bytes), written with one writev that refers to the frames.
+type connOut struct {
+	conn    net.Conn
+	chunked bool
+	written int          // bytes of frames written
+	closing atomic.Int64 // when set (Unix ns), no write deadline is later: the server is closing
+}
+
+var crlf = []byte("\r\n")
+
+// closeBy moves the deadline of the write in flight, and of every later one, to t at the latest.
+func (o *connOut) closeBy(t time.Time) {
+	o.closing.Store(t.UnixNano())
+	_ = o.conn.SetWriteDeadline(t)
+}
+
+// deadline is d, or the closing deadline when that is earlier.
+func (o *connOut) deadline(d time.Time) time.Time {
+	if c := o.closing.Load(); c != 0 && c < d.UnixNano() {
+		return time.Unix(0, c)
+	}
+	return d
+}
+
+func (o *connOut) write(deadline time.Time, frames [][]byte) error {
+	if err := o.conn.SetWriteDeadline(o.deadline(deadline)); err != nil {
+		return err
+	}
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	bufs := make(net.Buffers, 0, len(frames)+2)
+	if o.chunked {
+		bufs = append(bufs, append(strconv.AppendInt(make([]byte, 0, 18), int64(n), 16), crlf...))
+	}
+	bufs = append(bufs, frames...)
+	if o.chunked {
+		bufs = append(bufs, crlf)
+	}
+	_, err := bufs.WriteTo(o.conn)
+	o.written += n
+	return err
+}
+
+// end completes the response (the last chunk of a chunked one) within timeout, and closes the
+// connection.
+func (o *connOut) end(timeout time.Duration) {
+	if o.chunked {
+		_ = o.conn.SetWriteDeadline(o.deadline(time.Now().Add(timeout)))
+		_, _ = o.conn.Write([]byte("0\r\n\r\n"))
+	}
+	_ = o.conn.Close()
 }
 
 // appendFrame writes the SSE frame of ev: `id: <seq>`, `event: <type>`, `data: <event JSON>`.
@@ -281,29 +566,4 @@ func encodeFrame(ev eventlog.Event) []byte {
 		return nil
 	}
 	return b.Bytes()
-}
-
-// comment writes an SSE comment line, which clients ignore and proxies see as traffic.
-func (st *sseWriter) comment(text string) error {
-	st.buf.Reset()
-	st.buf.WriteString(": " + text + "\n\n")
-	return st.write()
-}
-
-func (st *sseWriter) write() error {
-	if err := st.rc.SetWriteDeadline(time.Now().Add(st.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	if _, err := st.w.Write(st.buf.Bytes()); err != nil {
-		return err
-	}
-	return st.flush()
-}
-
-func (st *sseWriter) flush() error {
-	err := st.rc.Flush()
-	if errors.Is(err, http.ErrNotSupported) {
-		return nil
-	}
-	return err
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/google/uuid"
 )
@@ -40,7 +41,7 @@ type benchEvent struct {
 }
 
 func benchStreamLatency(b *testing.B, subscribers, sessions int) {
-	e := newEnv(b)
+	e := newEnv(b, func(c *api.Config) { c.MaxStreamsPerSession, c.MaxStreamsPerTenant = subscribers, subscribers })
 	ids := make([]uuid.UUID, sessions)
 	for i := range ids {
 		ids[i] = e.sessionCreate(b, e.keyA)

@@ -98,6 +98,17 @@ func (ts *tails) publish(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 	}
 }
 
+// gone ends the streams of a session this replica deleted: its tail fails as if its next read had
+// found the session gone.
+func (ts *tails) gone(sessionID uuid.UUID) {
+	ts.mu.Lock()
+	t := ts.m[sessionID]
+	ts.mu.Unlock()
+	if t != nil {
+		t.fail(eventlog.ErrNotFound)
+	}
+}
+
 func (t *tail) add(evs []eventlog.Event) { t.extend(evs) }
 
 // extend appends the events of evs that continue the buffer: those the tail already has (a batch
@@ -148,6 +159,13 @@ func (t *tail) fail(err error) {
 	t.err = err
 	close(t.notify)
 	t.notify = make(chan struct{})
+}
+
+// bufferedBytes returns the size of the frames the tail keeps.
+func (t *tail) bufferedBytes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
 }
 
 // lastSeq returns the last seq the tail has read.

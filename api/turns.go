@@ -83,53 +83,104 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		h.Write([]byte(id.String() + "\x00" + req.Mode + "\x00" + *req.Content))
 		idem = &worker.Idempotency{Key: key, Hash: h.Sum(nil)}
 	}
+	// The stream's place is taken before the message is posted: a refused stream posts nothing.
+	release := func() {}
+	if acceptsEventStream(r) {
+		if release, ok = rs.s.reserveOrRefuse(w, r, id); !ok {
+			return
+		}
+	}
 	msg := llm.NewUserMessage(uuid.NewString(), *req.Content)
 	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), sess, msg, req.Mode, idem)
 	if err != nil {
+		release()
 		writeError(w, r, err)
 		return
 	}
 	if acceptsEventStream(r) {
-		t := &turnWatch{messageID: posted.MessageID}
-		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe)
+		t := &turnWatch{messageID: posted.MessageID, inject: req.Mode == worker.ModeInject}
+		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe, release)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rs.messageAccepted(r, id, req.Mode, posted))
 }
 
-// turnWatch follows a stream to find the end of the turn that serves one message: the turn whose
-// step enters the message as a `user/message`. A cancel that clears the inbox before the message
-// was served ends the stream too.
+// turnWatch follows a message's stream, which starts at the message's splice into the inbox, to
+// find where the stream ends: at the end of the turn that serves the message (the turn whose
+// step enters it as a `user/message`), or of the turn that claims the message from the inbox but
+// discards it because it cannot take a step (the prompt does not assemble: turn/end {kind:
+// error}), or at the cancel that clears the message from the inbox. An inject never wakes a
+// turn, so its stream ends with its splice. The watcher folds the message's place in the inbox
+// through every splice to tell its claim from other messages'.
 type turnWatch struct {
 	messageID string
-	current   int // the open turn
-	serving   int // the turn that entered the message, 0 before
+	inject    bool
+	current   int    // the open turn, from turn/start and step/start
+	serving   int    // the turn that entered the message, 0 before
+	target    string // the inbox list that holds the message, "" before its splice
+	pos       int    // its index in that list
+	claimed   bool   // a turn took it out of the inbox
 }
 
 func (t *turnWatch) observe(ev eventlog.Event) (last bool) {
 	switch ev.Type {
-	case eventlog.TypeTurnStart, eventlog.TypeTurnEnd:
+	case eventlog.TypeTurnStart, eventlog.TypeStepStart, eventlog.TypeTurnEnd:
 		var d struct {
 			Turn int `json:"turn"`
 		}
 		if json.Unmarshal(ev.Data, &d) != nil {
 			return false
 		}
-		if ev.Type == eventlog.TypeTurnStart {
+		if ev.Type != eventlog.TypeTurnEnd {
 			t.current = d.Turn
 			return false
 		}
-		return t.serving != 0 && d.Turn == t.serving
+		if t.serving != 0 {
+			return d.Turn == t.serving
+		}
+		return t.claimed // claimed, never entered: this turn discarded it
 	case eventlog.TypeUserMessage:
 		var m struct {
 			ID string `json:"id"`
 		}
-		if json.Unmarshal(ev.Data, &m) == nil && m.ID == t.messageID {
+		if json.Unmarshal(ev.Data, &m) == nil && m.ID == t.messageID && t.serving == 0 {
 			t.serving = t.current
 		}
 	case eventlog.TypeInboxSpliced:
 		var s eventlog.InboxSpliced
-		return t.serving == 0 && json.Unmarshal(ev.Data, &s) == nil && s.Outcome == eventlog.OutcomeCanceled
+		if json.Unmarshal(ev.Data, &s) != nil {
+			return false
+		}
+		return t.splice(s)
+	}
+	return false
+}
+
+// splice follows the message's place in the inbox through s; true when s ends the stream.
+func (t *turnWatch) splice(s eventlog.InboxSpliced) bool {
+	if t.target == "" {
+		for i, m := range s.Inserted {
+			if m.ID == t.messageID {
+				t.target, t.pos = s.Target, s.Start+i
+				return t.inject
+			}
+		}
+		// Not seen the message's own splice (cannot happen: the stream starts at it): a cancel
+		// that clears the inbox is the only end to look for.
+		return s.Outcome == eventlog.OutcomeCanceled && t.serving == 0
+	}
+	if t.claimed || s.Target != t.target {
+		return false
+	}
+	switch n := s.Removed(); {
+	case t.pos < s.Start:
+	case t.pos < s.Start+n:
+		if s.Outcome == eventlog.OutcomeCanceled {
+			return true // cleared by a cancel before a turn took it
+		}
+		t.claimed = true
+	default:
+		t.pos += len(s.Inserted) - n
 	}
 	return false
 }

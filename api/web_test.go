@@ -26,14 +26,21 @@ var contractExtras = []func(t *testing.T, e *env, c *contract, sid, runSid strin
 
 func webContract(t *testing.T, e *env, c *contract, sid, runSid string) {
 	base := "/v1/sessions/" + sid
+	// The stream token opens a stream of runSid: the contract keeps a stream of sid open, and
+	// allows one a session.
+	tokBase := "/v1/sessions/" + runSid
 	var tok struct{ Token, StreamURL string }
-	c.check("POST", "/v1/sessions/{id}/stream-tokens", e.do(t, "POST", base+"/stream-tokens", e.keyA, nil).want(t, 201)).json(t, &tok)
-	c.check("POST", "/v1/sessions/{id}/stream-tokens", e.do(t, "POST", base+"/stream-tokens", e.keyB, nil).want(t, 404))
-	c.check("POST", "/v1/sessions/{id}/stream-tokens", e.do(t, "POST", base+"/stream-tokens", "", nil).want(t, 401))
+	c.check("POST", "/v1/sessions/{id}/stream-tokens", e.do(t, "POST", tokBase+"/stream-tokens", e.keyA, nil).want(t, 201)).json(t, &tok)
+	c.check("POST", "/v1/sessions/{id}/stream-tokens", e.do(t, "POST", tokBase+"/stream-tokens", e.keyB, nil).want(t, 404))
+	c.check("POST", "/v1/sessions/{id}/stream-tokens", e.do(t, "POST", tokBase+"/stream-tokens", "", nil).want(t, 401))
 	resp := get(t, e.url+tok.StreamURL, "Accept", "text/event-stream")
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Logf("DBG %d %v %s", resp.StatusCode, resp.Header, b)
+	}
 	resp.Body.Close()
 	c.check("GET", "/v1/sessions/{id}/events", response{status: resp.StatusCode, header: resp.Header}.want(t, 200))
-	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", base+"/events?token="+tok.Token, "", nil).want(t, 401))
+	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", tokBase+"/events?token="+tok.Token, "", nil).want(t, 401))
 
 	c.check("GET", "/v1/sessions/{id}/turns", e.do(t, "GET", base+"/turns", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/turns", e.do(t, "GET", base+"/turns?limit=1", e.keyA, nil).want(t, 200))

@@ -115,6 +115,32 @@ type Config struct {
 	// StreamTokenTTL (DSHD_STREAM_TOKEN_TTL, a Go duration up to 1h) is how long a stream token
 	// opens streams. Default 5m.
 	StreamTokenTTL time.Duration
+	// WriteTimeout (DSHD_WRITE_TIMEOUT, a Go duration) bounds the writing of every response
+	// except SSE streams: a client that does not read is disconnected. Default 30s.
+	WriteTimeout time.Duration
+	// PageBytes (DSHD_PAGE_BYTES) bounds the event data of one page of events or history.
+	// Default 4194304 (4 MiB).
+	PageBytes int
+	// ReadHeaderTimeout (DSHD_READ_HEADER_TIMEOUT, a Go duration) bounds the reading of a
+	// request's head: a connection that trickles its headers is closed then. Default 5s.
+	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout (DSHD_BODY_READ_TIMEOUT, a Go duration) bounds the reading of a request
+	// body from the start of the request; a body that has not arrived answers 408. Default 10s.
+	BodyReadTimeout time.Duration
+	// MaxUnauthenticated (DSHD_MAX_UNAUTHENTICATED) bounds the requests in flight that have not
+	// authenticated; beyond it requests answer 503 server_busy. Default 256.
+	MaxUnauthenticated int
+	// StreamWriteTimeout (DSHD_SSE_WRITE_TIMEOUT, a Go duration) bounds each write of an SSE
+	// stream; a client that does not take it in time is disconnected. Default 10s.
+	StreamWriteTimeout time.Duration
+	// StreamMaxLag (DSHD_SSE_MAX_LAG) is how many bytes of frames a caught-up SSE stream may fall
+	// behind its session's log before it is dropped. Default 4194304 (4 MiB).
+	StreamMaxLag int
+	// MaxStreamsPerSession (DSHD_SSE_MAX_PER_SESSION) and MaxStreamsPerTenant
+	// (DSHD_SSE_MAX_PER_TENANT) bound the SSE streams open on this replica per session and per
+	// tenant; beyond them streams answer 429 too_many_streams. Defaults 32 and 256.
+	MaxStreamsPerSession int
+	MaxStreamsPerTenant  int
 	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
@@ -210,6 +236,36 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.PolicyWebhookPrivate, err = parseBool("DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE", env("DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE", "0")); err != nil {
 		return Config{}, err
+	}
+	if c.WriteTimeout, err = parseDuration("DSHD_WRITE_TIMEOUT", env("DSHD_WRITE_TIMEOUT", "30s")); err != nil {
+		return Config{}, err
+	}
+	if c.PageBytes, err = strconv.Atoi(env("DSHD_PAGE_BYTES", "4194304")); err != nil || c.PageBytes < 1 {
+		return Config{}, fmt.Errorf("DSHD_PAGE_BYTES must be a positive integer")
+	}
+	if c.ReadHeaderTimeout, err = parseDuration("DSHD_READ_HEADER_TIMEOUT", env("DSHD_READ_HEADER_TIMEOUT", "5s")); err != nil {
+		return Config{}, err
+	}
+	if c.BodyReadTimeout, err = parseDuration("DSHD_BODY_READ_TIMEOUT", env("DSHD_BODY_READ_TIMEOUT", "10s")); err != nil {
+		return Config{}, err
+	}
+	if c.MaxUnauthenticated, err = strconv.Atoi(env("DSHD_MAX_UNAUTHENTICATED", "256")); err != nil || c.MaxUnauthenticated < 1 {
+		return Config{}, fmt.Errorf("DSHD_MAX_UNAUTHENTICATED must be a positive integer")
+	}
+	if c.StreamWriteTimeout, err = parseDuration("DSHD_SSE_WRITE_TIMEOUT", env("DSHD_SSE_WRITE_TIMEOUT", "10s")); err != nil {
+		return Config{}, err
+	}
+	for _, n := range []struct {
+		name, def string
+		to        *int
+	}{
+		{"DSHD_SSE_MAX_LAG", "4194304", &c.StreamMaxLag},
+		{"DSHD_SSE_MAX_PER_SESSION", "32", &c.MaxStreamsPerSession},
+		{"DSHD_SSE_MAX_PER_TENANT", "256", &c.MaxStreamsPerTenant},
+	} {
+		if *n.to, err = strconv.Atoi(env(n.name, n.def)); err != nil || *n.to < 1 {
+			return Config{}, fmt.Errorf("%s must be a positive integer", n.name)
+		}
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)

@@ -130,6 +130,16 @@ func (m *Main) Run(ctx context.Context) error {
 		CORSOrigins:       m.Config.CORSOrigins,
 		StreamTokenSecret: []byte(m.Config.StreamTokenSecret),
 		StreamTokenTTL:    m.Config.StreamTokenTTL,
+		WriteTimeout:      m.Config.WriteTimeout,
+		PageBytes:         m.Config.PageBytes,
+
+		BodyReadTimeout:    m.Config.BodyReadTimeout,
+		MaxUnauthenticated: m.Config.MaxUnauthenticated,
+
+		StreamWriteTimeout:   m.Config.StreamWriteTimeout,
+		StreamMaxLag:         m.Config.StreamMaxLag,
+		MaxStreamsPerSession: m.Config.MaxStreamsPerSession,
+		MaxStreamsPerTenant:  m.Config.MaxStreamsPerTenant,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
@@ -138,7 +148,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.ln, err = net.Listen("tcp", m.Config.Addr); err != nil {
 		return fmt.Errorf("dshd: listen: %w", err)
 	}
-	m.server = &http.Server{Handler: m.api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	// Request bodies and responses get their deadlines per request from the API server (a body
+	// read bound, a write bound for everything but SSE streams), so there is no ReadTimeout or
+	// WriteTimeout here; the head of a request is bounded by ReadHeaderTimeout.
+	m.server = &http.Server{Handler: m.api, ReadHeaderTimeout: m.Config.ReadHeaderTimeout, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
 	// Shutdown waits for handlers to return; SSE handlers return when the API server closes.
 	m.server.RegisterOnShutdown(m.api.Close)
@@ -201,6 +214,9 @@ func (m *Main) Close() error {
 		if err := <-m.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
 		}
+		// Shutdown does not wait for the SSE streams that took their connections over; Close
+		// does (it ended them when Shutdown began).
+		m.api.Close()
 	} else if m.ln != nil {
 		_ = m.ln.Close()
 	}

@@ -53,6 +53,15 @@ const (
 	Internal            = "internal"             // anything else; details are logged, never shown
 )
 
+// Application error codes of the HTTP surface's limits on what a request may cost (the same table
+// maps them).
+const (
+	UnsupportedMedia = "unsupported_media_type" // a request body that is not sent as JSON
+	RequestTimeout   = "request_timeout"        // the request body did not arrive in time
+	ServerBusy       = "server_busy"            // too many requests in flight without a key
+	TooManyStreams   = "too_many_streams"       // the session or tenant has its most SSE streams open
+)
+
 // Error is an application error: a stable Code, a Message safe to show to the caller, and the
 // underlying error (logged, never shown). It is compared by code with Is, so sentinel values of
 // it work with errors.Is.

@@ -240,7 +240,10 @@ func (h *Hub) wake(id uuid.UUID, seq int64) {
 	if len(set) == 0 {
 		return
 	}
-	if seq > h.latest[id] {
+	switch {
+	case seq < 0: // not an append (a delete): Latest must not vouch that nothing changed
+		delete(h.latest, id)
+	case seq > h.latest[id]:
 		h.latest[id] = seq
 	}
 	for sub := range set {

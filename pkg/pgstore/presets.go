@@ -181,8 +181,13 @@ func cursorDecode(c string) (time.Time, uuid.UUID, error) {
 	us, idText, ok := strings.Cut(string(raw), ".")
 	micros, err1 := strconv.ParseInt(us, 10, 64)
 	id, err2 := uuid.Parse(idText)
-	if !ok || err1 != nil || err2 != nil {
+	if !ok || err1 != nil || err2 != nil || !cursorTime(micros) {
 		return time.Time{}, uuid.Nil, preset.ErrInvalidCursor
 	}
-	return time.UnixMicro(micros), id, nil
+	t := time.UnixMicro(micros)
+	// Only the canonical spelling is a cursor this store produced (no "+1", braces, urn: ...).
+	if cursorEncode(t, id) != c {
+		return time.Time{}, uuid.Nil, preset.ErrInvalidCursor
+	}
+	return t, id, nil
 }

@@ -2,22 +2,31 @@ package pgstore
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 )
 
 // ListQuery selects a page of events: those with seq > After (-1 for the whole log), of the given
-// types (all when empty), at most Limit (default 100, at most 1000), in seq order.
+// types (all when empty), at most Limit (default 100, at most 1000), in seq order. MaxBytes, when
+// positive, also ends the page with the event at which its data reaches MaxBytes, so that a page
+// of large events does not cost Limit times their size: a page shorter than Limit whose data is
+// under MaxBytes holds every matching event there is.
 type ListQuery struct {
-	After int64
-	Limit int
-	Types []string
+	After    int64
+	Limit    int
+	Types    []string
+	MaxBytes int
 }
 
 // Default and maximum page sizes of EventList.
@@ -45,10 +54,24 @@ func (s *Store) EventList(ctx context.Context, tenantID, sessionID uuid.UUID, q 
 	if len(q.Types) > 0 {
 		types = q.Types
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
+	const page = `SELECT ` + eventColumns + ` FROM events
 		WHERE session_id = $1 AND tenant_id = $2 AND seq > $3 AND ($5::text[] IS NULL OR type = ANY($5))
 		  AND EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL)
-		ORDER BY seq LIMIT $4`, sessionID, tenantID, q.After, q.Limit, types)
+		ORDER BY seq LIMIT $4`
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if q.MaxBytes > 0 {
+		// The rows of the page that start before its data reaches the budget.
+		rows, err = s.pool.Query(ctx, `SELECT `+eventColumns+` FROM (
+			SELECT *, sum(octet_length(data::text)) OVER (ORDER BY seq) - octet_length(data::text) AS before
+			FROM (`+page+`) p) w
+			WHERE before < $6
+			ORDER BY seq`, sessionID, tenantID, q.After, q.Limit, types, q.MaxBytes)
+	} else {
+		rows, err = s.pool.Query(ctx, page, sessionID, tenantID, q.After, q.Limit, types)
+	}
 	if err != nil {
 		return nil, translate(err, "list events")
 	}
@@ -180,6 +203,175 @@ func (s *Store) DeriveMessages(ctx context.Context, tenantID, sessionID uuid.UUI
 		return err
 	})
 	return out, err
+}
+
+// HistoryQuery selects a page of a session's model-visible history: the messages after Cursor
+// ("" for the first page, then the previous page's next cursor), at most Limit of them (default
+// DefaultHistoryPage, at most MaxHistoryPage), whose event data adds up to at most MaxBytes
+// (default DefaultHistoryBytes); a page holds at least one message.
+type HistoryQuery struct {
+	Cursor   string
+	Limit    int
+	MaxBytes int
+}
+
+// Default and maximum sizes of a history page.
+const (
+	DefaultHistoryPage  = 500
+	MaxHistoryPage      = 1000
+	DefaultHistoryBytes = 4 << 20
+)
+
+// ErrInvalidHistoryCursor reports a history cursor this store did not produce for the session.
+var ErrInvalidHistoryCursor = fault.New(fault.Invalid, "invalid cursor")
+
+// HistoryPage returns a page of the session's model-visible history (SES-5) and the cursor of
+// the next page ("" after the last). Every page of one walk is cut from the history as it was at
+// the first page (the cursor pins the log's last seq then), so a walk sees one consistent history
+// even while the session runs or compacts. Only the page's events are read, so a page costs its
+// own size, whatever the size of the session. ErrNotFound as SessionGet; a cursor that is not one
+// of this session's is ErrInvalidHistoryCursor.
+func (s *Store) HistoryPage(ctx context.Context, tenantID, sessionID uuid.UUID, q HistoryQuery) ([]llm.Message, string, error) {
+	if q.Limit <= 0 {
+		q.Limit = DefaultHistoryPage
+	}
+	q.Limit = min(q.Limit, MaxHistoryPage)
+	if q.MaxBytes <= 0 {
+		q.MaxBytes = DefaultHistoryBytes
+	}
+	var (
+		out  []llm.Message
+		next string
+	)
+	err := s.inReadTx(ctx, "read history", func(tx pgx.Tx) error {
+		last, err := lastSeq(ctx, tx, tenantID, sessionID)
+		if err != nil {
+			return err
+		}
+		upTo, after := last, int64(-1)
+		if q.Cursor != "" {
+			var ok bool
+			if upTo, after, ok = decodeHistoryCursor(q.Cursor); !ok || upTo > last || after > upTo {
+				return ErrInvalidHistoryCursor
+			}
+		}
+		nodes, err := surfaceNodes(ctx, tx, sessionID, upTo)
+		if err != nil {
+			return err
+		}
+		from := 0
+		if after >= 0 {
+			i := slices.Index(nodes, after)
+			if i < 0 {
+				return ErrInvalidHistoryCursor
+			}
+			from = i + 1
+		}
+		page := nodes[from:min(len(nodes), from+q.Limit)]
+		if page, err = underBytes(ctx, tx, sessionID, page, q.MaxBytes); err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		evs, err := loadSeqs(ctx, tx, sessionID, page)
+		if err != nil {
+			return err
+		}
+		bySeq := make(map[int64]eventlog.Event, len(evs))
+		for _, ev := range evs {
+			bySeq[ev.Seq] = ev
+		}
+		if out, err = eventlog.DeriveNodes(page, func(seq int64) eventlog.Event { return bySeq[seq] }); err != nil {
+			return err
+		}
+		if end := from + len(page); end < len(nodes) {
+			next = encodeHistoryCursor(upTo, nodes[end-1])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// surfaceNodes folds the surface markers of the events up to seq upTo into the surface nodes.
+func surfaceNodes(ctx context.Context, q querier, sessionID uuid.UUID, upTo int64) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT seq, surface_op FROM events
+		WHERE session_id = $1 AND seq <= $2 AND `+surfaceFilter+` ORDER BY seq`, sessionID, upTo)
+	if err != nil {
+		return nil, translate(err, "read surface")
+	}
+	var sf eventlog.SurfaceState
+	var seq int64
+	var op []byte
+	_, err = pgx.ForEachRow(rows, []any{&seq, &op}, func() error {
+		var o eventlog.SurfaceOp
+		if op != nil {
+			if err := json.Unmarshal(op, &o); err != nil {
+				return err
+			}
+		}
+		sf.Fold(seq, o)
+		return nil
+	})
+	return sf.Nodes(), translate(err, "read surface")
+}
+
+// underBytes returns the longest prefix of seqs whose event data adds up to at most budget bytes,
+// and at least one seq. It reads the sizes only.
+func underBytes(ctx context.Context, q querier, sessionID uuid.UUID, seqs []int64, budget int) ([]int64, error) {
+	if len(seqs) == 0 {
+		return seqs, nil
+	}
+	rows, err := q.Query(ctx, `SELECT seq, octet_length(data::text) FROM events
+		WHERE session_id = $1 AND seq = ANY($2)`, sessionID, seqs)
+	if err != nil {
+		return nil, translate(err, "read history sizes")
+	}
+	size := make(map[int64]int64, len(seqs))
+	var seq, n int64
+	if _, err := pgx.ForEachRow(rows, []any{&seq, &n}, func() error { size[seq] = n; return nil }); err != nil {
+		return nil, translate(err, "read history sizes")
+	}
+	total := int64(0)
+	for i, seq := range seqs {
+		if total += size[seq]; total > int64(budget) && i > 0 {
+			return seqs[:i], nil
+		}
+	}
+	return seqs, nil
+}
+
+// loadSeqs reads the events of a session with the given seqs.
+func loadSeqs(ctx context.Context, q querier, sessionID uuid.UUID, seqs []int64) ([]eventlog.Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE session_id = $1 AND seq = ANY($2) ORDER BY seq`, sessionID, seqs)
+	if err != nil {
+		return nil, translate(err, "read events")
+	}
+	return collectEvents(rows)
+}
+
+// A history cursor is base64url("h<upTo>.<after>"): the log's last seq when the walk began and
+// the surface node that ended the previous page.
+func encodeHistoryCursor(upTo, after int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("h" + strconv.FormatInt(upTo, 10) + "." + strconv.FormatInt(after, 10)))
+}
+
+func decodeHistoryCursor(c string) (upTo, after int64, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) < 2 || b[0] != 'h' {
+		return 0, 0, false
+	}
+	u, a, found := strings.Cut(string(b[1:]), ".")
+	upTo, err1 := strconv.ParseInt(u, 10, 64)
+	after, err2 := strconv.ParseInt(a, 10, 64)
+	if !found || err1 != nil || err2 != nil || after < 0 || encodeHistoryCursor(upTo, after) != c {
+		return 0, 0, false
+	}
+	return upTo, after, true
 }
 
 // inReadTx runs fn in a repeatable-read, read-only transaction, so every query sees one snapshot.

@@ -193,22 +193,40 @@ func decodeCursor(c string) (*time.Time, uuid.UUID, error) {
 	ts, idStr, ok := strings.Cut(string(b), ":")
 	us, err1 := strconv.ParseInt(ts, 10, 64)
 	id, err2 := uuid.Parse(idStr)
-	if !ok || err1 != nil || err2 != nil {
+	if !ok || err1 != nil || err2 != nil || !cursorTime(us) {
 		return nil, uuid.Nil, bad
 	}
 	t := time.UnixMicro(us)
+	// Only the canonical spelling is a cursor this store produced (no "+1", braces, urn: ...).
+	if encodeCursor(t, id) != c {
+		return nil, uuid.Nil, bad
+	}
 	return &t, id, nil
 }
 
+// maxCursorMicros is the end of year 9999 in Unix microseconds: a row's created_at that a cursor
+// names lies between 1970 and then, which keeps forged times inside PostgreSQL's timestamp range.
+const maxCursorMicros = 253402300799999999
+
+// cursorTime reports whether us (Unix microseconds) can be the created_at of a row.
+func cursorTime(us int64) bool { return us >= 0 && us <= maxCursorMicros }
+
 // SessionDelete soft-deletes the session: afterwards it reads as ErrNotFound everywhere and
-// appends to it fail with ErrNotFound. Its rows stay in the database.
+// appends to it fail with ErrNotFound. Its rows stay in the database. The same statement
+// notifies NotifyChannel with seq -1, so the subscribers of the session on every replica re-read
+// it (and find it gone) at once.
 func (s *Store) SessionDelete(ctx context.Context, tenantID, id uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE sessions SET deleted_at = $3
-		WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`, id, tenantID, s.now())
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH d AS (
+			UPDATE sessions SET deleted_at = $3
+			WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL
+			RETURNING id)
+		SELECT count(*) FROM (SELECT pg_notify('`+NotifyChannel+`', id::text || ':-1') FROM d) n`,
+		id, tenantID, s.now()).Scan(&n)
 	if err != nil {
 		return translate(err, "delete session")
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return ErrNotFound
 	}
 	return nil

@@ -23,7 +23,8 @@ import (
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel of committed appends. The payload is
-// "<session id>:<last seq>", one notification per appending transaction.
+// "<session id>:<last seq>", one notification per appending transaction; "<session id>:-1" says
+// the session changed without an append (it was deleted): its subscribers re-read it.
 const NotifyChannel = "dshd_events"
 
 // ErrNotFound and ErrConflict are the journal seam's (eventlog.ErrNotFound, eventlog.ErrConflict):
