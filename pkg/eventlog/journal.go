@@ -239,7 +239,14 @@ func Follow(ctx context.Context, j Journal, cursor func() int64, fn func([]Event
 		if err := j.Wait(ctx, after); err != nil {
 			return err
 		}
-		evs, err := j.Since(ctx, cursor())
+		// The read is not cut by ctx but bounded: a store may lose a connection to a cancelled
+		// query (pgx closes it), and a follower that stops as it reads is common.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followReadTimeout)
+		evs, err := j.Since(rctx, cursor())
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		switch {
 		case errors.Is(err, ErrNotFound):
 			return err
@@ -261,6 +268,9 @@ func Follow(ctx context.Context, j Journal, cursor func() int64, fn func([]Event
 		}
 	}
 }
+
+// followReadTimeout bounds one read of Follow.
+const followReadTimeout = 30 * time.Second
 
 // followRetry is how long Follow waits after a failed read.
 const followRetry = 100 * time.Millisecond

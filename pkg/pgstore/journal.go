@@ -486,7 +486,7 @@ const waitPoll = 100 * time.Millisecond
 func (j *Journal) Wait(ctx context.Context, after int64) error {
 	if j.hub == nil {
 		for {
-			last, err := lastSeq(ctx, j.store.pool, j.tenant, j.session)
+			last, err := j.readLast(ctx)
 			if err != nil || last > after {
 				return err
 			}
@@ -508,7 +508,7 @@ func (j *Journal) Wait(ctx context.Context, after int64) error {
 			// The hub does not vouch for this session yet (subscribed just now, or it forgot
 			// after a reconnect or heartbeat, when notifications may have been lost): read the
 			// counter.
-			last, err := lastSeq(ctx, j.store.pool, j.tenant, j.session)
+			last, err := j.readLast(ctx)
 			if err != nil || last > after {
 				return err
 			}
@@ -527,3 +527,20 @@ func (j *Journal) Session() uuid.UUID { return j.session }
 func endsTurn(batch []eventlog.Event) bool {
 	return len(batch) > 0 && batch[len(batch)-1].Type == eventlog.TypeTurnEnd
 }
+
+// readLast reads the session's last seq for Wait. The query is not cut by ctx (pgx closes a
+// connection whose query is cancelled, and a follower that stops while it reads would cost the
+// pool a connection, and PostgreSQL a new backend, every time); it is bounded instead, and ctx is
+// honoured as soon as it returns.
+func (j *Journal) readLast(ctx context.Context) (int64, error) {
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+	defer cancel()
+	last, err := lastSeq(qctx, j.store.pool, j.tenant, j.session)
+	if ctx.Err() != nil {
+		return last, ctx.Err()
+	}
+	return last, err
+}
+
+// readTimeout bounds a follower's read of the log.
+const readTimeout = 30 * time.Second
