@@ -8,7 +8,7 @@ import (
 	"github.com/dshd/dshd/pkg/registry"
 )
 
-// The code-mode mount point (SPEC.md PRS-3..6, CODE-1): Config.CodeRuntime installs run_code in
+// The code-mode mount point (docs/rules.md PRS-3..6, CODE-1): Config.CodeRuntime installs run_code in
 // the agents' registry, and the prompt of a preset in mode code or both gets the runtime's SDK.
 
 // mountCodeRuntime installs run_code through f when Config.CodeRuntime is set; its sub-calls are

@@ -32,7 +32,7 @@ type Approval struct {
 	// service; until one is mounted it is denied (APR-1: `tool "<n>" requires approval (not
 	// yet supported)`).
 	Policy string
-	// Timeout is how long an ask waits for an answer before it resolves `cancelled` (DESIGN.md:
+	// Timeout is how long an ask waits for an answer before it resolves `cancelled` (docs/architecture.md:
 	// "a timeout resolves it as cancelled"; the preset's approval.timeoutMs, default
 	// preset.DefaultApprovalTimeoutMs). It is for the approval service (pkg/approval), which is
 	// not built yet: no ask waits for an answer today, so nothing reads it.

@@ -30,7 +30,7 @@ const (
 	KindOutputLimit Kind = "output-limit"
 )
 
-// NameCodeRunFailed is the error name of a failed run (SPEC.md section (c)).
+// NameCodeRunFailed is the error name of a failed run (docs/rules.md).
 const NameCodeRunFailed = "CodeRunFailedError"
 
 // runError is a failed run: its kind and message.

@@ -38,7 +38,7 @@ const (
 
 // knownTypes is the vocabulary this build understands (SES-8, SES-9): the core kinds plus the
 // plugin-owned kinds of the reference's known-event-types list. knownPrefixes covers the
-// families SPEC.md names with a wildcard.
+// families docs/rules.md names with a wildcard.
 var knownTypes = map[string]bool{
 	"agent-preset/selected": true, TypeAgentCancel: true, TypeInboxSpliced: true, TypeApprovalAsked: true,
 	TypeApprovalDecided: true, TypeApprovalPolicy: true, TypeAssistantChunk: true,

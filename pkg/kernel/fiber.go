@@ -12,7 +12,7 @@ const CodeInactiveEffect = "INACTIVE_EFFECT"
 // ErrInactiveEffect is matched (errors.Is) by every INACTIVE_EFFECT error.
 var ErrInactiveEffect = errors.New("kernel: " + CodeInactiveEffect)
 
-// Error is a kernel failure with a machine code (the CordisError of SPEC.md).
+// Error is a kernel failure with a machine code (the CordisError of docs/rules.md).
 type Error struct {
 	Code    string
 	Message string

@@ -1,6 +1,6 @@
 // Package llm is the leaf vocabulary shared by every other package: messages and their content
-// blocks (SPEC.md SES-6), tool schemas, model requests, the streaming chunk vocabulary, the LLM
-// error codes of SPEC.md section (c), and the Provider/Stream seam. It imports only the standard
+// blocks (docs/rules.md SES-6), tool schemas, model requests, the streaming chunk vocabulary, the LLM
+// error codes of docs/rules.md, and the Provider/Stream seam. It imports only the standard
 // library.
 //
 // JSON shapes follow the reference session logs in shared/examples/reference-logs exactly: field

@@ -149,7 +149,7 @@ type Provider interface {
 	Stream(ctx context.Context, req Request) (Stream, error)
 }
 
-// LLM error codes (SPEC.md section (c)).
+// LLM error codes (docs/rules.md).
 const (
 	CodeNoAdapter             = "NO_ADAPTER"
 	CodeContextWindowExceeded = "CONTEXT_WINDOW_EXCEEDED"

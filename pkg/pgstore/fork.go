@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Fork error codes (SPEC.md section (c), SES-15).
+// Fork error codes (docs/rules.md, SES-15).
 const (
 	ForkSessionNotFound      = "SESSION_NOT_FOUND"
 	ForkSessionNotLive       = "SESSION_NOT_LIVE"

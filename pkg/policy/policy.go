@@ -1,5 +1,5 @@
 // Package policy makes the tool pipeline's hook points declarative: a preset's `policies` block
-// (DESIGN.md section 4) of pre-execute rules, guards and post-execute rules, and the policy
+// (docs/architecture.md section 4) of pre-execute rules, guards and post-execute rules, and the policy
 // webhooks a preset may name. It defines the block's JSON shape (Policies, which pkg/preset
 // embeds), checks it (Check, for preset validation), compiles it (Compile) and installs it on a
 // preset's registry scope (Set.Install), where each rule yields exactly the results of the

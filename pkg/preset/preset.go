@@ -1,4 +1,4 @@
-// Package preset defines agent presets (DESIGN.md section 4), their defaults and validation, and
+// Package preset defines agent presets (docs/architecture.md section 4), their defaults and validation, and
 // stores them, versioned, in PostgreSQL.
 //
 // A preset is a named, tenant-owned agent configuration. Every update writes a new immutable

@@ -9,7 +9,7 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 )
 
-// Error names of the codes in result.go (SPEC.md section (c), extensions E1 and E2).
+// Error names of the codes in result.go (docs/rules.md, extensions E1 and E2).
 const (
 	NameToolNotFound      = "ToolNotFoundError"
 	NameToolArgs          = "ToolArgsError"
@@ -22,7 +22,7 @@ const (
 	NameApprovalCancelled = "ApprovalCancelledError"
 )
 
-// Coded is implemented by errors that carry a machine code (the HarnessError of SPEC.md). A tool
+// Coded is implemented by errors that carry a machine code (the HarnessError of docs/rules.md). A tool
 // body, policy listener or approver returning a Coded error gives a result with error.info.
 type Coded interface {
 	error
@@ -60,7 +60,7 @@ func (e *SchemaError) ErrorInfo() fault.Info {
 	return fault.Info{Name: NameJSONSchema, Code: fault.CodeUnsupportedSchema}
 }
 
-// Messages with a fixed template (SPEC.md section (c)).
+// Messages with a fixed template (docs/rules.md).
 const (
 	msgArgsNotLossless = "tool execution arguments must be losslessly JSON-serializable"
 	msgAborted         = "tool call aborted"

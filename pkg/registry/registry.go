@@ -1,4 +1,4 @@
-// Package registry is dshd's scoped tool registry and tool execution pipeline (SPEC.md B1-B9):
+// Package registry is dshd's scoped tool registry and tool execution pipeline (docs/rules.md B1-B9):
 // layers with shadowing, restrictions and presentation modes, guards, the Define DSL with its
 // own SCH validator, and the prepare / dispatch / finalize / finish stages the scheduler drives.
 package registry

@@ -6,7 +6,7 @@ import (
 	"syscall"
 )
 
-// The file tools' error codes (SPEC.md section (c), tool-fs); glob and grep use them for their
+// The file tools' error codes (docs/rules.md, tool-fs); glob and grep use them for their
 // paths too.
 const (
 	CodeNotObserved    = "FS_NOT_OBSERVED"

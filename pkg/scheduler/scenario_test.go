@@ -11,7 +11,7 @@ import (
 	"github.com/dshd/dshd/pkg/registry"
 )
 
-// SPEC.md section (f), scenarios 20 to 25, through the real registry.
+// docs/rules.md section (f), scenarios 20 to 25, through the real registry.
 
 func TestScenario20_SlowEarlierCallHoldsBackFastLaterCommit(t *testing.T) {
 	t.Parallel()

@@ -22,7 +22,7 @@ type Config struct {
 	Workspaces *sandbox.Workspaces
 }
 
-// Error codes of the search tools (SPEC.md section (c), tool-fs-search).
+// Error codes of the search tools (docs/rules.md, tool-fs-search).
 const (
 	CodeFailed         = "SEARCH_FAILED"
 	CodeAborted        = "SEARCH_ABORTED"

@@ -51,7 +51,7 @@ const (
 	DefaultMaxTextBytes = 100 << 10
 )
 
-// Error codes (SPEC.md section (c), tool-web) and their name.
+// Error codes (docs/rules.md, tool-web) and their name.
 const (
 	CodeInvalidURL    = "WEB_INVALID_URL"
 	CodeBlockedURL    = "WEB_BLOCKED_URL"
