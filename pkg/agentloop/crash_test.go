@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
@@ -65,5 +66,71 @@ func TestSES14_NoMessageLostWhileTheModelIsCalled(t *testing.T) {
 			}
 			t.Fatalf("model call %d: the committed log %v holds the message %d times (entered or waiting), want 1", i+1, types, entered)
 		}
+	}
+}
+
+// TestSES14_RepairKeepsTheTimeTheWorkStopped: the events crash repair appends carry the time of
+// the crashed runner's last event, not the repairing replica's clock: a turn repaired an hour
+// late still ends when its work stopped, so a timeline read from the log shows no hour-long
+// turn.
+func TestSES14_RepairKeepsTheTimeTheWorkStopped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarness(t, nil)
+	h.post(eventlog.InboxNextTurn, "tool:echo")
+	h.serve(ctx)
+	// A replica killed once the tool's result was written, before the model's answer to it.
+	full := h.j.Events()
+	cut := -1
+	for i, ev := range full {
+		if ev.Type == eventlog.TypeToolResult {
+			cut = i + 1
+		}
+	}
+	if cut < 0 {
+		t.Fatalf("no tool result in %v", h.types())
+	}
+	crashed := full[:cut]
+	last := crashed[len(crashed)-1].Time
+	later := time.UnixMilli(last).Add(time.Hour)
+	clock := func() time.Time { return later }
+
+	j := eventlog.NewMemJournal(clock)
+	if _, err := j.Append(ctx, func(eventlog.Head) ([]eventlog.NewEvent, error) {
+		out := make([]eventlog.NewEvent, len(crashed))
+		for i, ev := range crashed {
+			out[i] = eventlog.NewEvent{Type: ev.Type, Data: ev.Data, SurfaceOp: ev.SurfaceOp,
+				SourceEventSeqs: ev.SourceEventSeqs, Ignorable: ev.Ignorable, Time: ev.Time}
+		}
+		return out, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.cfg
+	cfg.Clock = clock
+	r := NewRunner(cfg, j)
+	if err := r.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	repaired, err := r.Repair(ctx)
+	if err != nil || !repaired {
+		t.Fatalf("Repair = %v, %v; want true, nil", repaired, err)
+	}
+	evs := j.Events()
+	if err := eventlog.CheckInvariants(evs); err != nil {
+		t.Fatalf("repaired log: %v", err)
+	}
+	closers := evs[len(crashed):]
+	if len(closers) == 0 {
+		t.Fatal("repair appended nothing")
+	}
+	for _, ev := range closers {
+		if ev.Time != last {
+			t.Errorf("%s #%d at %d, want the last event's time %d (the repairing clock says %d)",
+				ev.Type, ev.Seq, ev.Time, last, later.UnixMilli())
+		}
+	}
+	if typ := closers[len(closers)-1].Type; typ != eventlog.TypeTurnEnd {
+		t.Errorf("repair ends with %s, want %s", typ, eventlog.TypeTurnEnd)
 	}
 }

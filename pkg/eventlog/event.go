@@ -181,7 +181,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 // NewEvent is an event to append. Data is a Payload of the vocabulary (Type may then be left
 // empty: it is the payload's), validated as it is; or JSON bytes (json.RawMessage or []byte), or
 // any other value encoding/json encodes, of a known or ignorable kind, as a seed or a foreign
-// writer gives them, which is decoded into its kind's payload and validated. Seq and time are assigned by the log.
+// writer gives them, which is decoded into its kind's payload and validated. Seq is assigned by the log.
 type NewEvent struct {
 	Type            string
 	Data            any
