@@ -26,6 +26,7 @@ type cluster struct {
 	replicas  []*replica
 	key       string // the tenant's API key
 	presetID  string
+	env       []string // more environment for every replica
 }
 
 // replica is one server process.
@@ -42,14 +43,14 @@ func newCluster(t *testing.T, n int, leaseTTL time.Duration) *cluster {
 }
 
 // newClusterOn is newCluster over the migrated database at dbURL ("": a fresh one of the test
-// process's shared PostgreSQL).
-func newClusterOn(t *testing.T, n int, leaseTTL time.Duration, dbURL string) *cluster {
+// process's shared PostgreSQL), with env added to every replica's environment.
+func newClusterOn(t *testing.T, n int, leaseTTL time.Duration, dbURL string, env ...string) *cluster {
 	t.Helper()
 	serverBin, mockBin := buildBinaries(t)
 	if dbURL == "" {
 		dbURL = pgtest.URL(t)
 	}
-	c := &cluster{t: t, serverBin: serverBin, dbURL: dbURL, leaseTTL: leaseTTL}
+	c := &cluster{t: t, serverBin: serverBin, dbURL: dbURL, leaseTTL: leaseTTL, env: env}
 	c.startMock(mockBin)
 	for range n {
 		c.startReplica()
@@ -91,7 +92,7 @@ func (c *cluster) startReplica() *replica {
 		if attempt > 0 {
 			name += fmt.Sprintf("-retry%d", attempt)
 		}
-		p := startProc(t, name, c.serverBin, []string{
+		p := startProc(t, name, c.serverBin, append([]string{
 			"DATABASE_URL=" + c.dbURL,
 			"DSHD_ADDR=" + addr,
 			"DSHD_ADMIN_TOKEN=" + adminToken,
@@ -100,7 +101,7 @@ func (c *cluster) startReplica() *replica {
 			"DSHD_LEASE_TTL=" + c.leaseTTL.String(),
 			"DSHD_LOG_LEVEL=warn",
 			"DSHD_SHUTDOWN_TIMEOUT=5s",
-		}, "serve")
+		}, c.env...), "serve")
 		r := &replica{proc: p, url: "http://" + addr}
 		if lastErr = r.waitReady(); lastErr == nil {
 			c.replicas = append(c.replicas, r)

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/sandbox"
+)
+
+// TestApprovedBashAcrossReplicas: on two real server processes sharing a workspace root, a
+// preset that asks before bash: the model (cmd/mockllm) calls bash through the first replica,
+// the approval is listed and answered on the second, and the command then runs in the
+// bubblewrap sandbox of the replica that holds the turn, writing into the session's workspace.
+// A second answer is refused, and the log is whole.
+func TestApprovedBashAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	if _, err := sandbox.NewBwrap(sandbox.BwrapConfig{}); err != nil {
+		msg := "bubblewrap cannot run here (scripts/ensure-deps.sh installs it): " + err.Error()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	root, err := os.MkdirTemp("", "dshd-e2e-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	c := newClusterOn(t, 2, 10*time.Second, "", "DSHD_WORKSPACE_ROOT="+root, "DSHD_SHELL=bwrap")
+	first, second := c.replicas[0], c.replicas[1]
+	ctx := t.Context()
+
+	var p, s struct{ ID string }
+	mustJSON(t, first.call(ctx, "POST", "/v1/presets", c.key, map[string]any{
+		"name":     "ask-bash",
+		"model":    map[string]string{"provider": "openai", "model": "mock", "baseUrl": c.mockURL},
+		"approval": map[string]any{"policy": "ask", "ask": []string{"bash"}, "timeoutMs": 60000},
+	}), 201, &p)
+	mustJSON(t, first.call(ctx, "POST", "/v1/sessions", c.key, map[string]string{"presetId": p.ID}), 201, &s)
+	args := `{"command":"echo approved > out.txt; cat out.txt","description":"write a file"}`
+	if _, err := first.postMessage(ctx, c.key, s.ID, "tool:bash args:"+url.QueryEscape(args), "followup"); err != nil {
+		t.Fatal(err)
+	}
+
+	evs := first.waitEvents(t, c.key, s.ID, 60*time.Second, func(evs []storedEvent) bool {
+		for _, ev := range evs {
+			if ev.Type == eventlog.TypeApprovalAsked {
+				return true
+			}
+		}
+		return false
+	})
+	var asked eventlog.ApprovalAsked
+	for _, ev := range evs {
+		switch ev.Type {
+		case eventlog.TypeApprovalAsked:
+			_ = json.Unmarshal(ev.Data, &asked)
+		case eventlog.TypeToolResult:
+			t.Fatalf("a tool/result before the approval was answered\n%s", describe(evs))
+		}
+	}
+	if asked.ToolName != "bash" || !strings.Contains(string(asked.Arguments), "echo approved") {
+		t.Fatalf("asked %+v, want bash with its arguments", asked)
+	}
+	if _, err := os.Stat(filepath.Join(root, s.ID, "files", "out.txt")); err == nil {
+		t.Fatal("the command ran before it was approved")
+	}
+
+	path := "/v1/sessions/" + s.ID + "/approvals"
+	var list struct {
+		Items []struct{ ID, ToolName string }
+	}
+	mustJSON(t, second.call(ctx, "GET", path, c.key, nil), 200, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != asked.ID {
+		t.Fatalf("pending approvals on the second replica: %+v, want %s", list.Items, asked.ID)
+	}
+	if rp := second.call(ctx, "POST", path+"/"+asked.ID, c.key, map[string]string{"outcome": "allowed-once"}); rp.status != http.StatusOK {
+		t.Fatalf("answer: %d %s", rp.status, rp.body)
+	}
+
+	evs = first.waitEvents(t, c.key, s.ID, 60*time.Second, func(evs []storedEvent) bool { return len(turnEnds(evs)) > 0 })
+	if err := checkLog(evs); err != nil {
+		t.Fatalf("%v\n%s", err, describe(evs))
+	}
+	var decided eventlog.ApprovalDecided
+	var result string
+	for _, ev := range evs {
+		switch ev.Type {
+		case eventlog.TypeApprovalDecided:
+			_ = json.Unmarshal(ev.Data, &decided)
+		case eventlog.TypeToolResult:
+			result = string(ev.Data)
+		}
+	}
+	if decided.ID != asked.ID || decided.Outcome != "allowed-once" {
+		t.Fatalf("decided %+v", decided)
+	}
+	if !strings.Contains(result, "approved") || strings.Contains(result, `"isError":true`) {
+		t.Fatalf("tool/result %s, want the command's output", result)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, s.ID, "files", "out.txt")); err != nil || string(b) != "approved\n" {
+		t.Fatalf("the workspace file: %q %v", b, err)
+	}
+	rp := first.call(ctx, "POST", path+"/"+asked.ID, c.key, map[string]string{"outcome": "rejected"})
+	if rp.status != http.StatusConflict || !strings.Contains(string(rp.body), `"conflict"`) {
+		t.Fatalf("a second answer: %d %s, want 409 conflict", rp.status, rp.body)
+	}
+}
