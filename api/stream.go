@@ -543,7 +543,7 @@ func appendFrame(buf *bytes.Buffer, ev eventlog.Event) error {
 // appendFrameSlow writes a frame through encoding/json, splitting lines, for data that is not
 // compact.
 func appendFrameSlow(buf *bytes.Buffer, ev eventlog.Event) error {
-	data, err := json.Marshal(ev)
+	data, err := ev.MarshalJSON() // not json.Marshal: it would escape & < > in Data
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,15 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if e.SourceEventSeqs != nil {
 		j.SourceEventSeqs = &e.SourceEventSeqs
 	}
-	return json.Marshal(j)
+	// Not json.Marshal: it would HTML-escape Data (& < > as \u0026 \u003c \u003e), so a page of
+	// events and the stream would carry different bytes for the same event.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(j); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // UnmarshalJSON implements json.Unmarshaler. A missing time reads as 0 (the reference logs omit
