@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dshd/dshd/pkg/llm"
 )
 
 // caseRun is a case being measured.
@@ -90,7 +92,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	lastDB := time.Now() // the last database activity of loadgen
 	var pending *caseRun // the measured case whose statistics wait for the database to settle
 	settle := func() dbSample {
-		if err := sleepCtx(ctx, time.Until(lastDB.Add(o.settle))); err != nil {
+		if err := llm.Sleep(ctx, time.Until(lastDB.Add(o.settle))); err != nil {
 			return dbSample{}
 		}
 		s := db.sample(ctx)
@@ -132,7 +134,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 		if k == 0 && o.idleDuration > 0 && db != nil {
 			progress("idle background: %s with no turns", o.idleDuration)
 			cpu0 := sampleCPU(e)
-			if err := sleepCtx(ctx, o.idleDuration); err != nil {
+			if err := llm.Sleep(ctx, o.idleDuration); err != nil {
 				return nil, err
 			}
 			idle := db.sample(ctx)
@@ -174,7 +176,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 		e.stopServer = nil
 		rep.CPUProfile, rep.ProfileCase = o.cpuProfile, profileCase
 		progress("server CPU profile of %s written to %s", profileCase, o.cpuProfile)
-		if err := sleepCtx(ctx, 300*time.Millisecond); err != nil {
+		if err := llm.Sleep(ctx, 300*time.Millisecond); err != nil {
 			return nil, err
 		}
 		c.DB = dbPerTurn(r.before, r.end, db.sample(ctx), nil, c.HTTP.Turns)
@@ -224,17 +226,3 @@ func runBaselines(ctx context.Context, o options, bl *baseline, c *Case) error {
 
 // caseName names a case for -profile-case: TURN@N.
 func caseName(turn string, sessions int) string { return fmt.Sprintf("%s@%d", turn, sessions) }
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,8 +154,13 @@ func loadEvent(ctx context.Context, q querier, sessionID uuid.UUID, seq int64) (
 // loadSurface folds the session's committed surface markers (trusted: they were validated when
 // appended) into the current surface.
 func loadSurface(ctx context.Context, q querier, sessionID uuid.UUID) (*eventlog.SurfaceState, error) {
+	return foldSurface(ctx, q, sessionID, math.MaxInt64)
+}
+
+// foldSurface folds the surface markers of the session's events up to seq upTo.
+func foldSurface(ctx context.Context, q querier, sessionID uuid.UUID, upTo int64) (*eventlog.SurfaceState, error) {
 	rows, err := q.Query(ctx, `SELECT seq, surface_op FROM events
-		WHERE session_id = $1 AND `+surfaceFilter+` ORDER BY seq`, sessionID)
+		WHERE session_id = $1 AND seq <= $2 AND `+surfaceFilter+` ORDER BY seq`, sessionID, upTo)
 	if err != nil {
 		return nil, translate(err, "read surface")
 	}
@@ -298,25 +304,11 @@ func (s *Store) HistoryPage(ctx context.Context, tenantID, sessionID uuid.UUID, 
 
 // surfaceNodes folds the surface markers of the events up to seq upTo into the surface nodes.
 func surfaceNodes(ctx context.Context, q querier, sessionID uuid.UUID, upTo int64) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT seq, surface_op FROM events
-		WHERE session_id = $1 AND seq <= $2 AND `+surfaceFilter+` ORDER BY seq`, sessionID, upTo)
+	sf, err := foldSurface(ctx, q, sessionID, upTo)
 	if err != nil {
-		return nil, translate(err, "read surface")
+		return nil, err
 	}
-	var sf eventlog.SurfaceState
-	var seq int64
-	var op []byte
-	_, err = pgx.ForEachRow(rows, []any{&seq, &op}, func() error {
-		var o eventlog.SurfaceOp
-		if op != nil {
-			if err := json.Unmarshal(op, &o); err != nil {
-				return err
-			}
-		}
-		sf.Fold(seq, o)
-		return nil
-	})
-	return sf.Nodes(), translate(err, "read surface")
+	return sf.Nodes(), nil
 }
 
 // underBytes returns the longest prefix of seqs whose event data adds up to at most budget bytes,
