@@ -134,10 +134,16 @@ func (b *bridge) peek() *subCall {
 	return b.queue[0]
 }
 
-func (b *bridge) pop() {
+// pop takes c, the call peek returned, off the queue, and reports whether it was still there:
+// close may have abandoned the queue since (the call then never starts).
+func (b *bridge) pop(c *subCall) bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 || b.queue[0] != c {
+		return false
+	}
 	b.queue = b.queue[1:]
-	b.mu.Unlock()
+	return true
 }
 
 func (b *bridge) idle() bool {

@@ -75,7 +75,9 @@ func (l *lane) startReady() {
 		if mode == registry.Exclusive && len(l.started) > 0 || mode == registry.Parallel && l.inflight >= l.b.limit {
 			return
 		}
-		l.b.pop()
+		if !l.b.pop(c) {
+			return
+		}
 		c.mode = mode
 		l.start(c)
 	}
