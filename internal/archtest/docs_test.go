@@ -12,7 +12,7 @@ import (
 var (
 	ruleID     = regexp.MustCompile(`\b(REG|SCH|SCP|PRS|CODE|PIPE|APR|GRD|SCHED|RES|LOOP|SES|PRM|KRN)-[0-9]+\b`)
 	ruleTest   = regexp.MustCompile(`\bTest(REG|SCH|SCP|PRS|CODE|PIPE|APR|GRD|SCHED|RES|LOOP|SES|PRM|KRN)([0-9]+)_`)
-	outsideRef = regexp.MustCompile(`\.\./shared/|\b(SPEC|DESIGN|STYLE)\.md\b`)
+	outsideRef = regexp.MustCompile(`\bshared/examples|\.\./shared/|\b(SPEC|DESIGN|STYLE)\.md\b`)
 )
 
 // TestDocsDefineEveryCitedRule: every rule id the code, tests, README and contract cite (also as

@@ -3,7 +3,7 @@
 // error codes of docs/rules.md, and the Provider/Stream seam. It imports only the standard
 // library.
 //
-// JSON shapes follow the reference session logs in shared/examples/reference-logs exactly: field
+// JSON shapes are those of the event vocabulary in docs/events.md, exactly: field
 // names are camelCase, block types are kebab-case ("tool-call", "tool-result").
 package llm
 

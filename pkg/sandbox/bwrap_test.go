@@ -24,6 +24,9 @@ func bwrapOrSkip(t *testing.T) *sandbox.Bwrap {
 	t.Helper()
 	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{})
 	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("bubblewrap cannot run here, so the sandbox is not tested (scripts/ensure-deps.sh installs it): %v (CI requires the sandbox)", err)
+		}
 		t.Skipf("SKIP: bubblewrap cannot run here, so the sandbox is not tested (scripts/ensure-deps.sh installs it): %v", err)
 	}
 	return b

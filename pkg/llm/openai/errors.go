@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,7 +106,7 @@ func cleanMessage(msg string) string {
 // apiError classifies an error object by status (0 for an error inside a 200 stream) and text.
 // Its message is the object's message, cleaned (cleanMessage).
 func apiError(status int, ae APIError) *llm.Error {
-	msg := cleanMessage(ae.Message)
+	msg := maskKeys(cleanMessage(ae.Message))
 	if msg == "" {
 		msg = "the provider reported an error"
 		if status != 0 {
@@ -113,6 +114,16 @@ func apiError(status int, ae APIError) *llm.Error {
 		}
 	}
 	return classify(status, strings.ToLower(ae.Message+" "+ae.Type+" "+string(ae.Code)), msg)
+}
+
+// keyLike matches what looks like a credential inside a provider's error message: an
+// `sk-`-style key or a bearer token, as some providers echo the key they were sent.
+var keyLike = regexp.MustCompile(`(?i)\b(sk-|bearer\s+)[A-Za-z0-9._*\-]{6,}`)
+
+// maskKeys replaces every credential-like run of msg by its prefix and "***", so a provider's
+// message can go into an event, an API error and a log line.
+func maskKeys(msg string) string {
+	return keyLike.ReplaceAllString(msg, "${1}***")
 }
 
 // classify gives an error of the status and lowercase text its code.
