@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,7 +17,8 @@ import (
 
 // TestApprovedBashAcrossReplicas: on two real server processes sharing a workspace root, a
 // preset that asks before bash: the model (cmd/mockllm) calls bash through the first replica,
-// the approval is listed and answered on the second, and the command then runs in the
+// the SSE stream (resumed at random points) shows approval/asked with the arguments, the
+// approval is listed and answered on the second replica, and the command then runs in the
 // bubblewrap sandbox of the replica that holds the turn, writing into the session's workspace.
 // A second answer is refused, and the log is whole.
 func TestApprovedBashAcrossReplicas(t *testing.T) {
@@ -47,19 +49,27 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 		"approval": map[string]any{"policy": "ask", "ask": []string{"bash"}, "timeoutMs": 60000},
 	}), 201, &p)
 	mustJSON(t, first.call(ctx, "POST", "/v1/sessions", c.key, map[string]string{"presetId": p.ID}), 201, &s)
+	f := follow(ctx, first, c.key, s.ID, rand.New(rand.NewPCG(3, 4)))
 	args := `{"command":"echo approved > out.txt; cat out.txt","description":"write a file"}`
 	if _, err := first.postMessage(ctx, c.key, s.ID, "tool:bash args:"+url.QueryEscape(args), "followup"); err != nil {
 		t.Fatal(err)
 	}
 
-	evs := first.waitEvents(t, c.key, s.ID, 60*time.Second, func(evs []storedEvent) bool {
-		for _, ev := range evs {
+	// The approval is seen on the SSE stream, by a follower that cuts its connection at random
+	// points and resumes with Last-Event-ID.
+	var evs []storedEvent
+	if err := waitFor(60*time.Second, func() (bool, error) {
+		got, _, err := f.snapshot()
+		evs = got
+		for _, ev := range got {
 			if ev.Type == eventlog.TypeApprovalAsked {
-				return true
+				return true, nil
 			}
 		}
-		return false
-	})
+		return false, err
+	}); err != nil {
+		t.Fatalf("no approval/asked on the stream: %v\n%s", err, describe(evs))
+	}
 	var asked eventlog.ApprovalAsked
 	for _, ev := range evs {
 		switch ev.Type {
@@ -94,13 +104,19 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 	}
 	var decided eventlog.ApprovalDecided
 	var result string
+	answered := false // an assistant message after the result: the model was called with it
 	for _, ev := range evs {
 		switch ev.Type {
 		case eventlog.TypeApprovalDecided:
 			_ = json.Unmarshal(ev.Data, &decided)
 		case eventlog.TypeToolResult:
 			result = string(ev.Data)
+		case eventlog.TypeAssistantMessage:
+			answered = result != ""
 		}
+	}
+	if !answered {
+		t.Fatalf("no model answer after the tool result\n%s", describe(evs))
 	}
 	if decided.ID != asked.ID || decided.Outcome != "allowed-once" {
 		t.Fatalf("decided %+v", decided)
