@@ -191,8 +191,13 @@ func TestChaos(t *testing.T) {
 			t.Errorf("follower of %s: %v", f.sid, err)
 		}
 		want := logs[f.sid]
-		if len(got) < len(want) {
+		switch {
+		case len(got) < len(want):
 			lost += len(want) - len(got)
+			t.Errorf("follower of %s: %d of %d events", f.sid, len(got), len(want))
+		case len(got) > len(want):
+			dup += len(got) - len(want)
+			t.Errorf("follower of %s: %d events, the log has %d", f.sid, len(got), len(want))
 		}
 		if err := sameEvents(got[:min(len(got), len(want))], want[:min(len(got), len(want))]); err != nil {
 			dup++
