@@ -219,8 +219,13 @@ await step('reloaded-mid-turn', async () => {
   const before = [];
   for (const n of [1, 2, 3]) before.push(await turn(n).innerText());
   const toolCards = await page.locator('article.tool').count();
+  const partial = await answer(4).innerText();
   await page.reload();
   await page.locator('section.turn[data-turn="4"]').waitFor();
+  // The turn that was streaming comes back with at least what was shown, then goes on.
+  await until('the streaming answer to be back', async () => (await answer(4).innerText().catch(() => '')).length >= partial.length);
+  const resumed = await answer(4).innerText();
+  check(resumed.startsWith(partial), `the streaming answer after the reload:\n${resumed}\nbefore:\n${partial}`);
   for (const [i, n] of [1, 2, 3].entries()) {
     const after = await turn(n).innerText();
     check(after === before[i], `turn ${n} after the reload:\n${after}\nbefore:\n${before[i]}`);
