@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/pgtest"
-	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/sandbox/sandboxtest"
 )
 
 func TestParseConfigTools(t *testing.T) {
@@ -53,20 +53,8 @@ func TestParseConfigTools(t *testing.T) {
 // model calls bash, the command writes a file in the session's workspace, and the result is logged.
 func TestBashOverHTTP(t *testing.T) {
 	t.Parallel()
-	if _, err := sandbox.NewBwrap(sandbox.BwrapConfig{}); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("bubblewrap cannot run here (scripts/ensure-deps.sh installs it): %v (CI requires the sandbox)", err)
-		}
-		t.Skipf("SKIP: bubblewrap cannot run here (scripts/ensure-deps.sh installs it): %v", err)
-	}
-	root, err := os.MkdirTemp("", "dshd-ws-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	sandboxtest.Bwrap(t)
+	root := sandboxtest.WorkspaceRoot(t)
 	m := NewMain()
 	m.Config.DatabaseURL = pgtest.URL(t)
 	m.Config.Addr = "127.0.0.1:0"

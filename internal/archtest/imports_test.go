@@ -39,6 +39,7 @@ var layers = []struct {
 	{16, []string{"pkg/eventlog/eventlogtest"}},                      // its conformance suite
 	{20, []string{"pkg/registry", "pkg/promptasm"}},                  // the tool registry, prompts
 	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},       // model clients, tenants, shell sandboxes and workspaces
+	{21, []string{"pkg/sandbox/sandboxtest"}},                        // the sandbox for tests
 	{25, []string{"pkg/policy"}},                                     // declarative tool policies
 	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}}, // tool calls and the tools (tools/tooltest: their test runner)
 	{30, []string{"pkg/preset", "pkg/approval"}},                     // presets, durable approvals

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/sandbox/sandboxtest"
 )
 
 // TestApprovedBashAcrossReplicas: on two real server processes sharing a workspace root, a
@@ -23,21 +23,8 @@ import (
 // A second answer is refused, and the log is whole.
 func TestApprovedBashAcrossReplicas(t *testing.T) {
 	t.Parallel()
-	if _, err := sandbox.NewBwrap(sandbox.BwrapConfig{}); err != nil {
-		msg := "bubblewrap cannot run here (scripts/ensure-deps.sh installs it): " + err.Error()
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	root, err := os.MkdirTemp("", "dshd-e2e-ws-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	sandboxtest.Bwrap(t)
+	root := sandboxtest.WorkspaceRoot(t)
 	c := newClusterOn(t, 2, 10*time.Second, "", "DSHD_WORKSPACE_ROOT="+root, "DSHD_SHELL=bwrap")
 	first, second := c.replicas[0], c.replicas[1]
 	ctx := t.Context()

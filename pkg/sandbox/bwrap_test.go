@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/sandbox/sandboxtest"
 )
 
 // bwrapOrSkip returns the bwrap provider, or skips the test when bubblewrap cannot run on this
@@ -22,14 +23,7 @@ import (
 // `make test` runs these tests.
 func bwrapOrSkip(t *testing.T) *sandbox.Bwrap {
 	t.Helper()
-	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{})
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("bubblewrap cannot run here, so the sandbox is not tested (scripts/ensure-deps.sh installs it): %v (CI requires the sandbox)", err)
-		}
-		t.Skipf("SKIP: bubblewrap cannot run here, so the sandbox is not tested (scripts/ensure-deps.sh installs it): %v", err)
-	}
-	return b
+	return sandboxtest.Bwrap(t)
 }
 
 // workspaces returns workspaces in a fresh root that the sandbox user can reach, owned as the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/sandbox/sandboxtest"
 	"github.com/dshd/dshd/pkg/tools/bash"
 	"github.com/dshd/dshd/pkg/tools/tooltest"
 )
@@ -53,13 +54,7 @@ func localEnv(t *testing.T) *env {
 
 func bwrapEnv(t *testing.T) *env {
 	t.Helper()
-	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{})
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("bubblewrap cannot run here, so bash in the sandbox is not tested (scripts/ensure-deps.sh installs it): %v (CI requires the sandbox)", err)
-		}
-		t.Skipf("SKIP: bubblewrap cannot run here, so bash in the sandbox is not tested (scripts/ensure-deps.sh installs it): %v", err)
-	}
+	b := sandboxtest.Bwrap(t)
 	var owner *sandbox.Owner
 	if uid, gid, ok := b.Owner(); ok {
 		owner = &sandbox.Owner{UID: uid, GID: gid}

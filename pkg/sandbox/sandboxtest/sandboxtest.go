@@ -1,0 +1,40 @@
+// Package sandboxtest gives tests the bubblewrap sandbox and a workspace root for it.
+package sandboxtest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/dshd/dshd/pkg/sandbox"
+)
+
+// Bwrap returns the bubblewrap provider. When bubblewrap cannot run on this machine (not
+// installed, or user namespaces not allowed) the test is skipped, or fails when CI is set:
+// scripts/ensure-deps.sh installs bubblewrap, and CI must test the sandbox.
+func Bwrap(t testing.TB) *sandbox.Bwrap {
+	t.Helper()
+	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{})
+	if err != nil {
+		msg := "bubblewrap cannot run here, so the sandbox is not tested (scripts/ensure-deps.sh installs it): " + err.Error()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + " (CI requires the sandbox)")
+		}
+		t.Skip("SKIP: " + msg)
+	}
+	return b
+}
+
+// WorkspaceRoot returns a fresh directory for sessions' workspaces, removed when the test ends.
+// It is mode 0711, so the sandbox's user, who is not its owner, can reach the workspaces in it.
+func WorkspaceRoot(t testing.TB) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "dshd-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
