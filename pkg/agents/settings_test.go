@@ -189,9 +189,10 @@ func TestAPR4_PolicyNeverRejectsWithoutAnswerer(t *testing.T) {
 	}
 }
 
-// TestAPR1_PolicyAskDeniesUntilApprovalsExist: under approval.policy ask (the default), an ask is
-// denied as without an approval service, {ToolDeniedError, TOOL_DENIED}.
-func TestAPR1_PolicyAskDeniesUntilApprovalsExist(t *testing.T) {
+// TestAPR1_PolicyAskWithoutApprovalServiceDenies: agents with no approval service mounted deny an
+// ask under approval.policy ask (the default), {ToolDeniedError, TOOL_DENIED}; the server always
+// mounts one (pkg/approval).
+func TestAPR1_PolicyAskWithoutApprovalServiceDenies(t *testing.T) {
 	t.Parallel()
 	a := newAgents(t)
 	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"},
