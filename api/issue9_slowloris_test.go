@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,7 +105,9 @@ func TestIssue9Finding4TrickledBodyTimesOut(t *testing.T) {
 				t.Errorf("answered after %s", took)
 			}
 			_ = tr.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := tr.conn.Read(make([]byte, 1)); err != io.EOF {
+			// The server closes the connection; when trickled bytes were still unread in its
+			// receive buffer the kernel answers the close with a reset, which closes it just as well.
+			if _, err := tr.conn.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 				t.Errorf("the connection stays open after the timeout: %v", err)
 			}
 		})
@@ -137,7 +141,7 @@ func TestIssue9Finding4UnauthenticatedTrickleAnsweredAtOnce(t *testing.T) {
 			if resp.StatusCode != http.StatusUnauthorized {
 				errs <- fmt.Errorf("%s: status %d", path, resp.StatusCode)
 			}
-			if _, err := br.ReadByte(); err != io.EOF {
+			if _, err := br.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 				errs <- fmt.Errorf("%s: the connection was not closed: %v", path, err)
 			}
 			if d := time.Since(start); d > 5*time.Second {
