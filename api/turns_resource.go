@@ -53,37 +53,9 @@ var turnTypes = []string{eventlog.TypeTurnStart, eventlog.TypeTurnEnd, eventlog.
 	eventlog.TypeUserMessage, eventlog.TypeAssistantMessage, eventlog.TypeToolCall, eventlog.TypeToolResult,
 	eventlog.TypeLLMRetry, eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided}
 
-// llmCodes are the failure codes of a model call (pkg/llm); a turn that ended with one of them
-// ended on a failed model call.
-var llmCodes = []string{llm.CodeContextWindowExceeded, llm.CodeQuota, llm.CodeRateLimit, llm.CodeEmptyResponse,
-	llm.CodeInvalidCredential, llm.CodeTransport, llm.CodeServer, llm.CodeTimeout}
-
-// usageJSON counts what turns cost: tokens from assistant/message.usage; model calls (one per
-// step, one more per llm/retry); tool calls (tool/call events); failed tool results; failed model
-// attempts (each llm/retry, and the last attempt of a turn that ended on a model failure).
-type usageJSON struct {
-	InputTokens     int64 `json:"inputTokens"`
-	OutputTokens    int64 `json:"outputTokens"`
-	CacheReadTokens int64 `json:"cacheReadTokens"`
-	CacheMissTokens int64 `json:"cacheMissTokens"`
-	ReasoningTokens int64 `json:"reasoningTokens"`
-	ModelCalls      int   `json:"modelCalls"`
-	ToolCalls       int   `json:"toolCalls"`
-	ToolErrors      int   `json:"toolErrors"`
-	ModelErrors     int   `json:"modelErrors"`
-}
-
-func (u *usageJSON) add(o usageJSON) {
-	u.InputTokens += o.InputTokens
-	u.OutputTokens += o.OutputTokens
-	u.CacheReadTokens += o.CacheReadTokens
-	u.CacheMissTokens += o.CacheMissTokens
-	u.ReasoningTokens += o.ReasoningTokens
-	u.ModelCalls += o.ModelCalls
-	u.ToolCalls += o.ToolCalls
-	u.ToolErrors += o.ToolErrors
-	u.ModelErrors += o.ModelErrors
-}
+// usageJSON counts what turns cost, as eventlog.Usage defines it (the usage tables and
+// GET /v1/usage count the same).
+type usageJSON = eventlog.Usage
 
 // turnJSON is a turn as the API shows it.
 type turnJSON struct {
@@ -130,6 +102,9 @@ func foldTurns(evs []eventlog.Event, lastSeq int64) []*turnJSON {
 		if cur == nil {
 			continue
 		}
+		if _, u, ok := eventlog.EventUsage(ev); ok {
+			cur.Usage.Add(u)
+		}
 		switch ev.Type {
 		case eventlog.TypeTurnEnd:
 			var d struct {
@@ -143,49 +118,10 @@ func foldTurns(evs []eventlog.Event, lastSeq int64) []*turnJSON {
 			cur.EndReason, cur.LastSeq, cur.EndedAt, cur.open = d.Reason, ev.Seq, &end, false
 			cur.DurationMs = ev.Time - cur.StartedAt.UnixMilli()
 			cur.Status = endStatus(reason)
-			if reason.Kind == eventlog.EndError && reason.Error != nil && slices.Contains(llmCodes, reason.Error.Code) {
-				cur.Usage.ModelErrors++
-			}
 			cur.approvals = nil
 			cur = nil
 		case eventlog.TypeStepStart:
 			cur.Steps++
-			cur.Usage.ModelCalls++
-		case eventlog.TypeLLMRetry:
-			cur.Usage.ModelCalls++
-			cur.Usage.ModelErrors++
-		case eventlog.TypeAssistantMessage:
-			var d struct {
-				Usage *llm.Usage `json:"usage"`
-			}
-			if json.Unmarshal(ev.Data, &d) == nil && d.Usage != nil {
-				u := &cur.Usage
-				u.InputTokens += int64(d.Usage.InputTokens)
-				u.OutputTokens += int64(d.Usage.OutputTokens)
-				u.CacheReadTokens += int64(d.Usage.CacheReadTokens)
-				u.CacheMissTokens += int64(d.Usage.CacheMissTokens)
-				u.ReasoningTokens += int64(d.Usage.ReasoningTokens)
-			}
-		case eventlog.TypeToolCall:
-			cur.Usage.ToolCalls++
-		case eventlog.TypeToolResult:
-			var d struct {
-				Message struct {
-					Content []struct {
-						IsError bool `json:"isError"`
-					} `json:"content"`
-				} `json:"message"`
-				Error json.RawMessage `json:"error"`
-			}
-			if json.Unmarshal(ev.Data, &d) == nil {
-				failed := len(d.Error) > 0 && string(d.Error) != "null"
-				for _, b := range d.Message.Content {
-					failed = failed || b.IsError
-				}
-				if failed {
-					cur.Usage.ToolErrors++
-				}
-			}
 		case eventlog.TypeUserMessage:
 			var m struct {
 				ID     string `json:"id"`
@@ -398,7 +334,7 @@ func (rs sessionResource) sessionDetail(ctx context.Context, tenant uuid.UUID, s
 		pending  int
 	)
 	for _, t := range turns {
-		total.add(t.Usage)
+		total.Add(t.Usage)
 	}
 	if len(turns) > 0 {
 		last := turns[len(turns)-1]

@@ -17,7 +17,9 @@ import (
 // the rows and notifies, at once; with $14 it also releases the run lease when no followup waits
 // after the batch and no waking message was posted during the serve (run_wake, migration 00007:
 // the holder's release then serves again), a turn runner's last append of a turn, instead of a
-// statement of its own. It does nothing (no row) when the session is not the tenant's
+// statement of its own. In the same statement it adds the batch's bytes to the session's
+// log_bytes ($19), its usage to the turns it touches ($20) and the webhook deliveries it causes to
+// the outbox ($21) (derived.go, migration 00010). It does nothing (no row) when the session is not the tenant's
 // live session, when the log does not end at the expected seq, when the fence owner does not hold
 // the run lease, or when an inbox length would go negative.
 const appendSQL = `
@@ -31,7 +33,8 @@ WITH c AS (
 		inbox_next_step_sizes = CASE WHEN $17 = 0 AND cardinality($18::int[]) = 0 THEN sc.inbox_next_step_sizes
 			ELSE (sc.inbox_next_step_sizes || $18::int[])[$17 + 1:] END,
 		run_owner = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_owner END,
-		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_lease_until END
+		run_lease_until = CASE WHEN $14 AND sc.inbox_next_turn + $10 = 0 AND NOT sc.run_wake THEN NULL ELSE sc.run_lease_until END,
+		log_bytes = sc.log_bytes + $19
 	FROM sessions s
 	WHERE sc.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 	  AND sc.last_seq = $4
@@ -43,6 +46,36 @@ WITH c AS (
 	SELECT $1, $4 + u.ord, $2, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
 	FROM c, unnest($6::text[], $7::text[], $8::text[], $9::text[], $13::bool[], $5::bigint[])
 		WITH ORDINALITY AS u(type, data, op, src, ign, time, ord)
+), usage AS (
+	-- the usage of the turns the batch touches, added to their rows (derived.go: usageRows)
+	INSERT INTO usage_turns AS t (session_id, turn, tenant_id, day, started_at, ended_at, end_kind,
+		input_tokens, output_tokens, cache_read_tokens, cache_miss_tokens, reasoning_tokens,
+		model_calls, tool_calls, tool_errors, model_errors)
+	SELECT $1, u.turn, $2, u.day, u.started_at, u.ended_at, u.end_kind,
+		u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_miss_tokens, u.reasoning_tokens,
+		u.model_calls, u.tool_calls, u.tool_errors, u.model_errors
+	FROM c, json_to_recordset($20::json) AS u(turn int, day date, started_at timestamptz, ended_at timestamptz,
+		end_kind text, input_tokens bigint, output_tokens bigint, cache_read_tokens bigint, cache_miss_tokens bigint,
+		reasoning_tokens bigint, model_calls bigint, tool_calls bigint, tool_errors bigint, model_errors bigint)
+	WHERE $20::json IS NOT NULL
+	ON CONFLICT (session_id, turn) DO UPDATE SET
+		started_at = coalesce(t.started_at, excluded.started_at), ended_at = coalesce(excluded.ended_at, t.ended_at),
+		end_kind = coalesce(excluded.end_kind, t.end_kind),
+		input_tokens = t.input_tokens + excluded.input_tokens, output_tokens = t.output_tokens + excluded.output_tokens,
+		cache_read_tokens = t.cache_read_tokens + excluded.cache_read_tokens,
+		cache_miss_tokens = t.cache_miss_tokens + excluded.cache_miss_tokens,
+		reasoning_tokens = t.reasoning_tokens + excluded.reasoning_tokens,
+		model_calls = t.model_calls + excluded.model_calls, tool_calls = t.tool_calls + excluded.tool_calls,
+		tool_errors = t.tool_errors + excluded.tool_errors, model_errors = t.model_errors + excluded.model_errors
+), hooks AS (
+	-- the webhook deliveries the batch causes, one per subscribed endpoint (derived.go: hookRows);
+	-- session.idle only when this append released the lease
+	INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, payload)
+	SELECT gen_random_uuid(), e.id, $2, h.id, h.type, h.payload
+	FROM c, json_to_recordset($21::json) AS h(id text, type text, payload json)
+		JOIN webhook_endpoints e ON e.tenant_id = $2 AND e.disabled_at IS NULL AND h.type = ANY (e.events)
+	WHERE $21::json IS NOT NULL AND (h.type <> '` + WebhookSessionIdle + `' OR c.released)
+	ON CONFLICT (endpoint_id, event_id) DO NOTHING
 )
 SELECT last_seq, released, pg_notify('` + NotifyChannel + `', $1::text || ':' || last_seq) FROM c`
 
@@ -58,6 +91,15 @@ type appendParams struct {
 	Release bool
 }
 
+// jsonParam passes b as a json parameter: nil as SQL NULL.
+func jsonParam(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
 // errNoRow is appendRows' "the statement matched nothing": the head moved, the lease is another's,
 // or the session is gone. The caller tells which.
 var errNoRow = errors.New("pgstore: the append matched no counter row")
@@ -70,7 +112,9 @@ func appendRows(ctx context.Context, q querier, p appendParams) (released bool, 
 	err = q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), c.times,
 		c.types, c.datas, c.ops, c.srcs, p.Inbox.NextTurn-p.Head.Inbox.NextTurn,
 		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable, p.Release && p.Owner != nil,
-		z.turn.removed, z.turn.inserted, z.step.removed, z.step.inserted).Scan(&last, &released, nil)
+		z.turn.removed, z.turn.inserted, z.step.removed, z.step.inserted, batchBytes(p.Batch),
+		jsonParam(usageRows(p.Batch)), jsonParam(hookRows(p.Session, p.Batch, p.Release && p.Owner != nil))).
+		Scan(&last, &released, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, errNoRow
 	}
@@ -118,12 +162,15 @@ func inboxSizes(batch []eventlog.Event) batchSizes {
 }
 
 // insertSQL inserts rows with explicit seqs and times (seeds and forks); the caller holds the
-// counter row and moves it.
+// counter and moves it; the stored bytes ($10) are added to the counter's log_bytes.
 const insertSQL = `
-INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
-SELECT $1, u.seq, $2, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
-FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[])
-	AS u(seq, time, type, data, op, src, ign)`
+WITH ins AS (
+	INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
+	SELECT $1, u.seq, $2, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
+	FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bool[])
+		AS u(seq, time, type, data, op, src, ign)
+)
+UPDATE session_counters SET log_bytes = log_bytes + $10 WHERE session_id = $1`
 
 // columns are the per-row arrays of a batch.
 type columns struct {
@@ -170,7 +217,8 @@ func insertEvents(ctx context.Context, q querier, tenantID, sessionID uuid.UUID,
 		return nil
 	}
 	c := toColumns(evs)
-	_, err := q.Exec(ctx, insertSQL, sessionID, tenantID, c.seqs, c.times, c.types, c.datas, c.ops, c.srcs, c.ignorable)
+	_, err := q.Exec(ctx, insertSQL, sessionID, tenantID, c.seqs, c.times, c.types, c.datas, c.ops, c.srcs, c.ignorable,
+		batchBytes(evs))
 	return err
 }
 

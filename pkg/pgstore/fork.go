@@ -119,9 +119,14 @@ func (s *Store) fork(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUI
 	if err := insertSession(ctx, tx, sess); err != nil {
 		return eventlog.Session{}, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
+	// The copied prefix counts in the child's stored bytes (log_bytes, migration 00010).
+	if _, err := tx.Exec(ctx, `WITH ins AS (
+		INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
 		SELECT $1, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable
-		FROM events WHERE session_id = $2 AND seq <= $3`, child, sourceID, b); err != nil {
+		FROM events WHERE session_id = $2 AND seq <= $3
+		RETURNING octet_length(data::text) + coalesce(octet_length(surface_op::text), 0) AS n)
+		UPDATE session_counters SET log_bytes = log_bytes + (SELECT coalesce(sum(n), 0) FROM ins) WHERE session_id = $1`,
+		child, sourceID, b); err != nil {
 		return eventlog.Session{}, err
 	}
 	if err := insertEvents(ctx, tx, tenantID, child, tail); err != nil {

@@ -195,7 +195,7 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 	var released bool
 	err := s.pool.QueryRow(ctx, `
 		WITH cur AS (
-			SELECT c.session_id, c.inbox_next_turn = 0 AND NOT c.run_wake AS idle, c.run_wake
+			SELECT c.session_id, c.inbox_next_turn = 0 AND NOT c.run_wake AS idle, c.run_wake, c.last_seq
 			FROM session_counters c JOIN sessions s ON s.id = c.session_id
 			WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
 		), rel AS (
@@ -204,6 +204,18 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 				run_lease_until = CASE WHEN cur.idle THEN NULL ELSE c.run_lease_until END
 			FROM cur WHERE c.session_id = cur.session_id AND (cur.idle OR cur.run_wake)
 			RETURNING c.session_id
+		), hooks AS (
+			-- session.idle to the tenant's subscribed endpoints (the outbox, derived.go: hookRows
+			-- writes the same event, with the same id, when an append releases)
+			INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, payload)
+			SELECT gen_random_uuid(), e.id, $2, ev.id, '`+WebhookSessionIdle+`',
+				json_build_object('id', ev.id, 'type', '`+WebhookSessionIdle+`', 'createdAt', now(),
+					'data', json_build_object('sessionId', $1::uuid, 'seq', cur.last_seq))
+			FROM cur CROSS JOIN LATERAL (SELECT $1::text || ':' || cur.last_seq || ':`+WebhookSessionIdle+`' AS id) ev
+				JOIN webhook_endpoints e ON e.tenant_id = $2 AND e.disabled_at IS NULL
+					AND '`+WebhookSessionIdle+`' = ANY (e.events)
+			WHERE cur.idle
+			ON CONFLICT (endpoint_id, event_id) DO NOTHING
 		)
 		SELECT cur.idle FROM cur`, sessionID, tenantID, owner).Scan(&released)
 	if errors.Is(err, pgx.ErrNoRows) {
