@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -114,7 +115,7 @@ func (rs apiKeyResource) handleKeyRotate(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	k, secret, err := rs.tenants.APIKeyRotate(r.Context(), tenantID(r), id)
-	if err == tenant.ErrKeyExpired {
+	if errors.Is(err, tenant.ErrKeyExpired) {
 		writeProblem(w, CodeConflict, "the API key has expired: create a new one instead")
 		return
 	}
@@ -145,7 +146,7 @@ func (rs apiKeyResource) handleKeyRevoke(w http.ResponseWriter, r *http.Request)
 
 // keyNotFound says "API key not found" rather than the tenant store's "tenant not found".
 func keyNotFound(err error) error {
-	if err == tenant.ErrNotFound {
+	if errors.Is(err, tenant.ErrNotFound) {
 		return errorf(CodeNotFound, "API key not found")
 	}
 	return err
