@@ -7,8 +7,9 @@
 // reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
 // disposed when they fall out of it: every registration made for them (restrictions,
 // presentation mode, tool policies, approval asks, prompt sections and variables) is undone, and the next
-// Agent call of that version sets it up again. Model clients are cached by base URL and key, bounded: a preset naming a tenant credential
-// (model.credential) resolves it at every model call and never shares a client with another key.
+// Agent call of that version sets it up again. Model clients are cached by base URL and key,
+// bounded: a preset naming a tenant credential (model.credential) resolves it at every model call
+// and never shares a client with another key.
 //
 // Setting a scope up and disposing it take time linear in the preset's size (its prompt is one
 // promptasm bundle) and run outside the lock the agents share: a large preset being set up
