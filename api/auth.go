@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -30,7 +31,8 @@ func bearer(r *http.Request) (string, bool) {
 }
 
 // authenticate requires `Authorization: Bearer <api key>` and puts the key's tenant in the
-// request context; anything else answers 401. Without the header, a stream token (?token=,
+// request context; anything else answers 401 (an expired key says when it expired). A key without
+// the write scope may only read (readOnly): anything else answers 403 insufficient_scope. Without the header, a stream token (?token=,
 // tokens.go) may open a session's event stream.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +46,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeProblem(w, CodeUnauthorized, "send an API key as Authorization: Bearer <key>")
 			return
 		}
-		id, err := s.cfg.Tenants.KeyAuthenticate(r.Context(), key)
+		k, err := s.cfg.Tenants.KeyLookup(r.Context(), key)
+		if errors.Is(err, tenant.ErrKeyExpired) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="invalid_token"`)
+			writeProblem(w, CodeUnauthorized, "the API key expired at "+k.ExpiresAt.UTC().Format(time.RFC3339))
+			return
+		}
 		if errors.Is(err, tenant.ErrNotFound) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="invalid_token"`)
 			writeProblem(w, CodeUnauthorized, "unknown or revoked API key")
@@ -54,10 +61,29 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		info(r).tenant = id
+		info(r).tenant = k.TenantID
 		info(r).authenticated()
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, id)))
+		if !k.CanWrite() && !readOnly(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="insufficient_scope", scope="write"`)
+			writeProblem(w, CodeInsufficientScope, "this API key is read-only (scope read): "+r.Method+" needs the write scope")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, k.TenantID)))
 	})
+}
+
+// readOnly reports whether a request only reads: GET and HEAD, and the creation of a stream token
+// (which opens a session's event stream, read-only, for a browser).
+func readOnly(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		return true
+	case http.MethodPost:
+		p := r.URL.Path
+		return strings.HasPrefix(p, "/v1/sessions/") && strings.HasSuffix(p, "/stream-tokens") &&
+			strings.Count(p, "/") == 4
+	}
+	return false
 }
 
 // adminOnly requires `Authorization: Bearer <DSHD_ADMIN_TOKEN>`; without a configured admin

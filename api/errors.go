@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/tenant"
 )
 
 // Problem codes: stable, machine-readable, part of the API contract (openapi.yaml lists them).
@@ -38,6 +39,13 @@ const (
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotReady            = "not_ready"
 	CodeOriginNotAllowed    = "origin_not_allowed"
+)
+
+// Problem codes of tenant credentials and API keys (docs/credentials-and-keys.md).
+const (
+	CodeCredentialsDisabled = tenant.CodeCredentialsDisabled // the server has no DSHD_CREDENTIAL_KEYS
+	CodeUnknownCredential   = tenant.CodeUnknownCredential   // a preset names a credential the tenant lacks
+	CodeInsufficientScope   = "insufficient_scope"           // a read-only API key asked for a change
 )
 
 // problemTable is the one place an error code gets its HTTP status and title. A code missing here
@@ -68,6 +76,9 @@ var problemTable = map[string]struct {
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 	CodeServerBusy:          {http.StatusServiceUnavailable, "Server busy"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},
+	CodeCredentialsDisabled: {http.StatusConflict, "Credentials disabled"},
+	CodeUnknownCredential:   {http.StatusBadRequest, "Unknown credential"},
+	CodeInsufficientScope:   {http.StatusForbidden, "Insufficient scope"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.

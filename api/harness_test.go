@@ -111,8 +111,9 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	quiet := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var ag *agents.Agents
 	approvals := approval.New(approval.Config{TimeoutFunc: func(a string) time.Duration { return ag.ApprovalTimeout(a) }})
+	creds := pgstore.NewCredentials(e.pool, testCredentialKeys)
 	ag, err = agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet, Approvals: approvals,
-		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}})
+		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}, Credentials: creds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +134,8 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		Prompts:    agents.Prompter{Agents: ag, Presets: presets},
 		Logger:     slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		AdminToken: adminToken,
+
+		Credentials: creds,
 	}
 	for _, f := range cfg {
 		f(&c)

@@ -102,6 +102,10 @@ type Config struct {
 	// API key or the admin token; beyond it requests answer 503 server_busy at once. GET /healthz
 	// does not count. Default 256.
 	MaxUnauthenticated int
+
+	// Credentials stores the tenants' model provider keys (/v1/credentials). Nil: every
+	// credential route answers 409 credentials_disabled.
+	Credentials *pgstore.Credentials
 }
 
 func (c *Config) defaults() {
@@ -236,6 +240,8 @@ func (s *Server) routes() chi.Router {
 			r.Mount("/presets", presetResource{presets: s.cfg.Presets}.routes())
 			r.Mount("/sessions", sessionResource{s: s}.routes())
 			r.Get("/tools", s.handleToolList)
+			r.Mount("/api-keys", apiKeyResource{tenants: s.cfg.Tenants}.routes())
+			r.Mount("/credentials", credentialResource{creds: s.cfg.Credentials}.routes())
 		})
 	})
 	return r

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/pkg/secretbox"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -145,6 +146,16 @@ type Config struct {
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
 	CPUProfile string
+	// CredentialKeys (DSHD_CREDENTIAL_KEYS: comma-separated id:base64key entries of 32-byte keys,
+	// the active key first) are the operator's key encryption keys of tenant credentials
+	// (docs/credentials-and-keys.md): new credentials are wrapped by the first, the others still
+	// unwrap older ones until `dshd rewrap-credentials` has moved them. Default empty:
+	// credentials are disabled (POST /v1/credentials answers 409 credentials_disabled).
+	CredentialKeys *secretbox.Keyring
+	// OperatorKeyFallback (DSHD_OPERATOR_KEY_FALLBACK) lends DEEPSEEK_API_KEY to presets that name
+	// no credential and call DeepSeek's endpoint. Default on (1); 0 makes such presets fail their
+	// turns with INVALID_CREDENTIAL, so every tenant pays with its own key.
+	OperatorKeyFallback bool
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -267,10 +278,23 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("%s must be a positive integer", n.name)
 		}
 	}
+	if err := c.parseCredentials(getenv, env); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
 	}
 	return c, nil
+}
+
+// parseCredentials reads the settings of tenant credentials. Errors name a key by its id only.
+func (c *Config) parseCredentials(getenv func(string) string, env func(name, def string) string) error {
+	var err error
+	if c.CredentialKeys, err = secretbox.ParseKeyring(getenv("DSHD_CREDENTIAL_KEYS")); err != nil {
+		return fmt.Errorf("DSHD_CREDENTIAL_KEYS: %w", err)
+	}
+	c.OperatorKeyFallback, err = parseBool("DSHD_OPERATOR_KEY_FALLBACK", env("DSHD_OPERATOR_KEY_FALLBACK", "1"))
+	return err
 }
 
 // parseTools reads the workspace tools' settings.

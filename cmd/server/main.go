@@ -4,6 +4,9 @@
 //	dshd migrate   apply migrations and exit
 //	dshd devdb     start or reuse the development PostgreSQL in ./.data and prepare a
 //	               development tenant, API key and preset (used by `make run`)
+//	dshd rewrap-credentials
+//	               wrap the data key of every stored tenant credential with the first key of
+//	               DSHD_CREDENTIAL_KEYS (operator key rotation, docs/credentials-and-keys.md)
 //
 // Configuration comes from the environment (config.go). SIGINT or SIGTERM shuts the server down
 // gracefully: new connections are refused, SSE streams end cleanly, requests in flight finish.
@@ -20,7 +23,10 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dshd/dshd/migrations"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 func main() {
@@ -45,11 +51,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMigrate(ctx, getenv, stderr)
 	case "devdb":
 		return runDevDB(ctx, args, getenv, stdout)
+	case "rewrap-credentials":
+		return runRewrap(ctx, getenv, stdout)
 	case "help", "-h", "-help", "--help":
-		fmt.Fprintln(stdout, "usage: dshd [serve | migrate | devdb [-dir .data] [-port 55432]]")
+		fmt.Fprintln(stdout, "usage: dshd [serve | migrate | devdb [-dir .data] [-port 55432] | rewrap-credentials]")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want serve, migrate or devdb)", cmd)
+	return fmt.Errorf("unknown command %q (want serve, migrate, devdb or rewrap-credentials)", cmd)
 }
 
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
@@ -89,6 +97,31 @@ func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Write
 	}
 	logger.Info("migrations applied", slog.Any("versions", applied))
 	return nil
+}
+
+// runRewrap applies pending migrations and wraps every stored credential's data key with the
+// active key of DSHD_CREDENTIAL_KEYS; it prints what it did. It fails (and the old key must stay
+// configured) when a credential does not unwrap with any configured key.
+func runRewrap(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := ParseConfig(getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.CredentialKeys == nil {
+		return errors.New("rewrap-credentials: DSHD_CREDENTIAL_KEYS is not set")
+	}
+	if _, err := migrations.Up(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("rewrap-credentials: database: %w", err)
+	}
+	defer pool.Close()
+	res, err := pgstore.NewCredentials(pool, cfg.CredentialKeys).Rewrap(ctx)
+	fmt.Fprintf(stdout, "credentials rewrapped under key %q: %d rewrapped, %d already current, %d failed\n",
+		cfg.CredentialKeys.ActiveID(), res.Rewrapped, res.Current, res.Failed)
+	return err
 }
 
 // startCPUProfile writes a CPU profile to path until the returned function is called.

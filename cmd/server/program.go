@@ -88,6 +88,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	credentials := pgstore.NewCredentials(m.pool, m.Config.CredentialKeys)
+	if m.Config.CredentialKeys == nil {
+		m.Logger.Info("tenant credentials are disabled: set DSHD_CREDENTIAL_KEYS to enable them")
+	}
 	var ag *agents.Agents
 	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) }})
 	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
@@ -95,7 +99,8 @@ func (m *Main) Run(ctx context.Context) error {
 		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,
 		PolicyWebhooks: agents.PolicyWebhooks{Key: []byte(m.Config.PolicyWebhookKey),
 			AllowHTTP: m.Config.PolicyWebhookHTTP, AllowPrivate: m.Config.PolicyWebhookPrivate},
-		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger}})
+		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger},
+		Credentials: credentials, NoOperatorKeyFallback: !m.Config.OperatorKeyFallback})
 	if err != nil {
 		return err
 	}
@@ -140,6 +145,8 @@ func (m *Main) Run(ctx context.Context) error {
 		StreamMaxLag:         m.Config.StreamMaxLag,
 		MaxStreamsPerSession: m.Config.MaxStreamsPerSession,
 		MaxStreamsPerTenant:  m.Config.MaxStreamsPerTenant,
+
+		Credentials: credentials,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")

@@ -43,6 +43,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests []json.RawMessage
+	auths    []string // the Authorization header of each request, in step with requests
 }
 
 // New returns a Server.
@@ -51,14 +52,16 @@ func New(cfg Config) *Server {
 }
 
 // Handler serves POST /v1/chat/completions and POST /chat/completions, GET /_requests (the
-// JSON array of the request bodies received, oldest first) and POST /_reset (forget requests
-// and failtimes counters).
+// JSON array of the request bodies received, oldest first), GET /_calls (the same with each
+// request's Authorization header, Calls) and POST /_reset (forget requests and failtimes
+// counters).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /chat/completions", s.handleChat)
 	mux.HandleFunc("GET /_requests", s.handleRequests)
 	mux.HandleFunc("POST /_reset", s.handleReset)
+	mux.HandleFunc("GET /_calls", s.handleCalls)
 	return mux
 }
 
@@ -73,6 +76,7 @@ func (s *Server) Requests() []json.RawMessage {
 func (s *Server) Reset() {
 	s.mu.Lock()
 	s.requests = nil
+	s.auths = nil
 	s.mu.Unlock()
 	s.attempts.Reset()
 }
@@ -104,6 +108,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.requests = append(s.requests, json.RawMessage(body))
+	s.auths = append(s.auths, r.Header.Get("Authorization"))
 	s.mu.Unlock()
 	if s.cfg.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.cfg.APIKey {
 		writeError(w, http.StatusUnauthorized, "authentication_error", "Authentication Fails, Your api key is invalid")
@@ -142,4 +147,27 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	writeJSON(w, status, openai.ErrorBody{Error: openai.APIError{Message: msg, Type: typ}})
+}
+
+// Call is one request received: its Authorization header (so that a test checks which key
+// reached the model) and its body.
+type Call struct {
+	Authorization string          `json:"authorization"`
+	Body          json.RawMessage `json:"body"`
+}
+
+// Calls returns the requests received so far with their Authorization headers, oldest first.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Call, len(s.requests))
+	for i := range s.requests {
+		out[i] = Call{Authorization: s.auths[i], Body: s.requests[i]}
+	}
+	return out
+}
+
+// handleCalls serves GET /_calls: the JSON array of Calls.
+func (s *Server) handleCalls(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Calls())
 }

@@ -132,3 +132,37 @@ func TestFailuresAsProvidersSendThem(t *testing.T) {
 		t.Fatalf("fail:TRANSPORT: read %q with err %v, want some data, then a broken connection", data, err)
 	}
 }
+
+// TestCallsRecordTheAuthorizationHeader: GET /_calls pairs every request body with the key it
+// carried (none is ""), so a test checks which tenant's key reached the model.
+func TestCallsRecordTheAuthorizationHeader(t *testing.T) {
+	t.Parallel()
+	ms, url := start(t)
+	body := `{"model":"m","messages":[{"role":"user","content":"text"}]}`
+	for _, key := range []string{"Bearer key-one", ""} {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := http.Get(url + "/_calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []mockllm.Call
+	err = json.NewDecoder(resp.Body).Decode(&calls)
+	resp.Body.Close()
+	if err != nil || len(calls) != 2 || calls[0].Authorization != "Bearer key-one" || calls[1].Authorization != "" ||
+		string(calls[0].Body) != body {
+		t.Fatalf("calls %+v (%v)", calls, err)
+	}
+	ms.Reset()
+	if len(ms.Calls()) != 0 {
+		t.Fatal("calls kept after reset")
+	}
+}

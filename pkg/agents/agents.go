@@ -7,7 +7,9 @@
 // reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
 // disposed when they fall out of it: every registration made for them (restrictions,
 // presentation mode, tool policies, approval asks, prompt sections and variables) is undone, and the next
-// Agent call of that version sets it up again. Model clients are cached by base URL, bounded.
+// Agent call of that version sets it up again. Model clients are cached by base URL and key,
+// bounded: a preset naming a tenant credential (model.credential) resolves it at every model call
+// and never shares a client with another key.
 //
 // Setting a scope up and disposing it take time linear in the preset's size (its prompt is one
 // promptasm bundle) and run outside the lock the agents share: a large preset being set up
@@ -18,7 +20,9 @@ package agents
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +34,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/codemode"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/llm/openai"
@@ -39,6 +44,7 @@ import (
 	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/scheduler"
+	"github.com/dshd/dshd/pkg/tenant"
 )
 
 // Config configures the agents of a server.
@@ -53,9 +59,19 @@ type Config struct {
 	// endpoint: a deepseek or openai preset without a baseUrl, or with an https baseUrl on host
 	// api.deepseek.com and the default port (openai.IsDeepSeekEndpoint). A preset pointing
 	// anywhere else (another provider, a proxy, a local server) gets no key: its requests carry
-	// no Authorization header. Per-tenant keys for other endpoints are not supported yet. Empty:
-	// DeepSeek presets fail their turns with INVALID_CREDENTIAL (from the provider).
+	// no Authorization header. A preset that names a tenant credential (model.credential) never
+	// gets it. Empty: DeepSeek presets without a credential fail their turns with
+	// INVALID_CREDENTIAL (from the provider).
 	DeepSeekAPIKey string
+	// NoOperatorKeyFallback stops lending DeepSeekAPIKey to presets: a deepseek or openai preset
+	// without a credential whose endpoint is DeepSeek's fails its turns with INVALID_CREDENTIAL
+	// instead (DSHD_OPERATOR_KEY_FALLBACK=0). Presets pointing elsewhere without a credential
+	// still call without a key. Default false: the operator's key is the fallback.
+	NoOperatorKeyFallback bool
+	// Credentials resolves the tenant credentials presets name (pgstore.Credentials). It is
+	// asked at every model call, so a deleted credential stops being used at once. Nil: a preset
+	// naming a credential fails its model calls with INVALID_CREDENTIAL.
+	Credentials CredentialResolver
 	// ModelHosts are the hosts a deepseek or openai preset's baseUrl may point at (checked again here, not
 	// only when the preset is written, by the same openai.AllowedBaseURL). Default:
 	// api.deepseek.com.
@@ -90,6 +106,13 @@ type Config struct {
 	CodeRuntime *codemode.Runtime
 }
 
+// CredentialResolver returns a tenant's stored credential with its decrypted key, by the name or
+// id a preset names (pgstore.Credentials.CredentialResolve): tenant.ErrCredentialNotFound when
+// the tenant has no such credential, tenant.ErrCredentialsDisabled without a keyring.
+type CredentialResolver interface {
+	CredentialResolve(ctx context.Context, tenantID uuid.UUID, ref string) (tenant.CredentialSecret, error)
+}
+
 // PolicyWebhooks are the operator's settings of preset policy webhooks.
 type PolicyWebhooks struct {
 	// Key is the key every preset's webhook signing secret is derived from (policy.Secret, the
@@ -113,8 +136,9 @@ const (
 	DefaultMaxIdleScopes = 256
 )
 
-// maxClients bounds the cached model clients (one per base URL); the least recently used is
-// dropped beyond it (the sessions using it keep it).
+// maxClients bounds the cached model clients (one per base URL and key: the operator's, or one
+// tenant credential's); the least recently used is dropped beyond it (the sessions using it keep
+// it).
 const maxClients = 64
 
 // Agents builds agent loop configurations. It is safe for concurrent use.
@@ -161,10 +185,10 @@ type scope struct {
 	elem     *list.Element // in idle when refs is 0; under Agents.mu
 }
 
-// client is a cached model client.
+// client is a cached model client; key is its cache key (clientKey).
 type client struct {
-	baseURL string
-	p       llm.Provider
+	key string
+	p   llm.Provider
 }
 
 // New registers the built-in tools and returns the agents of a server.
@@ -254,8 +278,9 @@ func (a *Agents) toolSet(_ context.Context, in promptasm.Input) (promptasm.ToolS
 
 // Session is what Agent needs to know of a session.
 type Session struct {
-	ID     uuid.UUID
-	Preset preset.Preset // the pinned version
+	ID       uuid.UUID
+	TenantID uuid.UUID     // whose credentials the preset's model.credential names
+	Preset   preset.Preset // the pinned version
 }
 
 // Agent returns the agent loop configuration of a session and the func that releases it. The
@@ -272,7 +297,7 @@ type Session struct {
 // Settings(s.ID.String()) returns the agent's settings. On an error, release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
-	prov, defaults, err := a.provider(p.Model)
+	prov, defaults, err := a.provider(p.Model, s.TenantID)
 	if err != nil {
 		a.cfg.Logger.Warn("the preset's model provider cannot be built: its turns end with the error",
 			"preset", s.Preset.ID, "version", s.Preset.Version, "session", s.ID, "err", err)
@@ -547,7 +572,7 @@ func (u unavailable) Stream(context.Context, llm.Request) (llm.Stream, error) { 
 // provider returns the model client of a preset's model settings and the defaults the
 // provider declares: deepseek DeepSeek's (openai.DeepSeekDefaults), openai and scripted none.
 // deepseek and openai share the OpenAI wire and its clients, and the rules of the operator's key.
-func (a *Agents) provider(m preset.Model) (llm.Provider, llm.Defaults, error) {
+func (a *Agents) provider(m preset.Model, tenantID uuid.UUID) (llm.Provider, llm.Defaults, error) {
 	var defaults llm.Defaults
 	switch m.Provider {
 	case preset.ProviderScripted:
@@ -561,41 +586,114 @@ func (a *Agents) provider(m preset.Model) (llm.Provider, llm.Defaults, error) {
 	default:
 		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", clip(m.Provider))
 	}
-	p, err := a.openAIClient(m)
+	p, err := a.openAIClient(m, tenantID)
 	return p, defaults, err
 }
 
-// openAIClient returns the OpenAI-wire client of a deepseek or openai preset.
-func (a *Agents) openAIClient(m preset.Model) (llm.Provider, error) {
-	baseURL, apiKey := "", a.cfg.DeepSeekAPIKey // no baseUrl: the default DeepSeek endpoint
+// openAIClient returns the OpenAI-wire client of a deepseek or openai preset. A preset naming a
+// credential gets a client that resolves it at every call (credentialModel); any other gets the
+// operator's key on DeepSeek's endpoint only, and only while the operator lends it.
+func (a *Agents) openAIClient(m preset.Model, tenantID uuid.UUID) (llm.Provider, error) {
+	baseURL, deepseek := "", true // no baseUrl: the default DeepSeek endpoint
 	if m.BaseURL != "" {
 		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
 		if err != nil {
 			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %s", clip(err.Error()))
 		}
 		baseURL = u.String() // the URL that was checked, not a differently-read spelling of it
-		if !openai.IsDeepSeekEndpoint(u) {
-			apiKey = "" // the operator's key goes to DeepSeek only
-		}
+		deepseek = openai.IsDeepSeekEndpoint(u)
 	}
-	return a.client(baseURL, apiKey), nil
+	if m.Credential != "" {
+		return &credentialModel{a: a, tenantID: tenantID, ref: m.Credential, provider: m.Provider, baseURL: baseURL}, nil
+	}
+	if !deepseek {
+		return a.client(baseURL, "", ""), nil // the operator's key goes to DeepSeek only
+	}
+	if a.cfg.NoOperatorKeyFallback {
+		return nil, llm.NewError(llm.CodeInvalidCredential, "this server does not lend its DeepSeek key to presets: "+
+			"store a credential (POST /v1/credentials) and name it in the preset's model.credential")
+	}
+	return a.client(baseURL, "", a.cfg.DeepSeekAPIKey), nil
 }
 
-// client returns the cached model client of a base URL ("" for the default endpoint; its key
-// follows from it). A client serves every model of its endpoint: the model is sent per request
-// (llm.Request.Config.Model, which the agent loop fills from the preset).
-func (a *Agents) client(baseURL, apiKey string) llm.Provider {
+// credentialModel is the model provider of a preset that names a tenant credential: every call
+// reads and decrypts the credential (one row by the tenant and name or id, a microsecond of
+// AES-GCM), so a deleted credential is never used again, and calls through the client of its
+// base URL and key, which no other tenant's preset shares.
+type credentialModel struct {
+	a        *Agents
+	tenantID uuid.UUID
+	ref      string
+	provider string
+	baseURL  string
+}
+
+// Stream resolves the credential and sends req with its key.
+func (c *credentialModel) Stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
+	cred, err := c.resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.a.client(c.baseURL, cred.ID.String(), cred.APIKey).Stream(ctx, req)
+}
+
+// resolve returns the credential, or the *llm.Error a turn ends with when it cannot be used:
+// INVALID_CREDENTIAL (not retried) when it is gone, disabled, for another provider or does not
+// decrypt; SERVER (retried) while the database is unavailable.
+func (c *credentialModel) resolve(ctx context.Context) (tenant.CredentialSecret, error) {
+	if c.a.cfg.Credentials == nil {
+		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential, "credentials are disabled on this server")
+	}
+	cred, err := c.a.cfg.Credentials.CredentialResolve(ctx, c.tenantID, c.ref)
+	switch {
+	case err == nil && cred.Provider != c.provider:
+		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential,
+			"the preset's credential %q is for provider %q, not %q", clip(c.ref), cred.Provider, c.provider)
+	case err == nil:
+		return cred, nil
+	case ctx.Err() != nil:
+		return tenant.CredentialSecret{}, ctx.Err()
+	case errors.Is(err, tenant.ErrCredentialNotFound):
+		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential,
+			"the preset's credential %q does not exist (deleted?)", clip(c.ref))
+	case errors.Is(err, tenant.ErrCredentialsDisabled):
+		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential, "credentials are disabled on this server")
+	case fault.Code(err) == fault.Unavailable:
+		e := llm.NewError(llm.CodeServer, "the preset's credential could not be read: the database is unavailable")
+		e.Err = err
+		return tenant.CredentialSecret{}, e
+	}
+	c.a.cfg.Logger.Warn("a tenant credential cannot be used", "tenant", c.tenantID, "err", err)
+	e := llm.NewError(llm.CodeInvalidCredential, "the preset's credential %q cannot be decrypted on this server", clip(c.ref))
+	e.Err = err
+	return tenant.CredentialSecret{}, e
+}
+
+// clientKey is the cache key of the client of a base URL and key: the credential's id for a
+// tenant credential ("" for the operator's key) and a fingerprint of the key, so that clients
+// are shared only by calls with the very same key.
+func clientKey(baseURL, credential, apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return baseURL + "\x00" + credential + "\x00" + hex.EncodeToString(sum[:8])
+}
+
+// client returns the cached model client of a base URL ("" for the default endpoint) and key
+// (credential is the tenant credential's id, "" for the operator's key or none). A client serves
+// every model of its endpoint: the model is sent per request (llm.Request.Config.Model, which the
+// agent loop fills from the preset).
+func (a *Agents) client(baseURL, credential, apiKey string) llm.Provider {
+	key := clientKey(baseURL, credential, apiKey)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if e, ok := a.clients[baseURL]; ok {
+	if e, ok := a.clients[key]; ok {
 		a.lru.MoveToFront(e)
 		return e.Value.(*client).p
 	}
-	c := &client{baseURL: baseURL, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, MaxAttempts: 1,
+	c := &client{key: key, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, MaxAttempts: 1,
 		Logger: a.cfg.Logger})}
-	a.clients[baseURL] = a.lru.PushFront(c)
+	a.clients[key] = a.lru.PushFront(c)
 	for a.lru.Len() > maxClients {
-		delete(a.clients, a.lru.Remove(a.lru.Back()).(*client).baseURL)
+		delete(a.clients, a.lru.Remove(a.lru.Back()).(*client).key)
 	}
 	return c.p
 }

@@ -60,7 +60,7 @@ func (p Prompter) Prompt(ctx context.Context, tenantID uuid.UUID, sess eventlog.
 	if err != nil {
 		return "", nil, err
 	}
-	res, err := p.Agents.Prompt(ctx, Session{ID: sess.ID, Preset: pv})
+	res, err := p.Agents.Prompt(ctx, Session{ID: sess.ID, TenantID: tenantID, Preset: pv})
 	var (
 		ae *promptasm.AssemblyError
 		le *llm.Error

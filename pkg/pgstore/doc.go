@@ -23,4 +23,7 @@
 // committed and immutable, and it creates the child's counter row itself. So no transaction holds
 // two counter locks and no lock-order cycle is possible. The Hub holds its subscriber mutex only
 // to edit or walk the map, never during I/O; its lifecycle mutex serializes Start and Stop.
+// Creating an API key or a tenant credential (Credentials, the envelope-encrypted store of
+// tenants' model keys) also locks its tenant's row, to count the tenant's keys or credentials,
+// alone in its transaction: no counter lock is held with it.
 package pgstore

@@ -4,42 +4,171 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// KeyCreate adds an API key to an existing tenant and returns its secret (shown once).
+// MaxKeysPerTenant bounds the API keys (revoked ones included) one tenant has.
+const MaxKeysPerTenant = 100
+
+// lastUsedEvery is how stale a key's last_used_at may get: an authentication writes it only when
+// it is older than this, so a busy key costs one write a minute, not one per request. (The
+// UPDATE's interval '1 minute' is the same bound, checked by the database's clock.)
+const lastUsedEvery = time.Minute
+
+// KeyCreate adds an API key with the default name and scopes to an existing tenant and returns
+// its secret (shown once).
 func (s *Tenants) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, error) {
-	secret, err := keyInsert(ctx, s.pool, tenantID)
-	if isForeignKeyViolation(err) {
-		return "", tenant.ErrNotFound
-	}
-	if err != nil {
-		return "", dbError(err, "tenant: key create")
-	}
-	return secret, nil
+	_, secret, err := s.APIKeyCreate(ctx, tenantID, tenant.KeySpec{})
+	return secret, err
 }
 
-// KeyAuthenticate returns the tenant that owns the API key secret, or tenant.ErrNotFound when the key is
-// unknown or revoked.
-func (s *Tenants) KeyAuthenticate(ctx context.Context, secret string) (uuid.UUID, error) {
-	if !strings.HasPrefix(secret, tenant.KeyPrefix) {
-		return uuid.Nil, tenant.ErrNotFound
+// APIKeyCreate checks spec and adds an API key to the tenant: its record and its secret, which
+// is not stored and cannot be read again.
+func (s *Tenants) APIKeyCreate(ctx context.Context, tenantID uuid.UUID, spec tenant.KeySpec) (tenant.Key, string, error) {
+	if err := spec.Normalize(time.Now()); err != nil {
+		return tenant.Key{}, "", err
 	}
-	hash := tenant.KeyHash(secret)
-	var id uuid.UUID
-	err := s.pool.QueryRow(ctx,
-		`SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, hash).Scan(&id)
+	var k tenant.Key
+	var secret string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var n int
+		// The tenant row lock serializes the count check of concurrent creates.
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM api_keys WHERE tenant_id = $1)
+			FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&n); err != nil {
+			return err
+		}
+		if n >= MaxKeysPerTenant {
+			return errTooManyKeys
+		}
+		var err error
+		k, secret, err = keyInsert(ctx, tx, tenantID, spec)
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return tenant.Key{}, "", tenant.ErrNotFound
+	case errors.Is(err, errTooManyKeys):
+		return tenant.Key{}, "", errTooManyKeys
+	case err != nil:
+		return tenant.Key{}, "", dbError(err, "tenant: key create")
+	}
+	return k, secret, nil
+}
+
+var errTooManyKeys = fault.New(fault.Conflict, "a tenant has at most %d API keys, revoked ones included", MaxKeysPerTenant)
+
+// KeyAuthenticate returns the tenant that owns the API key secret, or tenant.ErrNotFound when the
+// key is unknown or revoked, or tenant.ErrKeyExpired.
+func (s *Tenants) KeyAuthenticate(ctx context.Context, secret string) (uuid.UUID, error) {
+	k, err := s.KeyLookup(ctx, secret)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return k.TenantID, nil
+}
+
+// KeyLookup returns the record of the API key with secret, read from the database (so a
+// revocation or rotation holds on every replica at once). It fails with tenant.ErrNotFound for
+// an unknown, rotated or revoked key and with tenant.ErrKeyExpired (the record is returned too)
+// for an expired one. It records the use in last_used_at when that is more than a minute old.
+func (s *Tenants) KeyLookup(ctx context.Context, secret string) (tenant.Key, error) {
+	if !strings.HasPrefix(secret, tenant.KeyPrefix) {
+		return tenant.Key{}, tenant.ErrNotFound
+	}
+	row := s.pool.QueryRow(ctx, keySelect+` WHERE key_hash = $1 AND revoked_at IS NULL`, tenant.KeyHash(secret))
+	k, expired, err := scanKey(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return uuid.Nil, tenant.ErrNotFound
+		return tenant.Key{}, tenant.ErrNotFound
 	}
 	if err != nil {
-		return uuid.Nil, dbError(err, "tenant: key authenticate")
+		return tenant.Key{}, dbError(err, "tenant: key authenticate")
 	}
-	return id, nil
+	if expired {
+		return k, tenant.ErrKeyExpired
+	}
+	if k.LastUsedAt == nil || time.Since(*k.LastUsedAt) > lastUsedEvery {
+		// At most one write a minute per key; the condition keeps concurrent requests (and
+		// replicas) from writing it more often. A failure costs only the timestamp.
+		_, _ = s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now()
+			WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`, k.ID)
+	}
+	return k, nil
+}
+
+// APIKeyList returns the tenant's API keys, revoked ones included, oldest first.
+func (s *Tenants) APIKeyList(ctx context.Context, tenantID uuid.UUID) ([]tenant.Key, error) {
+	rows, err := s.pool.Query(ctx, keySelect+` WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, dbError(err, "tenant: key list")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (tenant.Key, error) {
+		k, _, err := scanKey(r)
+		return k, err
+	})
+	if err != nil {
+		return nil, dbError(err, "tenant: key list")
+	}
+	if out == nil {
+		out = []tenant.Key{}
+	}
+	return out, nil
+}
+
+// APIKeyGet returns the tenant's API key id, or tenant.ErrNotFound.
+func (s *Tenants) APIKeyGet(ctx context.Context, tenantID, id uuid.UUID) (tenant.Key, error) {
+	k, _, err := scanKey(s.pool.QueryRow(ctx, keySelect+` WHERE id = $1 AND tenant_id = $2`, id, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tenant.Key{}, tenant.ErrNotFound
+	}
+	if err != nil {
+		return tenant.Key{}, dbError(err, "tenant: key get")
+	}
+	return k, nil
+}
+
+// APIKeyRotate gives the tenant's API key id a new secret, keeping its id, name, scopes and
+// expiry: the old secret stops working at once, on every replica. A revoked key is not found; an
+// expired one cannot be rotated (tenant.ErrKeyExpired).
+func (s *Tenants) APIKeyRotate(ctx context.Context, tenantID, id uuid.UUID) (tenant.Key, string, error) {
+	secret, hash, prefix, err := tenant.NewKey()
+	if err != nil {
+		return tenant.Key{}, "", err
+	}
+	row := s.pool.QueryRow(ctx, `UPDATE api_keys SET key_hash = $3, prefix = $4, rotated_at = now()
+		WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		RETURNING `+keyColumns, id, tenantID, hash, prefix)
+	k, _, err := scanKey(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		old, gerr := s.APIKeyGet(ctx, tenantID, id)
+		if gerr == nil && old.RevokedAt == nil {
+			return tenant.Key{}, "", tenant.ErrKeyExpired
+		}
+		return tenant.Key{}, "", tenant.ErrNotFound
+	}
+	if err != nil {
+		return tenant.Key{}, "", dbError(err, "tenant: key rotate")
+	}
+	return k, secret, nil
+}
+
+// APIKeyRevoke revokes the tenant's API key id: later requests with it answer 401 on every
+// replica. Revoking a revoked key does nothing; an unknown one is tenant.ErrNotFound.
+func (s *Tenants) APIKeyRevoke(ctx context.Context, tenantID, id uuid.UUID) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+		WHERE id = $1 AND tenant_id = $2`, id, tenantID)
+	if err != nil {
+		return dbError(err, "tenant: key revoke")
+	}
+	if tag.RowsAffected() == 0 {
+		return tenant.ErrNotFound
+	}
+	return nil
 }
 
 // KeyRevoke revokes the key with secret; later authentications with it fail.
@@ -56,26 +185,50 @@ func (s *Tenants) KeyRevoke(ctx context.Context, tenantID uuid.UUID, secret stri
 	return nil
 }
 
+const keyColumns = `id, tenant_id, name, prefix, scopes, created_at, last_used_at, expires_at, rotated_at, revoked_at,
+	(expires_at IS NOT NULL AND expires_at <= now())`
+
+const keySelect = `SELECT ` + keyColumns + ` FROM api_keys`
+
+// scanKey reads a row of keyColumns and whether the key has expired (by the database's clock).
+func scanKey(row pgx.Row) (tenant.Key, bool, error) {
+	var k tenant.Key
+	var expired bool
+	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.Scopes, &k.CreatedAt, &k.LastUsedAt,
+		&k.ExpiresAt, &k.RotatedAt, &k.RevokedAt, &expired)
+	return k, expired, err
+}
+
 // execer is what keyInsert needs from a pool or a transaction.
 type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// keyInsert generates a key for tenantID, stores its hash and returns the secret.
-func keyInsert(ctx context.Context, db execer, tenantID uuid.UUID) (string, error) {
+// keyInsert generates a key for tenantID with a normalized spec, stores its hash and returns its
+// record and secret.
+func keyInsert(ctx context.Context, db execer, tenantID uuid.UUID, spec tenant.KeySpec) (tenant.Key, string, error) {
 	secret, hash, prefix, err := tenant.NewKey()
 	if err != nil {
-		return "", err
+		return tenant.Key{}, "", err
 	}
-	_, err = db.Exec(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix) VALUES ($1, $2, $3, $4)`,
-		uuid.New(), tenantID, hash, prefix)
+	if spec.Name == "" {
+		spec.Name = tenant.DefaultKeyName
+	}
+	if len(spec.Scopes) == 0 {
+		spec.Scopes = []string{tenant.ScopeRead, tenant.ScopeWrite}
+	}
+	row := db.QueryRow(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix, name, scopes, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+keyColumns,
+		uuid.New(), tenantID, hash, prefix, spec.Name, spec.Scopes, spec.ExpiresAt)
+	k, _, err := scanKey(row)
 	if err != nil {
-		return "", err
+		return tenant.Key{}, "", err
 	}
-	return secret, nil
+	return k, secret, nil
 }
 
-func isForeignKeyViolation(err error) bool {
+func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +32,9 @@ func NewPresets(pool *pgxpool.Pool, rules preset.Rules) *Presets {
 // PresetCreate validates b (filling defaults) and stores it as version 1 of a new preset.
 func (s *Presets) PresetCreate(ctx context.Context, tenantID uuid.UUID, b preset.Body) (preset.Preset, error) {
 	if err := s.rules.Validate(&b); err != nil {
+		return preset.Preset{}, err
+	}
+	if err := s.checkCredential(ctx, tenantID, b.Model); err != nil {
 		return preset.Preset{}, err
 	}
 	p := preset.Preset{ID: uuid.New(), Version: 1, Body: b}
@@ -52,6 +57,9 @@ func (s *Presets) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b pr
 	if err := s.rules.Validate(&b); err != nil {
 		return preset.Preset{}, err
 	}
+	if err := s.checkCredential(ctx, tenantID, b.Model); err != nil {
+		return preset.Preset{}, err
+	}
 	p := preset.Preset{ID: id, Body: b}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The row lock taken by UPDATE serializes concurrent updates of one preset.
@@ -71,6 +79,27 @@ func (s *Presets) PresetUpdate(ctx context.Context, tenantID, id uuid.UUID, b pr
 		return preset.Preset{}, dbError(err, "preset: update")
 	}
 	return p, nil
+}
+
+// checkCredential checks that the credential a preset's model names exists in the tenant and is
+// for the model's provider: an unknown one is tenant.CodeUnknownCredential, another provider's
+// is invalid.
+func (s *Presets) checkCredential(ctx context.Context, tenantID uuid.UUID, m preset.Model) error {
+	if m.Credential == "" {
+		return nil
+	}
+	c, err := credentialFind(ctx, s.pool, tenantID, m.Credential)
+	if errors.Is(err, tenant.ErrCredentialNotFound) {
+		return fault.New(tenant.CodeUnknownCredential, "model.credential: the tenant has no credential of this name or id")
+	}
+	if err != nil {
+		return err
+	}
+	if c.Provider != m.Provider {
+		return fault.New(fault.Invalid, "model.credential: credential %q is for provider %q, the model's provider is %q",
+			c.Name, c.Provider, m.Provider)
+	}
+	return nil
 }
 
 func versionInsert(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, p preset.Preset) error {

@@ -34,7 +34,7 @@ func (s *Tenants) TenantCreate(ctx context.Context, name string) (tenant.Tenant,
 		if err != nil {
 			return err
 		}
-		secret, err = keyInsert(ctx, tx, t.ID)
+		_, secret, err = keyInsert(ctx, tx, t.ID, tenant.KeySpec{})
 		return err
 	})
 	if err != nil {

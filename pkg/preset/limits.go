@@ -9,6 +9,8 @@ const (
 	MaxModelBytes   = 200  // model.model
 	MaxBaseURLBytes = 2048 // model.baseUrl
 
+	MaxCredentialRefBytes = 100 // model.credential (a credential's name or id)
+
 	MaxMaxTokens    = 1_000_000 // model.maxTokens (from 1)
 	MaxModelRetries = 10        // model.retries (from 0)
 

@@ -65,7 +65,10 @@ type Policies = policy.Policies
 // providers only; empty means the provider's default endpoint. MaxTokens and ReasoningEffort,
 // when set, replace the provider's defaults (request/header marks the ones that were not set
 // as adapterDefaults). Retries is how often a failed call that may succeed again (rate limit,
-// server error, transport failure, timeout) is retried within its step, 0 to 10.
+// server error, transport failure, timeout) is retried within its step, 0 to 10. Credential,
+// for the deepseek and openai providers, names one of the tenant's stored credentials (its name
+// or id; docs/credentials-and-keys.md): its key is sent to the preset's endpoint. It must exist,
+// for the same provider, when the preset is written, and is looked up again at every model call.
 type Model struct {
 	Provider        string `json:"provider"`
 	Model           string `json:"model"`
@@ -73,6 +76,7 @@ type Model struct {
 	MaxTokens       *int   `json:"maxTokens,omitempty"`
 	ReasoningEffort string `json:"reasoningEffort,omitempty"`
 	Retries         *int   `json:"retries"`
+	Credential      string `json:"credential,omitempty"`
 }
 
 // Tools selects which tools the agent sees and how. An empty Allow allows every tool; Deny always

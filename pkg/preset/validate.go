@@ -171,6 +171,10 @@ func (v *validator) model(m Model, r Rules) {
 			strings.Join(reasoningEfforts, ", "))
 	}
 	v.between("model.retries", *m.Retries, 0, MaxModelRetries)
+	if m.Credential != "" && m.Provider == ProviderScripted {
+		v.add("model.credential", "must be empty for the scripted provider")
+	}
+	v.size("model.credential", m.Credential, MaxCredentialRefBytes)
 	if m.BaseURL == "" {
 		return
 	}

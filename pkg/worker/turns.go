@@ -193,7 +193,7 @@ func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID, kn
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("worker: preset of session %s: %w", a.SessionID, err)
 	}
-	lc, done, err := cfg.Agents.Agent(agents.Session{ID: a.SessionID, Preset: p})
+	lc, done, err := cfg.Agents.Agent(agents.Session{ID: a.SessionID, TenantID: a.TenantID, Preset: p})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -145,6 +145,18 @@ func (c *Client) Name() string { return "openai" }
 // Retry-After; the last one is returned as an *llm.Error (or context.Canceled when ctx was
 // cancelled). The caller must Close the stream.
 func (c *Client) Stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
+	s, err := c.stream(ctx, req)
+	if c.cfg.APIKey == "" {
+		return s, err
+	}
+	if err != nil {
+		return nil, maskKey(err, c.cfg.APIKey)
+	}
+	return &maskedStream{Stream: s, key: c.cfg.APIKey}, nil
+}
+
+// stream is Stream without the masking of the client's own key.
+func (c *Client) stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
 	body, err := json.Marshal(c.wireRequest(req))
 	if err != nil {
 		return nil, fmt.Errorf("openai: encode request: %w", err)
@@ -163,14 +175,14 @@ func (c *Client) Stream(ctx context.Context, req llm.Request) (llm.Stream, error
 			}
 			if e.err.Err != nil {
 				// The message is generic (it reaches the tenant); the cause is for the operator.
-				c.cfg.Logger.Warn("llm call failed", "attempts", attempt, "err", e.err, "cause", e.err.Err)
+				c.cfg.Logger.Warn("llm call failed", "attempts", attempt, "err", maskKey(e.err, c.cfg.APIKey), "cause", e.err.Err)
 			}
 			return nil, e.err
 		}
 		if isAttempt && e.err.Err != nil {
-			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", err, "cause", e.err.Err)
+			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", maskKey(err, c.cfg.APIKey), "cause", e.err.Err)
 		} else {
-			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", err)
+			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", maskKey(err, c.cfg.APIKey))
 		}
 		if serr := c.cfg.SleepFunc(ctx, wait); serr != nil {
 			return nil, readError(ctx, ctx, serr, "waiting to retry")

@@ -126,6 +126,35 @@ func maskKeys(msg string) string {
 	return keyLike.ReplaceAllString(msg, "${1}***")
 }
 
+// maskKey replaces every occurrence of the client's own key in the message of an *llm.Error in
+// err's chain by "***": a provider may echo the key it was sent, and a tenant's key (which need
+// not look like an `sk-` key, which maskKeys catches) must never reach an event, an API error or
+// a log line.
+func maskKey(err error, key string) error {
+	var le *llm.Error
+	if key == "" || !errors.As(err, &le) || !strings.Contains(le.Message, key) {
+		return err
+	}
+	masked := *le
+	masked.Message = strings.ReplaceAll(le.Message, key, "***")
+	return &masked
+}
+
+// maskedStream masks the client's key in the errors of a stream (an error object inside a 200
+// stream carries the provider's message).
+type maskedStream struct {
+	llm.Stream
+	key string
+}
+
+func (s *maskedStream) Recv() (llm.Chunk, error) {
+	ch, err := s.Stream.Recv()
+	if err != nil {
+		err = maskKey(err, s.key)
+	}
+	return ch, err
+}
+
 // classify gives an error of the status and lowercase text its code.
 func classify(status int, text, msg string) *llm.Error {
 	code := llm.CodeServer

@@ -1,8 +1,16 @@
 package openai
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/dshd/dshd/pkg/llm"
 )
 
 // TestProviderMessageKeysMasked: a provider error that echoes the key it was sent carries no key
@@ -22,4 +30,56 @@ func TestProviderMessageKeysMasked(t *testing.T) {
 			t.Errorf("message %q: want the key masked with ***", e.Message)
 		}
 	}
+}
+
+// TestClientMasksItsOwnKey: a key that does not look like one (a tenant's key for a proxy, say)
+// is masked too when the provider echoes it, before a status, inside a 200 stream, and in the
+// client's log lines.
+func TestClientMasksItsOwnKey(t *testing.T) {
+	const key = "tenant-key-Zq81.opaque"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if r.URL.Query().Has("stream") || strings.Contains(r.Header.Get("X-Test"), "stream") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: {\"error\":{\"message\":\"key %s was refused mid-stream\"}}\n\n", got)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"error":{"message":"key %s is invalid","type":"authentication_error"}}`, got)
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	c := New(Config{BaseURL: srv.URL, APIKey: key, MaxAttempts: 1,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	_, err := c.Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.NewUserMessage("m1", "hi")}})
+	if err == nil || strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "***") {
+		t.Fatalf("status error %v: want the key masked", err)
+	}
+	streaming := New(Config{BaseURL: srv.URL, APIKey: key, MaxAttempts: 1,
+		HTTPClient: &http.Client{Transport: headerTransport{"X-Test", "stream"}}})
+	s, err := streaming.Stream(context.Background(), llm.Request{Messages: []llm.Message{llm.NewUserMessage("m1", "hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var recvErr error
+	for recvErr == nil {
+		_, recvErr = s.Recv()
+	}
+	if strings.Contains(recvErr.Error(), key) || !strings.Contains(recvErr.Error(), "***") {
+		t.Fatalf("stream error %v: want the key masked", recvErr)
+	}
+	if strings.Contains(logs.String(), key) {
+		t.Fatalf("the log shows the key: %s", logs.String())
+	}
+}
+
+// headerTransport adds one header to every request.
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return http.DefaultTransport.RoundTrip(r)
 }

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+// apiKeyResource serves /v1/api-keys: the authenticated tenant's API keys. Every change needs a
+// key with the write scope (authenticate refuses read-only keys before these handlers).
+type apiKeyResource struct {
+	tenants *pgstore.Tenants
+}
+
+func (rs apiKeyResource) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Post("/", rs.handleKeyCreate)
+	r.Get("/", rs.handleKeyList)
+	r.Get("/{id}", rs.handleKeyGet)
+	r.Post("/{id}/rotate", rs.handleKeyRotate)
+	r.Delete("/{id}", rs.handleKeyRevoke)
+	return r
+}
+
+// maxKeyLifetime bounds expiresInSeconds (and so the distance of expiresAt): ten years.
+const maxKeyLifetime = 10 * 365 * 24 * time.Hour
+
+// apiKeyCreateRequest is the body of POST /v1/api-keys. At most one of ExpiresAt and
+// ExpiresInSeconds; neither: the key does not expire.
+type apiKeyCreateRequest struct {
+	Name             string     `json:"name"`
+	Scopes           []string   `json:"scopes"`
+	ExpiresAt        *time.Time `json:"expiresAt"`
+	ExpiresInSeconds *int64     `json:"expiresInSeconds"`
+}
+
+// apiKeyCreated is a key's record with its secret: the answer of a create and of a rotation, the
+// only responses that carry a secret.
+type apiKeyCreated struct {
+	tenant.Key
+	Secret string `json:"secret"`
+}
+
+// handleKeyCreate creates an API key: 201 with its secret, shown this once.
+func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
+	var req apiKeyCreateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	spec := tenant.KeySpec{Name: req.Name, Scopes: req.Scopes, ExpiresAt: req.ExpiresAt}
+	if req.ExpiresInSeconds != nil {
+		if req.ExpiresAt != nil {
+			writeProblem(w, CodeInvalidRequest, "set expiresAt or expiresInSeconds, not both")
+			return
+		}
+		n := *req.ExpiresInSeconds
+		if n < 1 || n > int64(maxKeyLifetime/time.Second) {
+			writeProblem(w, CodeInvalidRequest, "expiresInSeconds must be 1 to 315360000 (ten years)")
+			return
+		}
+		at := time.Now().Add(time.Duration(n) * time.Second).UTC()
+		spec.ExpiresAt = &at
+	}
+	if spec.ExpiresAt != nil && time.Until(*spec.ExpiresAt) > maxKeyLifetime {
+		writeProblem(w, CodeInvalidRequest, "expiresAt must lie within ten years")
+		return
+	}
+	k, secret, err := rs.tenants.APIKeyCreate(r.Context(), tenantID(r), spec)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	logger(r).Info("api key created", "key", k.ID, "name", k.Name)
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, apiKeyCreated{Key: k, Secret: secret})
+}
+
+// handleKeyList answers {items} of every key of the tenant, revoked ones included, oldest first.
+func (rs apiKeyResource) handleKeyList(w http.ResponseWriter, r *http.Request) {
+	keys, err := rs.tenants.APIKeyList(r.Context(), tenantID(r))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]tenant.Key{"items": keys})
+}
+
+// handleKeyGet answers one key's record.
+func (rs apiKeyResource) handleKeyGet(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "API key")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	k, err := rs.tenants.APIKeyGet(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, keyNotFound(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, k)
+}
+
+// handleKeyRotate gives the key a new secret (200 with it, shown this once); the old secret stops
+// working at once on every replica.
+func (rs apiKeyResource) handleKeyRotate(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "API key")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	k, secret, err := rs.tenants.APIKeyRotate(r.Context(), tenantID(r), id)
+	if errors.Is(err, tenant.ErrKeyExpired) {
+		writeProblem(w, CodeConflict, "the API key has expired: create a new one instead")
+		return
+	}
+	if err != nil {
+		writeError(w, r, keyNotFound(err))
+		return
+	}
+	logger(r).Info("api key rotated", "key", k.ID)
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, apiKeyCreated{Key: k, Secret: secret})
+}
+
+// handleKeyRevoke revokes the key: 204, also when it was revoked before. Requests with it answer
+// 401 on every replica from then on.
+func (rs apiKeyResource) handleKeyRevoke(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "API key")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := rs.tenants.APIKeyRevoke(r.Context(), tenantID(r), id); err != nil {
+		writeError(w, r, keyNotFound(err))
+		return
+	}
+	logger(r).Info("api key revoked", "key", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// keyNotFound says "API key not found" rather than the tenant store's "tenant not found".
+func keyNotFound(err error) error {
+	if errors.Is(err, tenant.ErrNotFound) {
+		return errorf(CodeNotFound, "API key not found")
+	}
+	return err
+}

@@ -1,0 +1,156 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/internal/pgtest"
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+func TestAPIKeysNamesScopesExpiryRotateRevoke(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	s := pgstore.NewTenants(pool)
+	tn, first, err := s.TenantCreate(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := s.TenantCreate(ctx, "other")
+	keys, err := s.APIKeyList(ctx, tn.ID)
+	if err != nil || len(keys) != 1 || keys[0].Name != tenant.DefaultKeyName || !keys[0].CanWrite() ||
+		!slices.Equal(keys[0].Scopes, []string{"read", "write"}) || keys[0].LastUsedAt != nil {
+		t.Fatalf("first key %+v, %v", keys, err)
+	}
+	ro, roSecret, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: " dashboards ", Scopes: []string{"read"}})
+	if err != nil || ro.Name != "dashboards" || ro.CanWrite() || !slices.Equal(ro.Scopes, []string{"read"}) {
+		t.Fatalf("read-only key %+v, %v", ro, err)
+	}
+	if k, err := s.KeyLookup(ctx, roSecret); err != nil || k.ID != ro.ID || k.TenantID != tn.ID || k.CanWrite() {
+		t.Fatalf("lookup = %+v, %v", k, err)
+	}
+	if w, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Scopes: []string{"write"}}); !slices.Equal(w.Scopes, []string{"read", "write"}) {
+		t.Fatalf("write implies read: %v", w.Scopes)
+	}
+	for _, spec := range []tenant.KeySpec{{Scopes: []string{"admin"}}, {Name: string(make([]byte, 101))},
+		{ExpiresAt: ptr(time.Now().Add(-time.Minute))}} {
+		if _, _, err := s.APIKeyCreate(ctx, tn.ID, spec); fault.Code(err) != fault.Invalid {
+			t.Errorf("spec %+v: %v", spec, err)
+		}
+	}
+	if _, _, err := s.APIKeyCreate(ctx, uuid.New(), tenant.KeySpec{}); !errors.Is(err, tenant.ErrNotFound) {
+		t.Errorf("unknown tenant: %v", err)
+	}
+
+	// Expiry: the database's clock decides; an expired key is refused with its record.
+	exp, expSecret, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: "short", ExpiresAt: ptr(time.Now().Add(time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeyLookup(ctx, expSecret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1`, exp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := s.KeyLookup(ctx, expSecret); !errors.Is(err, tenant.ErrKeyExpired) || k.ExpiresAt == nil {
+		t.Fatalf("expired lookup = %+v, %v", k, err)
+	}
+	if _, _, err := s.APIKeyRotate(ctx, tn.ID, exp.ID); !errors.Is(err, tenant.ErrKeyExpired) {
+		t.Fatalf("rotate expired = %v", err)
+	}
+
+	// Rotate: same record, new secret; the old one stops at once.
+	rot, newSecret, err := s.APIKeyRotate(ctx, tn.ID, ro.ID)
+	if err != nil || rot.ID != ro.ID || rot.Name != "dashboards" || !slices.Equal(rot.Scopes, []string{"read"}) ||
+		rot.RotatedAt == nil || newSecret == roSecret || rot.Prefix == ro.Prefix {
+		t.Fatalf("rotate = %+v, %v", rot, err)
+	}
+	if _, err := s.KeyLookup(ctx, roSecret); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("old secret after rotate: %v", err)
+	}
+	if k, err := s.KeyLookup(ctx, newSecret); err != nil || k.ID != ro.ID {
+		t.Fatalf("new secret: %+v, %v", k, err)
+	}
+	if _, _, err := s.APIKeyRotate(ctx, other.ID, ro.ID); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("another tenant rotates: %v", err)
+	}
+
+	// Revoke: idempotent, per tenant, and the key is refused at once.
+	if err := s.APIKeyRevoke(ctx, other.ID, ro.ID); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("another tenant revokes: %v", err)
+	}
+	for range 2 {
+		if err := s.APIKeyRevoke(ctx, tn.ID, ro.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.KeyLookup(ctx, newSecret); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("revoked: %v", err)
+	}
+	if _, _, err := s.APIKeyRotate(ctx, tn.ID, ro.ID); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("rotate revoked: %v", err)
+	}
+	if k, err := s.APIKeyGet(ctx, tn.ID, ro.ID); err != nil || k.RevokedAt == nil {
+		t.Fatalf("get revoked: %+v, %v", k, err)
+	}
+	if _, err := s.KeyLookup(ctx, first); err != nil {
+		t.Fatalf("the first key: %v", err)
+	}
+}
+
+// TestAPIKeyLastUsedWrittenAtMostOnceAMinute: authentications record the use, but a key used
+// again within a minute costs no write.
+func TestAPIKeyLastUsedWrittenAtMostOnceAMinute(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	s := pgstore.NewTenants(pool)
+	tn, secret, err := s.TenantCreate(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() (time.Time, int64) {
+		t.Helper()
+		var at time.Time
+		var xmin int64
+		// xmin changes with every write of the row.
+		if err := pool.QueryRow(ctx, `SELECT last_used_at, xmin::text::bigint FROM api_keys WHERE tenant_id = $1`, tn.ID).
+			Scan(&at, &xmin); err != nil {
+			t.Fatal(err)
+		}
+		return at, xmin
+	}
+	if _, err := s.KeyLookup(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	at1, x1 := lastUsed()
+	for range 20 {
+		if _, err := s.KeyLookup(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at2, x2 := lastUsed()
+	if !at1.Equal(at2) || x1 != x2 {
+		t.Fatalf("the row was written again within a minute: %v/%d then %v/%d", at1, x1, at2, x2)
+	}
+	// A use more than a minute after the last recorded one is recorded.
+	if _, err := pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() - interval '2 minutes' WHERE tenant_id = $1`, tn.ID); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := lastUsed()
+	if _, err := s.KeyLookup(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if at3, _ := lastUsed(); !at3.After(old) {
+		t.Fatalf("last_used_at %v not advanced from %v", at3, old)
+	}
+}

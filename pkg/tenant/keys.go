@@ -1,0 +1,111 @@
+package tenant
+
+import (
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/google/uuid"
+)
+
+// API key scopes. ScopeRead allows reading only (GET and HEAD requests); ScopeWrite allows every
+// request and implies ScopeRead. A key without ScopeWrite is read-only.
+const (
+	ScopeRead  = "read"
+	ScopeWrite = "write"
+)
+
+// DefaultKeyName names a key created without a name, as a tenant's first key is.
+const DefaultKeyName = "default"
+
+// MaxKeyNameBytes bounds the name of an API key or a credential.
+const MaxKeyNameBytes = 100
+
+// Key is an API key's record, without its secret (which is never stored).
+type Key struct {
+	ID         uuid.UUID  `json:"id"`
+	TenantID   uuid.UUID  `json:"-"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"` // the first characters of the secret, to recognise it
+	Scopes     []string   `json:"scopes"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	LastUsedAt *time.Time `json:"lastUsedAt"`
+	ExpiresAt  *time.Time `json:"expiresAt"`
+	RotatedAt  *time.Time `json:"rotatedAt"`
+	RevokedAt  *time.Time `json:"revokedAt"`
+}
+
+// CanWrite reports whether the key allows requests that change something.
+func (k Key) CanWrite() bool { return slices.Contains(k.Scopes, ScopeWrite) }
+
+// KeySpec is what a client sets of a new API key: a name (default DefaultKeyName), its scopes
+// (default read and write) and an optional expiry.
+type KeySpec struct {
+	Name      string
+	Scopes    []string
+	ExpiresAt *time.Time
+}
+
+// Key errors.
+var (
+	// ErrKeyExpired reports an API key past its expiry.
+	ErrKeyExpired = &fault.Error{Code: fault.NotFound, Message: "API key expired"}
+	// ErrInvalidKeySpec reports a key name or scope that breaks the rules.
+	ErrInvalidKeySpec = &fault.Error{Code: fault.Invalid, Message: "invalid API key"}
+)
+
+// Normalize fills the defaults of s and checks it: the name is 1 to MaxKeyNameBytes bytes after
+// trimming, scopes are known (write implies read; the result is sorted), and an expiry lies after
+// now.
+func (s *KeySpec) Normalize(now time.Time) error {
+	s.Name = strings.TrimSpace(s.Name)
+	if s.Name == "" {
+		s.Name = DefaultKeyName
+	}
+	if len(s.Name) > MaxKeyNameBytes {
+		return fault.New(fault.Invalid, "name must be at most %d bytes", MaxKeyNameBytes)
+	}
+	scopes, err := NormalizeScopes(s.Scopes)
+	if err != nil {
+		return err
+	}
+	s.Scopes = scopes
+	if s.ExpiresAt != nil && !s.ExpiresAt.After(now) {
+		return fault.New(fault.Invalid, "expiresAt must lie in the future")
+	}
+	return nil
+}
+
+// NormalizeScopes returns scopes checked, with write implying read, sorted and without
+// duplicates; none means read and write.
+func NormalizeScopes(scopes []string) ([]string, error) {
+	if len(scopes) == 0 {
+		return []string{ScopeRead, ScopeWrite}, nil
+	}
+	out := []string{ScopeRead}
+	for _, sc := range scopes {
+		switch sc {
+		case ScopeRead:
+		case ScopeWrite:
+			out = append(out, ScopeWrite)
+		default:
+			return nil, fault.New(fault.Invalid, `unknown scope %q (want "read" or "write")`, clipName(sc))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// clipName returns s for a message: at most 40 bytes, cut at a rune boundary.
+func clipName(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	cut := 40
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
