@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
@@ -48,6 +50,10 @@ type bridge struct {
 // subCall is one binding call. The dispatch goroutine owns set and panicked while the call is
 // in flight; the lane owns everything else.
 type subCall struct {
+	// ctx is the run signal carrying the sub-call's execute_tool span (a child of the run_code
+	// call's span; the run signal itself when tracing is off); span is that span.
+	ctx      context.Context
+	span     trace.Span
 	id       int // the binding's id in the engine
 	in       registry.Input
 	mode     registry.Mode

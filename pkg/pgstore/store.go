@@ -15,6 +15,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,9 @@ type StoreConfig struct {
 	// outcome is unknown (the connection was lost before the reply) is read back, never written
 	// twice. Default DefaultRetryUnavailable; negative: no retry.
 	RetryUnavailable time.Duration
+	// Metrics counts lease takeovers (and the queue's job waits, QueueConfig.Metrics); nil
+	// records nothing.
+	Metrics *telemetry.Metrics
 }
 
 // DefaultRetryUnavailable is StoreConfig.RetryUnavailable's default.
@@ -58,12 +62,13 @@ const DefaultRetryUnavailable = 30 * time.Second
 // Store is the PostgreSQL session log. It is safe for concurrent use; the per-session counter row
 // serializes concurrent appends to one session.
 type Store struct {
-	pool   *pgxpool.Pool
-	now    func() time.Time
-	logger *slog.Logger
-	check  bool
-	retry  time.Duration // StoreConfig.RetryUnavailable, 0 for none
-	commit atomic.Pointer[CommitFunc]
+	metrics *telemetry.Metrics
+	pool    *pgxpool.Pool
+	now     func() time.Time
+	logger  *slog.Logger
+	check   bool
+	retry   time.Duration // StoreConfig.RetryUnavailable, 0 for none
+	commit  atomic.Pointer[CommitFunc]
 	// slots records, per tenant, how many turn slots are known to exist (runs.go).
 	slots sync.Map
 }
@@ -94,7 +99,8 @@ func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 // NewStore returns a store over pool, which must point at a database migrated with
 // migrations.Up.
 func NewStore(pool *pgxpool.Pool, cfg StoreConfig) *Store {
-	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable}
+	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable,
+		metrics: cfg.Metrics}
 	switch {
 	case s.retry == 0:
 		s.retry = DefaultRetryUnavailable
