@@ -398,4 +398,3 @@ func waitMetric(t *testing.T, m *Main, name string, want float64) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
