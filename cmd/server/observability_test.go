@@ -398,3 +398,34 @@ func waitMetric(t *testing.T, m *Main, name string, want float64) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestParseConfigTracing: tracing is off by default, DSHD_OTLP_ENDPOINT wins over the standard
+// OTLP variables, OTEL_SDK_DISABLED turns it off, and an endpoint that is no http(s) URL is
+// refused; DSHD_METRICS_MODELS is a list.
+func TestParseConfigTracing(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "http://c:4318/v1/traces"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://c/t", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, "https://c/t"},
+		{map[string]string{"DSHD_OTLP_ENDPOINT": "http://d:4318/", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, "http://d:4318/v1/traces"},
+		{map[string]string{"DSHD_OTLP_ENDPOINT": "http://d:4318", "OTEL_SDK_DISABLED": "true"}, ""},
+	} {
+		cfg, err := ParseConfig(func(k string) string { return c.env[k] })
+		if err != nil || cfg.TracesURL != c.want {
+			t.Errorf("%v: TracesURL %q (%v), want %q", c.env, cfg.TracesURL, err, c.want)
+		}
+	}
+	for _, bad := range []string{"collector:4318", "ftp://c", "http://"} {
+		if _, err := ParseConfig(func(k string) string { return map[string]string{"DSHD_OTLP_ENDPOINT": bad}[k] }); err == nil {
+			t.Errorf("DSHD_OTLP_ENDPOINT=%s accepted", bad)
+		}
+	}
+	cfg, err := ParseConfig(func(k string) string { return map[string]string{"DSHD_METRICS_MODELS": "a, b"}[k] })
+	if err != nil || strings.Join(cfg.MetricsModels, "|") != "a|b" {
+		t.Errorf("DSHD_METRICS_MODELS: %v %v", cfg.MetricsModels, err)
+	}
+}

@@ -120,7 +120,7 @@ func NewMetrics(reg prometheus.Registerer, o Options) *Metrics {
 		}, []string{labelTool, labelErrorType}),
 		turnDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dshd_turn_duration_seconds",
-			Help:    "Duration of turns run on this replica, by end reason (completed, error, aborted, max_tokens).",
+			Help:    "Duration of turns run on this replica, by end reason (the turn/end reason kind: completed, error, aborted, max-tokens).",
 			Buckets: latencyBuckets,
 		}, []string{"reason"}),
 		turnErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
