@@ -267,7 +267,7 @@ func (r *Runner) Repair(ctx context.Context) (bool, error) {
 // no span when tracing is off.
 func (r *Runner) startRoot(ctx context.Context, name string, turn int64) (context.Context, trace.Span) {
 	if r.cfg.Tracer == nil {
-		return ctx, trace.SpanFromContext(ctx)
+		return ctx, noSpan // never a span of the caller's, which this runner must not end
 	}
 	ctx, span := r.cfg.Tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithAttributes(
 		telemetry.AttrSession.String(r.cfg.SessionID), telemetry.AttrTenant.String(r.cfg.TenantID),
@@ -276,6 +276,9 @@ func (r *Runner) startRoot(ctx context.Context, name string, turn int64) (contex
 	r.spanCtx.Store(&sc)
 	return ctx, span
 }
+
+// noSpan is the span of a turn that is not traced: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // endSpan ends a span with the seq range of the events it wrote (the handles' committed seqs).
 func endSpan(span trace.Span, first, last *handle, err error) {

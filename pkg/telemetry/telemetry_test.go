@@ -161,3 +161,20 @@ func TestTracesURL(t *testing.T) {
 		t.Error("no URL made a tracer provider")
 	}
 }
+
+// TestNoTracingAllocatesNothing: with tracing off (no recording span in the context) the span
+// helpers of the hot path allocate nothing.
+func TestNoTracingAllocatesNothing(t *testing.T) {
+	ctx := context.WithValue(context.Background(), struct{}{}, 1)
+	n := testing.AllocsPerRun(100, func() {
+		c, s := StartChat(ctx, "p", "m")
+		EndChat(s, 1, 2, "stop", "")
+		c, s = StartTool(c, "echo", "id")
+		EndTool(s, true, "X")
+		_, s = StartChild(c, "dshd.step", trace.SpanKindInternal)
+		s.End()
+	})
+	if n != 0 {
+		t.Errorf("%v allocations per run with tracing off", n)
+	}
+}
