@@ -106,7 +106,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger})
+	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger, Metrics: metrics})
 	if err != nil {
 		return err
 	}

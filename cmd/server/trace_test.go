@@ -178,6 +178,14 @@ func TestTraceOfToolTurns(t *testing.T) {
 return a + b;`
 	args, _ := json.Marshal(map[string]string{"code": program, "description": "echo twice"})
 	evs := c.post(sid, "tool:run_code args:"+url.QueryEscape(string(args)), 2)
+	// Code-mode sub-calls count as tool calls too: two native echo calls, two sub-calls.
+	sc := m.scrape(t)
+	if n, _ := sc.sum("gen_ai_execute_tool_duration_seconds_count", map[string]string{"gen_ai_tool_name": "echo", "error_type": ""}); n != 4 {
+		t.Errorf("%v echo calls in the metrics, want 4", n)
+	}
+	if n, _ := sc.sum("gen_ai_execute_tool_duration_seconds_count", map[string]string{"gen_ai_tool_name": "run_code"}); n != 1 {
+		t.Errorf("%v run_code calls in the metrics, want 1", n)
+	}
 	// Close flushes the batch span processor: every span of the two turns reaches the receiver.
 	if err := m.Close(); err != nil {
 		t.Fatal(err)

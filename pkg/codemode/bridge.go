@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // errRunSettled is the cause the run signal is cancelled with when the program is done (CODE-11).
@@ -25,18 +27,19 @@ const ImagePlugin = "tools-code-mode"
 // bridge connects one run's bindings to the tool pipeline (CODE-4..11): every binding call
 // becomes a nested execution of the outer run_code execution, scheduled by the lane.
 type bridge struct {
-	reg    *registry.Registry
-	outer  *registry.Execution
-	scope  string
-	limit  int
-	names  map[string]bool
-	hook   *kernel.Waterfall[*registry.Call, []llm.Block]
-	log    *slog.Logger
-	ctx    context.Context // the run signal: follows the outer signal, cancelled at settlement
-	cancel context.CancelCauseFunc
-	box    *mailbox
-	dlog   *dispatchLog // nil when the outer call has no agent or no session log
-	n      int          // sub-calls numbered so far (engine goroutine)
+	reg     *registry.Registry
+	outer   *registry.Execution
+	scope   string
+	limit   int
+	names   map[string]bool
+	hook    *kernel.Waterfall[*registry.Call, []llm.Block]
+	metrics *telemetry.Metrics
+	log     *slog.Logger
+	ctx     context.Context // the run signal: follows the outer signal, cancelled at settlement
+	cancel  context.CancelCauseFunc
+	box     *mailbox
+	dlog    *dispatchLog // nil when the outer call has no agent or no session log
+	n       int          // sub-calls numbered so far (engine goroutine)
 
 	mu     sync.Mutex
 	queue  []*subCall // submitted, not started
@@ -54,7 +57,8 @@ type subCall struct {
 	// call's span; the run signal itself when tracing is off); span is that span.
 	ctx      context.Context
 	span     trace.Span
-	id       int // the binding's id in the engine
+	started  time.Time // when it started (metrics)
+	id       int       // the binding's id in the engine
 	in       registry.Input
 	mode     registry.Mode
 	prep     *registry.Prepared
@@ -66,7 +70,7 @@ type subCall struct {
 // newBridge starts the lane of a run of outer's program, which may call names.
 func newBridge(ctx context.Context, rt *Runtime, reg *registry.Registry, outer *registry.Execution, names []string, limit int) *bridge {
 	b := &bridge{reg: reg, outer: outer, scope: outer.Scope.Key(), limit: limit, names: map[string]bool{},
-		hook: rt.DispatchLog, log: rt.cfg.Logger, box: newMailbox(), wake: make(chan struct{}, 1),
+		hook: rt.DispatchLog, metrics: rt.cfg.Metrics, log: rt.cfg.Logger, box: newMailbox(), wake: make(chan struct{}, 1),
 		settled: make(chan *subCall, limit), laneDone: make(chan struct{})}
 	for _, n := range names {
 		b.names[n] = true

@@ -3,6 +3,7 @@ package codemode
 import (
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
@@ -97,6 +98,9 @@ func (l *lane) classify(c *subCall) (m registry.Mode) {
 // start logs c's start and runs its prepare stage; a call to dispatch gets its goroutine.
 func (l *lane) start(c *subCall) {
 	c.ctx, c.span = telemetry.StartTool(l.b.ctx, c.in.Name, c.in.CallID)
+	if l.b.metrics != nil {
+		c.started = time.Now()
+	}
 	l.b.logStart(c)
 	l.started = append(l.started, c)
 	l.prepare(c)
@@ -139,6 +143,15 @@ func (l *lane) commitReady() {
 			code = info.Code
 		}
 		telemetry.EndTool(c.span, res.IsError, code)
+		if l.b.metrics != nil {
+			if res.IsError && code == "" {
+				code = "TOOL_ERROR"
+			}
+			if !res.IsError {
+				code = ""
+			}
+			l.b.metrics.ToolCall(c.in.Name, code, time.Since(c.started))
+		}
 		l.b.commit(c, res)
 	}
 }
