@@ -295,7 +295,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	st := pgstore.NewStore(m.pool, pgstore.StoreConfig{})
 	ghost := uuid.New()
 	ctx := context.Background()
-	if ok, _, err := st.LeaseAcquire(ctx, tenantID, uuid.MustParse(csid), ghost, 200*time.Millisecond); err != nil || !ok {
+	if ok, _, err := st.LeaseAcquire(ctx, tenantID, uuid.MustParse(csid), ghost, time.Second); err != nil || !ok {
 		t.Fatalf("ghost lease: %v %v", ok, err)
 	}
 	if _, err := st.Journal(nil, tenantID, uuid.MustParse(csid), ghost).Append(ctx, func(eventlog.Head) ([]eventlog.NewEvent, error) {

@@ -27,19 +27,20 @@ const ImagePlugin = "tools-code-mode"
 // bridge connects one run's bindings to the tool pipeline (CODE-4..11): every binding call
 // becomes a nested execution of the outer run_code execution, scheduled by the lane.
 type bridge struct {
-	reg     *registry.Registry
-	outer   *registry.Execution
-	scope   string
-	limit   int
-	names   map[string]bool
-	hook    *kernel.Waterfall[*registry.Call, []llm.Block]
-	metrics *telemetry.Metrics
-	log     *slog.Logger
-	ctx     context.Context // the run signal: follows the outer signal, cancelled at settlement
-	cancel  context.CancelCauseFunc
-	box     *mailbox
-	dlog    *dispatchLog // nil when the outer call has no agent or no session log
-	n       int          // sub-calls numbered so far (engine goroutine)
+	reg    *registry.Registry
+	outer  *registry.Execution
+	scope  string
+	limit  int
+	names  map[string]bool
+	hook   *kernel.Waterfall[*registry.Call, []llm.Block]
+	log    *slog.Logger
+	ctx    context.Context // the run signal: follows the outer signal, cancelled at settlement
+	cancel context.CancelCauseFunc
+	box    *mailbox
+	dlog   *dispatchLog // nil when the outer call has no agent or no session log
+	n      int          // sub-calls numbered so far (engine goroutine)
+
+	metrics *telemetry.Metrics // Config.Metrics: sub-calls are recorded as tool calls
 
 	mu     sync.Mutex
 	queue  []*subCall // submitted, not started
@@ -55,10 +56,11 @@ type bridge struct {
 type subCall struct {
 	// ctx is the run signal carrying the sub-call's execute_tool span (a child of the run_code
 	// call's span; the run signal itself when tracing is off); span is that span.
-	ctx      context.Context
-	span     trace.Span
-	started  time.Time // when it started (metrics)
-	id       int       // the binding's id in the engine
+	ctx     context.Context
+	span    trace.Span
+	started time.Time // when it started (metrics)
+
+	id       int // the binding's id in the engine
 	in       registry.Input
 	mode     registry.Mode
 	prep     *registry.Prepared

@@ -174,7 +174,11 @@ func (l *lane) finish(c *subCall) (res *registry.Result) {
 
 // contained logs a panic of a pipeline stage and returns the failure result standing for it.
 func (l *lane) contained(stage string, c *subCall, v any) *registry.Result {
-	l.b.logger().Error("codemode: sub-call pipeline panic contained", "stage", stage, "subCallId", c.in.CallID,
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = l.b.ctx
+	}
+	l.b.logger().ErrorContext(ctx, "codemode: sub-call pipeline panic contained", "stage", stage, "subCallId", c.in.CallID,
 		"tool", c.in.Name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	msg := fmt.Sprintf("panic: %v", v)
 	return &registry.Result{IsError: true, Error: &registry.ToolError{Message: msg},

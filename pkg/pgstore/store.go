@@ -62,15 +62,16 @@ const DefaultRetryUnavailable = 30 * time.Second
 // Store is the PostgreSQL session log. It is safe for concurrent use; the per-session counter row
 // serializes concurrent appends to one session.
 type Store struct {
-	metrics *telemetry.Metrics
-	pool    *pgxpool.Pool
-	now     func() time.Time
-	logger  *slog.Logger
-	check   bool
-	retry   time.Duration // StoreConfig.RetryUnavailable, 0 for none
-	commit  atomic.Pointer[CommitFunc]
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	logger *slog.Logger
+	check  bool
+	retry  time.Duration // StoreConfig.RetryUnavailable, 0 for none
+	commit atomic.Pointer[CommitFunc]
 	// slots records, per tenant, how many turn slots are known to exist (runs.go).
 	slots sync.Map
+
+	metrics *telemetry.Metrics // StoreConfig.Metrics
 }
 
 // CommitFunc is told of batches this process committed (see OnCommit). It must not block and must

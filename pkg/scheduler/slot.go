@@ -194,7 +194,7 @@ func (r *run) finish(sl *slot) (res *registry.Result) {
 
 // logPanic logs a panic recovered from a pipeline stage, with its stack.
 func (r *run) logPanic(stage string, c Call, v any, stack []byte) {
-	r.s.cfg.Logger.Error("scheduler: pipeline panic contained",
+	r.s.cfg.Logger.ErrorContext(r.ctx, "scheduler: pipeline panic contained",
 		"stage", stage, "callId", c.ID, "tool", c.Name, "panic", fmt.Sprint(v), "stack", string(stack))
 }
 
