@@ -7,20 +7,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
-// metrics are the HTTP metrics of one Server, in their own registry so that several servers can
-// live in one process (tests run two).
+// metrics are the HTTP metrics of one Server, in a registry of the server's (Config.Registry, or
+// one of its own) so that several servers can live in one process (tests run two).
 type metrics struct {
 	registry *prometheus.Registry
+	// ops are the operational series (telemetry.Metrics) the server records (SSE bytes, the
+	// streaming POST's first event); Config.Metrics, or its own when it has its own registry.
+	ops      *telemetry.Metrics
 	requests *prometheus.CounterVec   // every request, streams included
 	latency  *prometheus.HistogramVec // every request except SSE streams
 	streams  prometheus.Gauge         // SSE streams open now
 }
 
-func newMetrics() *metrics {
+// newMetrics defines the HTTP series on reg (a new registry when nil) with the Go and process
+// collectors; ops are the operational series, made on a new registry when nil.
+func newMetrics(reg *prometheus.Registry, ops *telemetry.Metrics) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		if ops == nil {
+			ops = telemetry.NewMetrics(reg, telemetry.Options{})
+		}
+	}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
+		ops:      ops,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dshd_http_requests_total",
 			Help: "HTTP requests served, by chi route pattern, method and status.",

@@ -16,10 +16,12 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dshd/dshd"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/dshd/dshd/web"
 )
 
@@ -106,6 +108,13 @@ type Config struct {
 	// Credentials stores the tenants' model provider keys (/v1/credentials). Nil: every
 	// credential route answers 409 credentials_disabled.
 	Credentials *pgstore.Credentials
+	// Registry is the Prometheus registry GET /metrics serves; the server adds its HTTP series
+	// and the Go and process collectors to it. Nil: a registry of the server's own, with its own
+	// Metrics. Metrics are the operational series (pkg/telemetry) the server records (SSE bytes,
+	// the streaming POST's time to first event); share them with the worker and the agent loop
+	// so that one /metrics has them all (docs/observability.md).
+	Registry *prometheus.Registry
+	Metrics  *telemetry.Metrics
 }
 
 func (c *Config) defaults() {
@@ -171,7 +180,7 @@ type Server struct {
 // New returns a server with cfg's dependencies.
 func New(cfg Config) *Server {
 	cfg.defaults()
-	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), done: make(chan struct{}),
+	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(cfg.Registry, cfg.Metrics), done: make(chan struct{}),
 		unauth: make(chan struct{}, cfg.MaxUnauthenticated),
 		tails:  &tails{log: cfg.Log, hub: cfg.Hub, keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}},
 		tokens: newStreamTokens(cfg.StreamTokenSecret, cfg.StreamTokenTTL)}

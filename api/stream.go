@@ -20,6 +20,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // stream serves the session's log as server-sent events: every event with seq > q.after, in
@@ -64,7 +65,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	info(r).stream = true
 	s.metrics.streams.Inc()
 	rc := http.NewResponseController(w)
-	f := &follower{s: s, t: t, st: &sseWriter{out: httpOut{w: w, rc: rc}, timeout: s.cfg.StreamWriteTimeout},
+	st := &sseWriter{out: httpOut{w: w, rc: rc}, timeout: s.cfg.StreamWriteTimeout, m: s.metrics.ops}
+	if until != nil {
+		st.firstFrom = info(r).start // a streaming POST: its time to first event is measured
+	}
+	f := &follower{s: s, t: t, st: st,
 		tenant: tenant, id: id, types: q.types, until: until, cursor: q.after}
 	end := func() {
 		s.tails.release(t)
@@ -326,6 +331,11 @@ type sseWriter struct {
 	timeout time.Duration
 	batch   [][]byte // frames to write: the tail's (shared, never changed) or this stream's own
 	size    int      // bytes in batch
+	nEvents int      // event frames in batch (not heartbeats)
+	// m records the bytes and event frames written; firstFrom, when set, is the start of a
+	// streaming POST, whose time to its first event frame is recorded once (then it is reset).
+	m         *telemetry.Metrics
+	firstFrom time.Time
 }
 
 // streamOut is where a stream's batches go: the handler's ResponseWriter, or the connection of a
@@ -359,6 +369,7 @@ func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string,
 				}
 				f = b.Bytes()
 			}
+			st.nEvents++
 			if err := st.put(f); err != nil {
 				return false, err
 			}
@@ -392,8 +403,15 @@ func (st *sseWriter) flush() error {
 		return nil
 	}
 	err := st.out.write(time.Now().Add(st.timeout), st.batch)
+	if err == nil {
+		st.m.SSEWritten(st.size, st.nEvents)
+		if st.nEvents > 0 && !st.firstFrom.IsZero() {
+			st.m.StreamFirstEvent(time.Since(st.firstFrom))
+			st.firstFrom = time.Time{}
+		}
+	}
 	clear(st.batch)
-	st.batch, st.size = st.batch[:0], 0
+	st.batch, st.size, st.nEvents = st.batch[:0], 0, 0
 	if cap(st.batch) > 256 {
 		st.batch = nil
 	}

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/pkg/secretbox"
+	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -156,6 +158,15 @@ type Config struct {
 	// no credential and call DeepSeek's endpoint. Default on (1); 0 makes such presets fail their
 	// turns with INVALID_CREDENTIAL, so every tenant pays with its own key.
 	OperatorKeyFallback bool
+	// TracesURL is where turn traces are exported over OTLP/HTTP (docs/observability.md): the
+	// base URL DSHD_OTLP_ENDPOINT plus /v1/traces, else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as
+	// it is, else OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/traces. Default empty: no tracing (also
+	// when OTEL_SDK_DISABLED=true).
+	TracesURL string
+	// MetricsModels (DSHD_METRICS_MODELS, comma-separated) are the model names that get their
+	// own gen_ai_request_model label value; any other reads "other". Default empty: the first
+	// 32 distinct names seen.
+	MetricsModels []string
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -284,6 +295,14 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
 	}
+	if !strings.EqualFold(env("OTEL_SDK_DISABLED", "false"), "true") {
+		c.TracesURL = telemetry.TracesURL(env("DSHD_OTLP_ENDPOINT", ""), env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
+			env("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
+	}
+	if u, err := url.Parse(c.TracesURL); c.TracesURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return Config{}, fmt.Errorf("the OTLP endpoint (DSHD_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_*ENDPOINT) must be an http or https URL")
+	}
+	c.MetricsModels = splitList(getenv("DSHD_METRICS_MODELS"))
 	return c, nil
 }
 

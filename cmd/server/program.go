@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/migrations"
@@ -21,6 +23,7 @@ import (
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -39,6 +42,8 @@ type Main struct {
 	ln     net.Listener
 	served chan error
 	closed bool
+	// traceShutdown flushes and stops the trace exporter (a no-op when tracing is off).
+	traceShutdown func(context.Context) error
 }
 
 // NewMain returns a program with the default configuration and a discarding logger.
@@ -65,12 +70,29 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("dshd: database: %w", err)
 	}
 	m.db = stdlib.OpenDBFromPool(m.pool)
+	// One registry serves /metrics: the HTTP series, the operational ones (pkg/telemetry) that
+	// the agent loop, the worker, the store and the approvals record, and the pool and queue
+	// collectors. Log lines written within a traced turn carry its trace and span ids.
+	m.Logger = slog.New(telemetry.LogHandler(m.Logger.Handler()))
+	registry := prometheus.NewRegistry()
+	metrics := telemetry.NewMetrics(registry, telemetry.Options{Models: m.Config.MetricsModels})
+	tp, shutdown, err := telemetry.NewTracerProvider(ctx, telemetry.TraceConfig{URL: m.Config.TracesURL})
+	if err != nil {
+		return err
+	}
+	m.traceShutdown = shutdown
+	var tracer trace.Tracer
+	if tp != nil {
+		tracer = telemetry.Tracer(tp)
+		m.Logger.Info("tracing: exporting turn traces over OTLP/HTTP", slog.String("url", m.Config.TracesURL))
+	}
 	m.hub = pgstore.NewHub(m.pool, pgstore.HubConfig{Logger: m.Logger})
 	// The hub lives until Close, not until ctx: streams need it during the graceful shutdown.
 	if err := m.hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger, RetryUnavailable: m.Config.DBRetry})
+	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger, RetryUnavailable: m.Config.DBRetry, Metrics: metrics})
+	registry.MustRegister(logStore.Collectors()...)
 	wt, err := m.Config.workspaceTools(m.Logger)
 	if err != nil {
 		return err
@@ -84,7 +106,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger})
+	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -93,13 +115,14 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Logger.Info("tenant credentials are disabled: set DSHD_CREDENTIAL_KEYS to enable them")
 	}
 	var ag *agents.Agents
-	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) }})
+	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) },
+		Metrics: metrics})
 	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
 		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,
 		PolicyWebhooks: agents.PolicyWebhooks{Key: []byte(m.Config.PolicyWebhookKey),
 			AllowHTTP: m.Config.PolicyWebhookHTTP, AllowPrivate: m.Config.PolicyWebhookPrivate},
-		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger},
+		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger, Metrics: metrics, Tracer: tracer},
 		Credentials: credentials, NoOperatorKeyFallback: !m.Config.OperatorKeyFallback})
 	if err != nil {
 		return err
@@ -147,6 +170,8 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxStreamsPerTenant:  m.Config.MaxStreamsPerTenant,
 
 		Credentials: credentials,
+		Registry:    registry,
+		Metrics:     metrics,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
@@ -234,6 +259,14 @@ func (m *Main) Close() error {
 		defer cancel()
 		if err := m.worker.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("dshd: stop worker: %w", err))
+		}
+	}
+	if m.traceShutdown != nil {
+		// The spans of the turns that ended (the worker has stopped) are sent before exit.
+		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		defer cancel()
+		if err := m.traceShutdown(ctx); err != nil {
+			m.Logger.Warn("tracing: flushing spans at shutdown failed", slog.String("error", err.Error()))
 		}
 	}
 	if m.hub != nil {

@@ -52,6 +52,7 @@ var layers = []struct {
 	{90, []string{"cmd/..."}},                                        // programs
 	{100, []string{"internal/e2e", "internal/archtest"}},             // test-only packages
 	{5, []string{"pkg/secretbox"}},                                   // envelope encryption of stored secrets
+	{5, []string{"pkg/telemetry"}},                                   // metrics and trace helpers: below everything that records them
 }
 
 // The PostgreSQL adapter is the only package that may import pgx or a River driver; programs and

@@ -2,6 +2,7 @@ package agentloop
 
 import (
 	"sort"
+	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
@@ -25,6 +26,9 @@ type chunkStager struct {
 
 	outBytes  int // text, reasoning and argument bytes streamed
 	toolCalls int // tool-call blocks started
+
+	started time.Time // when the attempt was sent (metrics)
+	first   bool      // a chunk was received (time to first chunk recorded)
 }
 
 // checkLimits reports a response that went past the runner's output bounds.

@@ -11,6 +11,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/promptasm"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // callModel runs the step's model call and writes the chunks and the assembled
@@ -22,7 +23,7 @@ import (
 func (r *Runner) callModel(ctx context.Context, turn, step int, asm promptasm.Result) (llm.Message, string, error) {
 	for attempt := 1; ; attempt++ {
 		cs := &chunkStager{r: r, turn: turn, step: step}
-		msg, finish, err := r.streamOnce(ctx, cs, asm)
+		msg, finish, err := r.attempt(ctx, cs, asm)
 		if err == nil || ctx.Err() != nil || errors.Is(err, errLog) {
 			return msg, finish, err
 		}
@@ -40,12 +41,38 @@ func (r *Runner) callModel(ctx context.Context, turn, step int, asm promptasm.Re
 		if err := r.logErr(r.w.flush(ctx)); err != nil {
 			return llm.Message{}, "", err
 		}
-		r.cfg.Logger.Warn("model call failed, retrying", "session", r.cfg.SessionID,
+		r.cfg.Logger.WarnContext(ctx, "model call failed, retrying", "session", r.cfg.SessionID,
 			"turn", turn, "step", step, "attempt", attempt, "code", f.Code, "delay", delay, "err", f.Message)
 		if err := llm.Sleep(ctx, delay); err != nil {
 			return llm.Message{}, "", err
 		}
 	}
+}
+
+// attempt is streamOnce in the attempt's span ("chat <model>", a child of the step's), recording
+// its latency, time to first chunk, tokens and failure.
+func (r *Runner) attempt(ctx context.Context, cs *chunkStager, asm promptasm.Result) (llm.Message, string, error) {
+	provider, model := r.model.Provider, r.model.Model
+	sctx, span := telemetry.StartChat(ctx, provider, model)
+	cs.started = time.Now()
+	msg, finish, err := r.streamOnce(sctx, cs, asm)
+	code := ""
+	if err != nil && !errors.Is(err, errLog) {
+		code = failureOf(err).Code
+		if ctx.Err() != nil {
+			code = "ABORTED"
+		}
+	}
+	if code != "ABORTED" && !errors.Is(err, errLog) {
+		r.cfg.Metrics.ModelCall(provider, model, code, time.Since(cs.started))
+	}
+	in, out := 0, 0
+	if cs.usage != nil {
+		in, out = cs.usage.InputTokens, cs.usage.OutputTokens
+		r.cfg.Metrics.ModelTokens(provider, model, in, out)
+	}
+	telemetry.EndChat(span, in, out, finish, code)
+	return msg, finish, err
 }
 
 // retryDelay reports whether the failure of attempt (from 1) is retried and after how long:
@@ -154,6 +181,10 @@ func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.
 			}
 			if err := cs.checkLimits(it.c); err != nil {
 				return llm.Message{}, "", err
+			}
+			if !cs.first {
+				cs.first = true
+				r.cfg.Metrics.ModelFirstChunk(r.model.Provider, r.model.Model, time.Since(cs.started))
 			}
 			cs.push(it.c)
 			if err := r.flushIfDue(ctx); err != nil {

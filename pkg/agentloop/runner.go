@@ -10,15 +10,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/promptasm"
 	"github.com/dshd/dshd/pkg/scheduler"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // Defaults of Config. The defaults of settings a preset also has are the preset's (declared
@@ -89,6 +93,13 @@ type Config struct {
 	// it is staged and before its tool calls run: the in-process analogue of a `session/event`
 	// listener on `assistant/message` (tests use it to cancel before tools start).
 	AfterAssistantFunc func(llm.Message)
+	// Metrics records turns, steps, model and tool calls and crash repairs; nil records nothing.
+	Metrics *telemetry.Metrics
+	// Tracer, when set, traces every turn: a root span per turn (and per crash repair) with
+	// step, model call and tool call spans below it (docs/observability.md). Nil: no spans.
+	Tracer trace.Tracer
+	// TenantID is the session's tenant, recorded on the turn's span only.
+	TenantID string
 }
 
 func (c Config) withDefaults() Config {
@@ -164,6 +175,30 @@ type Runner struct {
 	// claimLost is set by a claim that found its messages cleared by a cancel when it was
 	// written: the turn was cancelled before anything of it was in the log.
 	claimLost bool
+	// steps counts the steps of the running turn (metrics).
+	steps int
+	// spanCtx is the span context of the running or last traced turn, for the log lines of the
+	// worker serving it (SpanContext); read from other goroutines.
+	spanCtx atomic.Pointer[trace.SpanContext]
+}
+
+// SpanContext returns the span context of the runner's running turn, or of its last one, and
+// false when none was traced. Safe for concurrent use.
+func (r *Runner) SpanContext() (trace.SpanContext, bool) {
+	if sc := r.spanCtx.Load(); sc != nil {
+		return *sc, true
+	}
+	return trace.SpanContext{}, false
+}
+
+// TraceContext returns ctx carrying the span context of the runner's running or last turn, so
+// that a log line written with it carries that turn's trace id (telemetry.LogHandler). ctx as
+// it is when no turn was traced.
+func (r *Runner) TraceContext(ctx context.Context) context.Context {
+	if sc, ok := r.SpanContext(); ok {
+		return trace.ContextWithSpanContext(ctx, sc)
+	}
+	return ctx
 }
 
 // NewRunner returns a runner of the session behind j.
@@ -199,18 +234,68 @@ func (r *Runner) LogBytes() int {
 func (r *Runner) Flushes() int { return r.w.flushes }
 
 // Repair closes a turn that a crashed runner left open (SES-14) and reports whether it did.
+//
+// A repair is traced as a trace of its own (a root span dshd.turn.repair): the turn it closes
+// was traced, if at all, by the replica that crashed.
 func (r *Runner) Repair(ctx context.Context) (bool, error) {
-	if _, open := r.m.log.OpenTurn(); !open {
+	turn, open := r.m.log.OpenTurn()
+	if !open {
 		return false, nil
 	}
+	ctx, span := r.startRoot(ctx, "dshd.turn.repair", turn)
+	var first, last *handle
 	for _, ev := range r.m.log.Closers() {
 		s := staged{typ: ev.Type, data: ev.Data, surface: ev.SurfaceOp != nil, time: ev.Time}
 		for _, seq := range ev.SourceEventSeqs {
 			s.cites = append(s.cites, &handle{seq: seq, idx: -1})
 		}
-		r.w.stage(s)
+		last = r.w.stage(s)
+		if first == nil {
+			first = last
+		}
 	}
-	return true, r.w.flush(ctx)
+	err := r.w.flush(ctx)
+	if err == nil {
+		r.cfg.Metrics.CrashRepair()
+		r.cfg.Logger.InfoContext(ctx, "crash repair closed an open turn", "session", r.cfg.SessionID, "turn", turn)
+	}
+	endSpan(span, first, last, err)
+	return true, err
+}
+
+// startRoot starts a root span of the runner's tracer (a turn or a repair), or returns ctx with
+// no span when tracing is off.
+func (r *Runner) startRoot(ctx context.Context, name string, turn int64) (context.Context, trace.Span) {
+	if r.cfg.Tracer == nil {
+		return ctx, noSpan // never a span of the caller's, which this runner must not end
+	}
+	ctx, span := r.cfg.Tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithAttributes(
+		telemetry.AttrSession.String(r.cfg.SessionID), telemetry.AttrTenant.String(r.cfg.TenantID),
+		telemetry.AttrTurn.Int64(turn)))
+	sc := span.SpanContext()
+	r.spanCtx.Store(&sc)
+	return ctx, span
+}
+
+// noSpan is the span of a turn that is not traced: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// endSpan ends a span with the seq range of the events it wrote (the handles' committed seqs).
+func endSpan(span trace.Span, first, last *handle, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if first != nil && first.seq >= 0 {
+		span.SetAttributes(telemetry.AttrSeqFirst.Int64(first.seq))
+	}
+	if last != nil && last.seq >= 0 {
+		span.SetAttributes(telemetry.AttrSeqLast.Int64(last.seq))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "session log unavailable")
+	}
+	span.End()
 }
 
 // Serve loads the log, repairs an interrupted turn, then runs turns while the inbox holds

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/scheduler"
@@ -43,6 +45,7 @@ type stepEmitter struct {
 	r          *Runner
 	turn, step int
 	calls      []*handle
+	started    []time.Time // by call token: when its tool/call was staged (metrics)
 	logErr     error
 	staged     map[string]bool // ids of contexts staged in this step
 }
@@ -107,6 +110,9 @@ func (e *stepEmitter) ToolCall(_ context.Context, c scheduler.Call) (int64, erro
 	h := e.r.w.stage(staged{typ: eventlog.TypeToolCall, size: 64 + len(c.Arguments),
 		data: eventlog.ToolCall{Turn: e.turn, Step: e.step, CallID: c.ID, Name: c.Name, Arguments: c.Arguments}})
 	e.calls = append(e.calls, h)
+	if e.r.cfg.Metrics != nil {
+		e.started = append(e.started, time.Now())
+	}
 	return int64(len(e.calls) - 1), nil
 }
 
@@ -116,6 +122,16 @@ func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int6
 	defer e.mu.Unlock()
 	if token < 0 || token >= int64(len(e.calls)) {
 		return fmt.Errorf("agentloop: tool/result for %s cites unknown call token %d", c.ID, token)
+	}
+	if e.r.cfg.Metrics != nil && int(token) < len(e.started) {
+		name, code := c.Name, ""
+		if res.IsError {
+			code = toolErrorCode(res)
+			if code == fault.CodeUnknownTool {
+				name = "unknown" // a name the model made up: not a label value
+			}
+		}
+		e.r.cfg.Metrics.ToolCall(name, code, time.Since(e.started[token]))
 	}
 	msg := llm.NewToolResultMessage(e.r.newID(), c.ID, res.Content, res.IsError)
 	d := eventlog.ToolResult{Turn: e.turn, Step: e.step, Message: msg, Error: res.ErrorInfo(),
@@ -190,6 +206,14 @@ func (e *stepEmitter) flushLocked(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// toolErrorCode is the code of a failure result: its info's code, or TOOL_ERROR when it has none.
+func toolErrorCode(res *registry.Result) string {
+	if info := res.ErrorInfo(); info != nil && info.Code != "" {
+		return info.Code
+	}
+	return "TOOL_ERROR"
 }
 
 func contentSize(blocks []llm.Block) int {

@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/promptasm"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // RunTurn runs one turn (LOOP-2) and returns how it ended. Cancelling ctx aborts the turn; a
@@ -22,27 +27,59 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	defer func() { r.m.onCancel = nil }()
 	turn := r.m.lastTurn + 1
 	r.claimLost = false
-	r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
+	r.steps = 0
+	started := time.Now()
+	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
+	start := eventlog.TurnStart{Turn: turn}
+	if span.IsRecording() {
+		start.TraceID = span.SpanContext().TraceID().String()
+	}
+	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: start})
 	end, err := r.turnSteps(ctx, turn)
 	if errors.Is(err, errLog) {
+		endSpan(span, first, nil, err)
 		return Reason{}, err
 	}
 	// A cancel that cleared the inbox before the turn's first batch was written aborts the turn,
 	// whatever it did meanwhile: its reason is decided when turn/end is written.
 	lost := Reason{Kind: eventlog.EndAborted, Reason: &Cause{Kind: "user"}}
-	r.w.stage(staged{typ: eventlog.TypeTurnEnd, dataFn: func(*eventlog.Head) (any, error) {
+	last := r.w.stage(staged{typ: eventlog.TypeTurnEnd, dataFn: func(*eventlog.Head) (any, error) {
 		if r.claimLost {
 			return eventlog.TurnEnd{Turn: turn, Reason: lost}, nil
 		}
 		return eventlog.TurnEnd{Turn: turn, Reason: end}, nil
 	}})
 	if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
+		endSpan(span, first, last, err)
 		return Reason{}, r.logErr(err)
 	}
 	if r.claimLost {
 		end = lost
 	}
+	r.turnEnded(span, end, started)
+	r.cfg.Logger.InfoContext(ctx, "turn ended", "session", r.cfg.SessionID, "turn", turn, "reason", end.Kind,
+		"steps", r.steps, "duration_ms", time.Since(started).Milliseconds())
+	endSpan(span, first, last, nil)
 	return end, nil
+}
+
+// turnEnded records a written turn ending in the metrics and on the turn's span.
+func (r *Runner) turnEnded(span trace.Span, end Reason, started time.Time) {
+	code := ""
+	if end.Kind == eventlog.EndError {
+		code = CodeUnknown
+		if end.Error != nil && end.Error.Code != "" {
+			code = end.Error.Code
+		}
+	}
+	r.cfg.Metrics.TurnEnded(end.Kind, code, time.Since(started), r.steps)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrEndReason.String(end.Kind))
+		if code != "" {
+			span.SetAttributes(telemetry.AttrErrorType.String(code))
+			span.SetStatus(codes.Error, code)
+		}
+	}
 }
 
 // turnSteps runs the steps of turn and returns its ending.
@@ -96,6 +133,7 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 			return Reason{Kind: eventlog.EndCompleted}, nil
 		}
 		step++
+		r.steps = step
 		stepEnd, err := r.runStep(ctx, turn, step, asm)
 		if err != nil {
 			if errors.Is(err, errLog) {
@@ -115,8 +153,18 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 // runStep runs the model call and the tools of a step that enterStep opened, and always writes
 // step/end. It returns the step's ending (nil: another step follows).
 func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Result) (end *Reason, err error) {
+	ctx, span := telemetry.StartChild(ctx, "dshd.step", trace.SpanKindInternal)
+	if span.IsRecording() {
+		span.SetAttributes(telemetry.AttrSession.String(r.cfg.SessionID), telemetry.AttrTurn.Int(turn), telemetry.AttrStep.Int(step))
+	}
 	defer func() {
 		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: eventlog.StepEnd{Turn: turn, Step: step}})
+		if span.IsRecording() {
+			if err != nil {
+				span.SetStatus(codes.Error, failureOf(err).Code)
+			}
+			span.End()
+		}
 	}()
 	msg, finish, err := r.callModel(ctx, turn, step, asm)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // DefaultTimeout is how long an ask waits for an answer when Config.TimeoutFunc gives none.
@@ -32,6 +33,8 @@ type Config struct {
 	TimeoutFunc func(agent string) time.Duration
 	// NewID returns approval ids. Default: random UUIDs.
 	NewID func() string
+	// Metrics counts the asks waiting on this replica (dshd_approvals_pending); nil: none.
+	Metrics *telemetry.Metrics
 }
 
 // Service is the approval service of one replica. It is safe for concurrent use.
@@ -67,6 +70,8 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	if _, err := exec.Commit(context.WithoutCancel(ctx), eventlog.Of(asked)); err != nil {
 		return "", fmt.Errorf("approval: ask: %w", err)
 	}
+	s.cfg.Metrics.ApprovalWaiting(1)
+	defer s.cfg.Metrics.ApprovalWaiting(-1)
 	timer := time.NewTimer(s.timeout(req.Agent))
 	defer timer.Stop()
 	var why string

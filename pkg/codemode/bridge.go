@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // errRunSettled is the cause the run signal is cancelled with when the program is done (CODE-11).
@@ -36,6 +40,8 @@ type bridge struct {
 	dlog   *dispatchLog // nil when the outer call has no agent or no session log
 	n      int          // sub-calls numbered so far (engine goroutine)
 
+	metrics *telemetry.Metrics // Config.Metrics: sub-calls are recorded as tool calls
+
 	mu     sync.Mutex
 	queue  []*subCall // submitted, not started
 	closed bool
@@ -48,6 +54,12 @@ type bridge struct {
 // subCall is one binding call. The dispatch goroutine owns set and panicked while the call is
 // in flight; the lane owns everything else.
 type subCall struct {
+	// ctx is the run signal carrying the sub-call's execute_tool span (a child of the run_code
+	// call's span; the run signal itself when tracing is off); span is that span.
+	ctx     context.Context
+	span    trace.Span
+	started time.Time // when it started (metrics)
+
 	id       int // the binding's id in the engine
 	in       registry.Input
 	mode     registry.Mode
@@ -60,7 +72,7 @@ type subCall struct {
 // newBridge starts the lane of a run of outer's program, which may call names.
 func newBridge(ctx context.Context, rt *Runtime, reg *registry.Registry, outer *registry.Execution, names []string, limit int) *bridge {
 	b := &bridge{reg: reg, outer: outer, scope: outer.Scope.Key(), limit: limit, names: map[string]bool{},
-		hook: rt.DispatchLog, log: rt.cfg.Logger, box: newMailbox(), wake: make(chan struct{}, 1),
+		hook: rt.DispatchLog, metrics: rt.cfg.Metrics, log: rt.cfg.Logger, box: newMailbox(), wake: make(chan struct{}, 1),
 		settled: make(chan *subCall, limit), laneDone: make(chan struct{})}
 	for _, n := range names {
 		b.names[n] = true

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // Config configures a Runtime. The zero value is valid: every field has the documented default.
@@ -43,6 +45,11 @@ type Config struct {
 	// Logger receives failures of the dispatch log and contained listener failures. Default
 	// (nil): slog.Default() at the time New is called.
 	Logger *slog.Logger
+
+	// Metrics records every sub-call as a tool call (gen_ai_execute_tool_duration_seconds,
+	// dshd_tool_errors_total: sub-calls are registry tools, so their names are as bounded as
+	// the native calls'); nil records nothing.
+	Metrics *telemetry.Metrics
 }
 
 // Defaults of Config.

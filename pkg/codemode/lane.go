@@ -3,9 +3,11 @@ package codemode
 import (
 	"fmt"
 	"runtime/debug"
+	"time"
 
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // lane is a run's sub-call scheduler (CODE-6), the native rules (SCHED-1..6) over calls that
@@ -95,6 +97,10 @@ func (l *lane) classify(c *subCall) (m registry.Mode) {
 
 // start logs c's start and runs its prepare stage; a call to dispatch gets its goroutine.
 func (l *lane) start(c *subCall) {
+	c.ctx, c.span = telemetry.StartTool(l.b.ctx, c.in.Name, c.in.CallID)
+	if l.b.metrics != nil {
+		c.started = time.Now()
+	}
 	l.b.logStart(c)
 	l.started = append(l.started, c)
 	l.prepare(c)
@@ -112,7 +118,7 @@ func (l *lane) prepare(c *subCall) {
 			c.panicked = l.contained("prepare", c, v)
 		}
 	}()
-	c.prep = l.b.reg.Prepare(l.b.ctx, c.in)
+	c.prep = l.b.reg.Prepare(c.ctx, c.in)
 }
 
 // dispatch runs c's dispatch stage on its own goroutine and always reports back.
@@ -123,7 +129,7 @@ func (l *lane) dispatch(c *subCall) {
 			c.panicked = l.contained("dispatch", c, v)
 		}
 	}()
-	c.set = l.b.reg.Dispatch(l.b.ctx, c.prep)
+	c.set = l.b.reg.Dispatch(c.ctx, c.prep)
 }
 
 // commitReady commits every settled call at the head, in submission order.
@@ -131,7 +137,22 @@ func (l *lane) commitReady() {
 	for len(l.started) > 0 && l.started[0].done {
 		c := l.started[0]
 		l.started = l.started[1:]
-		l.b.commit(c, l.finish(c))
+		res := l.finish(c)
+		code := ""
+		if info := res.ErrorInfo(); info != nil {
+			code = info.Code
+		}
+		telemetry.EndTool(c.span, res.IsError, code)
+		if l.b.metrics != nil {
+			if res.IsError && code == "" {
+				code = "TOOL_ERROR"
+			}
+			if !res.IsError {
+				code = ""
+			}
+			l.b.metrics.ToolCall(c.in.Name, code, time.Since(c.started))
+		}
+		l.b.commit(c, res)
 	}
 }
 
@@ -146,14 +167,18 @@ func (l *lane) finish(c *subCall) (res *registry.Result) {
 		}
 	}()
 	if c.set != nil {
-		return l.b.reg.Finalize(l.b.ctx, c.set)
+		return l.b.reg.Finalize(c.ctx, c.set)
 	}
-	return l.b.reg.Finish(l.b.ctx, c.prep)
+	return l.b.reg.Finish(c.ctx, c.prep)
 }
 
 // contained logs a panic of a pipeline stage and returns the failure result standing for it.
 func (l *lane) contained(stage string, c *subCall, v any) *registry.Result {
-	l.b.logger().Error("codemode: sub-call pipeline panic contained", "stage", stage, "subCallId", c.in.CallID,
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = l.b.ctx
+	}
+	l.b.logger().ErrorContext(ctx, "codemode: sub-call pipeline panic contained", "stage", stage, "subCallId", c.in.CallID,
 		"tool", c.in.Name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	msg := fmt.Sprintf("panic: %v", v)
 	return &registry.Result{IsError: true, Error: &registry.ToolError{Message: msg},

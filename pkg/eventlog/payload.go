@@ -69,6 +69,9 @@ func Decode[P any, PP interface {
 // TurnStart opens turn Turn (SES-8, LOOP-2).
 type TurnStart struct {
 	Turn int `json:"turn"`
+	// TraceID is the OpenTelemetry trace id (32 hex digits) of the turn's spans when the replica
+	// that ran it traces; omitted otherwise (docs/observability.md).
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // TurnEnd closes turn Turn with its Reason (LOOP-8).

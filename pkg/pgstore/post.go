@@ -83,6 +83,8 @@ type Posted struct {
 	Leased bool
 	// Head is the head after the append (with the lease when Leased).
 	Head eventlog.Head
+	// tookOver: Leased, and the lease taken was an expired holder's (metrics).
+	tookOver bool
 }
 
 // Post appends what p.Build returns and schedules its work (postWake: the lease's holder, the
@@ -148,6 +150,9 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 	}
 	if !out.Replayed {
 		s.committed(p.Tenant, p.Session, out.Events)
+	}
+	if out.tookOver {
+		s.metrics.LeaseTakeover()
 	}
 	return out, nil
 }
@@ -225,6 +230,7 @@ func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, st runSta
 				run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false WHERE session_id = $1`,
 				p.Session, l.Owner, l.TTL.Milliseconds())
 			out.Leased = err == nil
+			out.tookOver = out.Leased && st.held
 			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // QueueName is the River queue of session wake jobs.
@@ -50,6 +52,8 @@ type QueueConfig struct {
 	InsertOnly bool
 	// Logger receives River's diagnostics. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics records how long jobs waited; default the store's (StoreConfig.Metrics).
+	Metrics *telemetry.Metrics
 }
 
 // Queue is the durable job queue of session wakes (River over the same PostgreSQL): a wake
@@ -82,7 +86,10 @@ func NewQueue(st *Store, cfg QueueConfig, fn WakeFunc) (*Queue, error) {
 	}
 	if !cfg.InsertOnly {
 		workers := river.NewWorkers()
-		if err := river.AddWorkerSafely[Wake](workers, &wakeWorker{fn: fn}); err != nil {
+		if cfg.Metrics == nil {
+			cfg.Metrics = st.metrics
+		}
+		if err := river.AddWorkerSafely[Wake](workers, &wakeWorker{fn: fn, metrics: cfg.Metrics}); err != nil {
 			return nil, err
 		}
 		rc.Workers = workers
@@ -129,11 +136,16 @@ func (q *Queue) wakeTx(ctx context.Context, tx pgx.Tx, w Wake) error {
 // wakeWorker is the River worker of wake jobs.
 type wakeWorker struct {
 	river.WorkerDefaults[Wake]
-	fn WakeFunc
+	fn      WakeFunc
+	metrics *telemetry.Metrics
 }
 
-// Work implements river.Worker.
+// Work implements river.Worker. The job's wait is the time from its scheduled time (its insert,
+// or the end of its snooze) to now.
 func (w *wakeWorker) Work(ctx context.Context, job *river.Job[Wake]) error {
+	if w.metrics != nil && job.JobRow != nil {
+		w.metrics.JobWait(time.Since(job.ScheduledAt))
+	}
 	return w.fn(ctx, job.Args, job.Attempt)
 }
 

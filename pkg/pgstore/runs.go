@@ -66,14 +66,15 @@ func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.U
 		return 0, time.Time{}, err
 	}
 	var out LeaseOutcome
+	var takeover bool // the lease was held and has expired: its holder crashed or stalled
 	err := s.inTx(ctx, "take lease", func(tx pgx.Tx) error {
 		var live bool
 		var cur *time.Time
 		err := tx.QueryRow(ctx, `
-			SELECT c.run_owner IS NOT NULL AND c.run_lease_until > now(), c.run_lease_until
+			SELECT c.run_owner IS NOT NULL AND c.run_lease_until > now(), c.run_lease_until, c.run_owner IS NOT NULL
 			FROM session_counters c JOIN sessions s ON s.id = c.session_id
 			WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
-			FOR UPDATE OF c`, sessionID, tenantID).Scan(&live, &cur)
+			FOR UPDATE OF c`, sessionID, tenantID).Scan(&live, &cur, &takeover)
 		if err != nil {
 			return err
 		}
@@ -99,6 +100,9 @@ func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.U
 	})
 	if err != nil {
 		return 0, time.Time{}, err
+	}
+	if out == LeaseTaken && takeover {
+		s.metrics.LeaseTakeover()
 	}
 	return out, until, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,9 @@ type StoreConfig struct {
 	// outcome is unknown (the connection was lost before the reply) is read back, never written
 	// twice. Default DefaultRetryUnavailable; negative: no retry.
 	RetryUnavailable time.Duration
+	// Metrics counts lease takeovers (and the queue's job waits, QueueConfig.Metrics); nil
+	// records nothing.
+	Metrics *telemetry.Metrics
 }
 
 // DefaultRetryUnavailable is StoreConfig.RetryUnavailable's default.
@@ -66,6 +70,8 @@ type Store struct {
 	commit atomic.Pointer[CommitFunc]
 	// slots records, per tenant, how many turn slots are known to exist (runs.go).
 	slots sync.Map
+
+	metrics *telemetry.Metrics // StoreConfig.Metrics
 }
 
 // CommitFunc is told of batches this process committed (see OnCommit). It must not block and must
@@ -94,7 +100,8 @@ func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 // NewStore returns a store over pool, which must point at a database migrated with
 // migrations.Up.
 func NewStore(pool *pgxpool.Pool, cfg StoreConfig) *Store {
-	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable}
+	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable,
+		metrics: cfg.Metrics}
 	switch {
 	case s.retry == 0:
 		s.retry = DefaultRetryUnavailable

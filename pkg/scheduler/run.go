@@ -228,7 +228,7 @@ func (r *run) recoverInternal() {
 	if v == nil {
 		return
 	}
-	r.s.cfg.Logger.Error("scheduler: internal panic", "panic", v, "stack", string(debug.Stack()))
+	r.s.cfg.Logger.ErrorContext(r.ctx, "scheduler: internal panic", "panic", v, "stack", string(debug.Stack()))
 	r.fail(fmt.Errorf("scheduler: internal panic: %v", v))
 	for r.inflight > 0 {
 		<-r.settledCh

@@ -1,17 +1,26 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"runtime/debug"
 
+	oteltrace "go.opentelemetry.io/otel/trace"
+
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // slot is one started call. While the call is dispatched, the dispatch goroutine owns settled,
 // result and broken; it writes them and then sends the slot on settledCh, after which the lane
 // owns every field again. All other fields are lane-owned throughout.
 type slot struct {
+	// ctx is the step signal carrying the call's execute_tool span (the step signal itself when
+	// tracing is off): every pipeline stage of the call runs with it, so the spans of what the
+	// tool does (a run_code program's sub-calls) nest under the call's.
+	ctx     context.Context
+	span    oteltrace.Span
 	call    Call
 	callSeq int64
 	prep    *registry.Prepared
@@ -82,7 +91,8 @@ func (r *run) begin(i int) *slot {
 		return nil
 	}
 	sl.callSeq = seq
-	sl.prep, sl.result = r.prepare(sl.call, r.input(i))
+	sl.ctx, sl.span = telemetry.StartTool(r.ctx, sl.call.Name, sl.call.ID)
+	sl.prep, sl.result = r.prepare(sl.ctx, sl.call, r.input(i))
 	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
 		return nil
 	}
@@ -91,14 +101,14 @@ func (r *run) begin(i int) *slot {
 }
 
 // prepare runs the prepare stage of c, containing a panic or a nil Prepared as a failure result.
-func (r *run) prepare(c Call, in registry.Input) (p *registry.Prepared, res *registry.Result) {
+func (r *run) prepare(ctx context.Context, c Call, in registry.Input) (p *registry.Prepared, res *registry.Result) {
 	defer func() {
 		if v := recover(); v != nil {
 			r.logPanic("prepare", c, v, debug.Stack())
 			p, res = nil, panicResult(v)
 		}
 	}()
-	p = r.s.pipe.Prepare(r.ctx, in)
+	p = r.s.pipe.Prepare(ctx, in)
 	if p == nil {
 		r.fail(fmt.Errorf("scheduler: %w: Prepare returned nil for call %q", ErrPipelineContract, c.ID))
 		return nil, contractResult("prepare")
@@ -116,7 +126,7 @@ func (r *run) dispatch(sl *slot) {
 			sl.settled, sl.result = nil, panicResult(v)
 		}
 	}()
-	sl.settled = r.s.pipe.Dispatch(r.ctx, sl.prep)
+	sl.settled = r.s.pipe.Dispatch(sl.ctx, sl.prep)
 	if sl.settled == nil {
 		sl.broken, sl.result = true, contractResult("dispatch")
 	}
@@ -126,11 +136,21 @@ func (r *run) dispatch(sl *slot) {
 // contexts (SCHED-4). A dead slot commits nothing.
 func (r *run) commit(sl *slot) {
 	if sl.dead {
+		if sl.span != nil {
+			telemetry.EndTool(sl.span, true, "NOT_DISPATCHED")
+		}
 		return
 	}
 	res := sl.result
 	if res == nil {
 		res = r.finish(sl)
+	}
+	if sl.span != nil {
+		code := ""
+		if info := res.ErrorInfo(); info != nil {
+			code = info.Code
+		}
+		telemetry.EndTool(sl.span, res.IsError, code)
 	}
 	if sl.broken {
 		r.fail(fmt.Errorf("scheduler: %w: Dispatch returned nil for call %q", ErrPipelineContract, sl.call.ID))
@@ -161,9 +181,9 @@ func (r *run) finish(sl *slot) (res *registry.Result) {
 		}
 	}()
 	if sl.settled != nil {
-		res = r.s.pipe.Finalize(r.ctx, sl.settled)
+		res = r.s.pipe.Finalize(sl.ctx, sl.settled)
 	} else {
-		res = r.s.pipe.Finish(r.ctx, sl.prep)
+		res = r.s.pipe.Finish(sl.ctx, sl.prep)
 	}
 	if res == nil {
 		r.fail(fmt.Errorf("scheduler: %w: %s returned nil for call %q", ErrPipelineContract, stage, sl.call.ID))
@@ -174,7 +194,7 @@ func (r *run) finish(sl *slot) (res *registry.Result) {
 
 // logPanic logs a panic recovered from a pipeline stage, with its stack.
 func (r *run) logPanic(stage string, c Call, v any, stack []byte) {
-	r.s.cfg.Logger.Error("scheduler: pipeline panic contained",
+	r.s.cfg.Logger.ErrorContext(r.ctx, "scheduler: pipeline panic contained",
 		"stage", stage, "callId", c.ID, "tool", c.Name, "panic", fmt.Sprint(v), "stack", string(stack))
 }
 

@@ -132,7 +132,7 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 		}
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errLeaseLost) || errors.Is(err, eventlog.ErrLeaseLost) {
-				cfg.Logger.Warn("lease lost while serving", "session", a.SessionID)
+				cfg.Logger.WarnContext(r.TraceContext(ctx), "lease lost while serving", "session", a.SessionID)
 				return false, nil
 			}
 			err = fmt.Errorf("worker: serve session %s: %w", a.SessionID, err)
@@ -146,7 +146,7 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 			if herr := w.s.queue.LeaseDrop(context.WithoutCancel(ctx), cfg.Store, a.TenantID, a.SessionID, owner); herr != nil {
 				return false, err // the lease expires and the sweeper wakes the session
 			}
-			cfg.Logger.Warn("serve failed; the session was handed over", "session", a.SessionID, "err", err)
+			cfg.Logger.WarnContext(r.TraceContext(ctx), "serve failed; the session was handed over", "session", a.SessionID, "err", err)
 			return false, nil
 		}
 		if j.Released() {
@@ -199,6 +199,7 @@ func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID, kn
 	}
 	j := cfg.Store.Journal(cfg.Hub, a.TenantID, a.SessionID, owner)
 	j.ReleaseAtTurnEnd(true)
+	lc.TenantID = a.TenantID.String() // the turn spans' dshd.tenant.id
 	return agentloop.NewRunner(lc, j), j, done, nil
 }
 
@@ -248,7 +249,7 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 			return
 		case err == nil:
 			if failing {
-				cfg.Logger.Info("lease renewed again", "session", a.SessionID,
+				cfg.Logger.InfoContext(r.TraceContext(ctx), "lease renewed again", "session", a.SessionID,
 					"after", time.Since(renewed).Round(time.Millisecond))
 			}
 			renewed, failing, expired = time.Now(), false, false
@@ -257,10 +258,10 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 			return
 		default:
 			if !failing {
-				cfg.Logger.Warn("lease renewal failed; retrying", "session", a.SessionID, "err", err)
+				cfg.Logger.WarnContext(r.TraceContext(ctx), "lease renewal failed; retrying", "session", a.SessionID, "err", err)
 			}
 			if !expired && time.Since(renewed) > cfg.LeaseTTL {
-				cfg.Logger.Warn("lease may have expired; still renewing: it stays this runner's unless another replica takes it",
+				cfg.Logger.WarnContext(r.TraceContext(ctx), "lease may have expired; still renewing: it stays this runner's unless another replica takes it",
 					"session", a.SessionID, "err", err)
 				expired = true
 			}
