@@ -40,6 +40,12 @@ const (
 	CodeOriginNotAllowed    = "origin_not_allowed"
 )
 
+// Problem codes of tenant webhooks (docs/webhooks.md).
+const (
+	CodeWebhookURLNotAllowed = fault.WebhookURLNotAllowed
+	CodeTooManyWebhooks      = fault.TooManyWebhooks
+)
+
 // problemTable is the one place an error code gets its HTTP status and title. A code missing here
 // answers 500.
 var problemTable = map[string]struct {
@@ -68,6 +74,9 @@ var problemTable = map[string]struct {
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 	CodeServerBusy:          {http.StatusServiceUnavailable, "Server busy"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},
+
+	CodeWebhookURLNotAllowed: {http.StatusBadRequest, "Webhook URL not allowed"},
+	CodeTooManyWebhooks:      {http.StatusConflict, "Too many webhook endpoints"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.

@@ -102,6 +102,14 @@ type Config struct {
 	// API key or the admin token; beyond it requests answer 503 server_busy at once. GET /healthz
 	// does not count. Default 256.
 	MaxUnauthenticated int
+
+	// WebhookAllowHTTP and WebhookAllowPrivate let tenants register webhook endpoints with http://
+	// URLs and on loopback, private or link-local hosts (tests, private deployments); the
+	// delivery worker's sender needs the same settings. Defaults off.
+	WebhookAllowHTTP    bool
+	WebhookAllowPrivate bool
+	// WebhookMaxEndpoints bounds a tenant's webhook endpoints. Default DefaultWebhookMaxEndpoints.
+	WebhookMaxEndpoints int
 }
 
 func (c *Config) defaults() {
@@ -143,6 +151,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxUnauthenticated <= 0 {
 		c.MaxUnauthenticated = 256
+	}
+	if c.WebhookMaxEndpoints <= 0 {
+		c.WebhookMaxEndpoints = DefaultWebhookMaxEndpoints
 	}
 }
 
@@ -236,6 +247,8 @@ func (s *Server) routes() chi.Router {
 			r.Mount("/presets", presetResource{presets: s.cfg.Presets}.routes())
 			r.Mount("/sessions", sessionResource{s: s}.routes())
 			r.Get("/tools", s.handleToolList)
+			r.Mount("/webhooks", hookResource{hooks: s.cfg.Log.Webhooks(), allowHTTP: s.cfg.WebhookAllowHTTP,
+				allowPrivate: s.cfg.WebhookAllowPrivate, max: s.cfg.WebhookMaxEndpoints}.routes())
 		})
 	})
 	return r

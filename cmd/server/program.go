@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/webhook"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -34,6 +35,7 @@ type Main struct {
 	db     *sql.DB // database/sql view of pool, for goose's readiness check
 	hub    *pgstore.Hub
 	worker *worker.Service
+	hooks  *worker.Deliverer
 	api    *api.Server
 	server *http.Server
 	ln     net.Listener
@@ -113,6 +115,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.worker.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	m.hooks = m.Config.Webhooks.deliverer(logStore, m.Logger)
+	m.hooks.Start(context.WithoutCancel(ctx))
 	m.api = api.New(api.Config{
 		Tenants:      pgstore.NewTenants(m.pool),
 		Presets:      presets,
@@ -140,6 +144,10 @@ func (m *Main) Run(ctx context.Context) error {
 		StreamMaxLag:         m.Config.StreamMaxLag,
 		MaxStreamsPerSession: m.Config.MaxStreamsPerSession,
 		MaxStreamsPerTenant:  m.Config.MaxStreamsPerTenant,
+
+		WebhookAllowHTTP:    m.Config.Webhooks.AllowHTTP,
+		WebhookAllowPrivate: m.Config.Webhooks.AllowPrivate,
+		WebhookMaxEndpoints: m.Config.Webhooks.MaxEndpoints,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
@@ -229,6 +237,13 @@ func (m *Main) Close() error {
 			errs = append(errs, fmt.Errorf("dshd: stop worker: %w", err))
 		}
 	}
+	if m.hooks != nil {
+		// Attempts in flight finish (each is bounded by DSHD_WEBHOOK_TIMEOUT) or are cancelled;
+		// a cancelled one is attempted again after its lease, by any replica.
+		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		defer cancel()
+		_ = m.hooks.Stop(ctx)
+	}
 	if m.hub != nil {
 		m.hub.Stop()
 	}
@@ -239,4 +254,12 @@ func (m *Main) Close() error {
 		m.pool.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// deliverer is the tenant webhooks' delivery worker of these settings.
+func (w WebhookSettings) deliverer(store *pgstore.Store, logger *slog.Logger) *worker.Deliverer {
+	sender := webhook.NewSender(webhook.SenderConfig{AllowHTTP: w.AllowHTTP, AllowPrivate: w.AllowPrivate, Timeout: w.Timeout})
+	return worker.NewDeliverer(worker.WebhookConfig{Store: store, Sender: sender, Workers: w.Workers, Poll: w.Poll,
+		Lease: w.Timeout + 30*time.Second, Retention: w.Retention, Logger: logger,
+		Schedule: webhook.Schedule{Base: w.RetryBase, Max: w.RetryMax, Attempts: w.MaxAttempts}})
 }

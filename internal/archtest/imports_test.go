@@ -51,6 +51,8 @@ var layers = []struct {
 	{80, []string{"internal/mockllm", "internal/pgtest"}},            // test infrastructure
 	{90, []string{"cmd/..."}},                                        // programs
 	{100, []string{"internal/e2e", "internal/archtest"}},             // test-only packages
+	{5, []string{"pkg/netguard"}},                                    // outbound requests kept off private addresses
+	{20, []string{"pkg/webhook"}},                                    // tenant webhooks: signatures, delivery attempts
 }
 
 // The PostgreSQL adapter is the only package that may import pgx or a River driver; programs and
@@ -75,6 +77,10 @@ var stdOnly = map[string][]string{
 	"pkg/fault":   nil,
 	"pkg/llm":     {"pkg/fault"},
 	"pkg/sandbox": nil, // the shell providers and workspaces know nothing of tools or the log
+
+	// outbound webhook requests: the address guard, and the tenant webhooks' signatures and attempts
+	"pkg/netguard": nil,
+	"pkg/webhook":  {"pkg/netguard"},
 }
 
 // Nothing in pkg/ may import these, not even from test files.
