@@ -211,3 +211,84 @@ func TestWebhooksDeliverEachEventOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookDeliverySurvivesACrash: while the receiver is down, the replica that attempts the
+// deliveries is killed (SIGKILL); the deliveries are rows, so a replica started afterwards
+// delivers them once the receiver is back, each accepted once with a valid signature.
+func TestWebhookDeliverySurvivesACrash(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	up, secret := false, ""
+	accepted, refused := map[string]int{}, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if err := webhook.Verify(secret, r.Header, body, time.Now(), webhook.DefaultTolerance); err != nil {
+			t.Errorf("delivery %s: %v", r.Header.Get(webhook.HeaderID), err)
+		}
+		if !up {
+			refused++
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		accepted[r.Header.Get(webhook.HeaderID)]++
+	}))
+	t.Cleanup(srv.Close)
+	c := newClusterOn(t, 1, 10*time.Second, "", "DSHD_WEBHOOK_ALLOW_HTTP=1", "DSHD_WEBHOOK_ALLOW_PRIVATE=1",
+		"DSHD_WEBHOOK_RETRY_BASE=200ms", "DSHD_WEBHOOK_RETRY_MAX=1s", "DSHD_WEBHOOK_POLL=100ms", "DSHD_WEBHOOK_TIMEOUT=2s")
+	ctx := t.Context()
+	var ep struct{ ID, Secret string }
+	mustJSON(t, c.replicas[0].call(ctx, "POST", "/v1/webhooks", c.key, map[string]any{"url": srv.URL,
+		"events": []string{"turn.completed"}}), 201, &ep)
+	mu.Lock()
+	secret = ep.Secret
+	mu.Unlock()
+	sid := c.sessionCreate(t)
+	for range 3 {
+		if _, err := c.replicas[0].postMessage(ctx, c.key, sid, "say:hi", "followup"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three turns, each refused at least once.
+	type delivery struct {
+		EventID, Status string
+		Attempts        int
+	}
+	var log []delivery
+	read := func(r *replica) error {
+		var page struct{ Items []delivery }
+		err := r.call(ctx, "GET", "/v1/webhooks/"+ep.ID+"/deliveries", c.key, nil).decode(200, &page)
+		log = page.Items
+		return err
+	}
+	if err := waitFor(60*time.Second, func() (bool, error) {
+		err := read(c.replicas[0])
+		return len(log) == 3 && !slices.ContainsFunc(log, func(d delivery) bool { return d.Attempts == 0 }), err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, log)
+	}
+	c.replicas[0].kill9(t)
+	mu.Lock()
+	up = true
+	mu.Unlock()
+	next := c.startReplica()
+	// A delivery the dead replica had claimed is due again after its lease (DSHD_WEBHOOK_TIMEOUT
+	// + 30 s); the others at their next attempt.
+	if err := waitFor(90*time.Second, func() (bool, error) {
+		err := read(next)
+		return len(log) == 3 && !slices.ContainsFunc(log, func(d delivery) bool { return d.Status != "delivered" }), err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, log)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(accepted) != 3 || refused < 3 {
+		t.Fatalf("accepted %v after %d refusals", accepted, refused)
+	}
+	for _, d := range log {
+		if accepted[d.EventID] != 1 {
+			t.Fatalf("%s accepted %d times", d.EventID, accepted[d.EventID])
+		}
+	}
+}
