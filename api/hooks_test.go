@@ -60,6 +60,10 @@ func webhooksContract(t *testing.T, e *env, c *contract, _, _ string) {
 	retry := path + "/deliveries/" + log.Items[0].ID + "/retry"
 	c.check("POST", "/v1/webhooks/{id}/deliveries/{deliveryId}/retry", e.do(t, "POST", retry, e.keyA, nil).want(t, 409))
 	e.do(t, "PATCH", path, e.keyA, `{"disabled":true}`).want(t, 200) // gives the pending delivery up
+	if p := e.do(t, "POST", retry, e.keyA, nil).wantProblem(t, 409, "conflict"); !strings.Contains(p.Detail, "disabled") {
+		t.Fatalf("retry on a disabled endpoint: %+v", p)
+	}
+	e.do(t, "PATCH", path, e.keyA, `{"disabled":false}`).want(t, 200)
 	c.check("POST", "/v1/webhooks/{id}/deliveries/{deliveryId}/retry", e.do(t, "POST", retry, e.keyA, nil).want(t, 202))
 	c.check("POST", "/v1/webhooks/{id}/deliveries/{deliveryId}/retry", e.do(t, "POST", retry, e.keyB, nil).want(t, 404))
 	c.check("DELETE", "/v1/webhooks/{id}", e.do(t, "DELETE", path, e.keyA, nil).want(t, 204))

@@ -210,6 +210,18 @@ func TestWebhooksDeliverEachEventOnce(t *testing.T) {
 			t.Errorf("delivery %+v", d)
 		}
 	}
+	// The secret was shown once: no read of the endpoint and no log line repeats it.
+	key := strings.TrimPrefix(ep.Secret, "whsec_")
+	for _, path := range []string{"/v1/webhooks", "/v1/webhooks/" + ep.ID, deliveriesPath} {
+		if rp := first.call(ctx, "GET", path, c.key, nil); rp.err != nil || strings.Contains(string(rp.body), key) {
+			t.Errorf("GET %s shows the secret (%v)", path, rp.err)
+		}
+	}
+	for _, r := range c.replicas {
+		if strings.Contains(r.output(), key) {
+			t.Errorf("%s logged the secret", r.name)
+		}
+	}
 }
 
 // TestWebhookDeliverySurvivesACrash: while the receiver is down, the replica that attempts the

@@ -22,6 +22,7 @@ var (
 	ErrWebhookNotFound  = &fault.Error{Code: fault.NotFound, Message: "webhook endpoint not found"}
 	ErrDeliveryNotFound = &fault.Error{Code: fault.NotFound, Message: "webhook delivery not found"}
 	ErrDeliveryPending  = &fault.Error{Code: fault.Conflict, Message: "the delivery is still pending: it is retried on its schedule"}
+	ErrWebhookDisabled  = &fault.Error{Code: fault.Conflict, Message: "the endpoint is disabled: enable it first"}
 )
 
 // TooManyWebhooksError refuses an endpoint beyond the tenant's bound.
@@ -257,15 +258,16 @@ func (w *Webhooks) WebhookDeliveries(ctx context.Context, tenantID, endpointID u
 }
 
 // WebhookRedeliver schedules a delivered or failed delivery of the tenant's endpoint again, at
-// once, with a fresh retry schedule (attempts start from 0). A pending one is ErrDeliveryPending.
+// once, with a fresh retry schedule (attempts start from 0). A pending one is ErrDeliveryPending,
+// one of a disabled endpoint ErrWebhookDisabled.
 func (w *Webhooks) WebhookRedeliver(ctx context.Context, tenantID, endpointID, deliveryID uuid.UUID) (WebhookDelivery, error) {
 	var d WebhookDelivery
 	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
-		var pending bool
-		err := tx.QueryRow(ctx, `SELECT d.delivered_at IS NULL AND d.failed_at IS NULL
+		var pending, disabled bool
+		err := tx.QueryRow(ctx, `SELECT d.delivered_at IS NULL AND d.failed_at IS NULL, e.disabled_at IS NOT NULL
 			FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
 			WHERE d.id = $3 AND d.endpoint_id = $1 AND e.tenant_id = $2 FOR UPDATE OF d`,
-			endpointID, tenantID, deliveryID).Scan(&pending)
+			endpointID, tenantID, deliveryID).Scan(&pending, &disabled)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return ErrDeliveryNotFound
@@ -273,6 +275,8 @@ func (w *Webhooks) WebhookRedeliver(ctx context.Context, tenantID, endpointID, d
 			return err
 		case pending:
 			return ErrDeliveryPending
+		case disabled:
+			return ErrWebhookDisabled
 		}
 		d, err = scanDelivery(tx.QueryRow(ctx, `UPDATE webhook_deliveries SET attempts = 0, delivered_at = NULL,
 			failed_at = NULL, next_attempt_at = now() WHERE id = $1 RETURNING `+deliveryColumns, deliveryID))
