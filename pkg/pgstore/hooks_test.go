@@ -41,7 +41,7 @@ func deliveryLog(t *testing.T, w *pgstore.Webhooks, tenant, endpoint uuid.UUID) 
 func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, _, tenant := newStore(t, pgstore.StoreConfig{})
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
 	w := st.Webhooks()
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	ep, err := w.WebhookCreate(ctx, tenant, "https://hooks.example.com/a", []string{pgstore.WebhookTurnCompleted}, "d", secret, 5)
@@ -68,14 +68,23 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 		t.Fatalf("a leased delivery was claimed again: %v %v", again, err)
 	}
 
-	// The attempt fails with a 500: due again at once (a zero wait), logged.
-	if ok, err := w.WebhookRecord(ctx, a, pgstore.WebhookOutcome{Status: 500, Error: "the endpoint answered HTTP 500"}); err != nil || !ok {
+	// The attempt fails with a 500: due again after its wait (an hour here), logged.
+	if ok, err := w.WebhookRecord(ctx, a, pgstore.WebhookOutcome{Status: 500, Error: "the endpoint answered HTTP 500", RetryIn: time.Hour}); err != nil || !ok {
 		t.Fatalf("record: %v %v", ok, err)
 	}
 	log := deliveryLog(t, w, tenant, ep.ID)
 	if len(log) != 1 || log[0].Status != pgstore.DeliveryPending || log[0].Attempts != 1 || *log[0].LastStatus != 500 ||
 		*log[0].LastError != "the endpoint answered HTTP 500" || log[0].NextAttemptAt == nil || log[0].DeliveredAt != nil {
 		t.Fatalf("log %+v", log)
+	}
+	if wait := time.Until(*log[0].NextAttemptAt); wait < 50*time.Minute || wait > 70*time.Minute {
+		t.Fatalf("next attempt in %v, want an hour", wait)
+	}
+	if again, err := w.WebhookClaim(ctx, 10, time.Minute, 3); err != nil || len(again) != 0 {
+		t.Fatalf("a delivery waiting for its retry was claimed: %v %v", again, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now()`); err != nil { // the hour passes
+		t.Fatal(err)
 	}
 	claimed, err = w.WebhookClaim(ctx, 10, time.Minute, 3)
 	if err != nil || len(claimed) != 1 || claimed[0].Attempt != 2 {
