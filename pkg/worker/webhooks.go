@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dshd/dshd/pkg/netguard"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/webhook"
 )
@@ -68,6 +69,7 @@ type Deliverer struct {
 	abort  context.CancelFunc // cancels attempts in flight (Stop's deadline passed)
 	done   chan struct{}
 	wg     sync.WaitGroup
+	warned time.Time // the last claim failure logged (the loop's own)
 }
 
 // NewDeliverer returns a Deliverer; nothing runs until Start.
@@ -143,8 +145,10 @@ func (d *Deliverer) claim(ctx, attemptCtx context.Context) bool {
 	}
 	claimed, err := d.hooks.WebhookClaim(ctx, free, d.cfg.Lease, d.cfg.Schedule.Attempts)
 	if err != nil {
-		if ctx.Err() == nil {
-			d.cfg.Logger.Warn("webhook claim failed", "err", err)
+		// The database is away (an outage): say so once in a while, not at every poll.
+		if ctx.Err() == nil && time.Since(d.warned) > 30*time.Second {
+			d.warned = time.Now()
+			d.cfg.Logger.Warn("webhook claim failed; deliveries wait until the database answers", "err", err)
 		}
 		return false
 	}
@@ -177,7 +181,7 @@ func (d *Deliverer) attempt(ctx context.Context, a pgstore.WebhookAttempt) {
 	if ctx.Err() != nil {
 		return // stopping: the lease runs out and the delivery is attempted again
 	}
-	o := pgstore.WebhookOutcome{Status: res.Status, Error: res.Err, Delivered: res.OK()}
+	o := pgstore.WebhookOutcome{Status: res.Status, Error: netguard.Clip(res.Err, webhook.MaxErrorBytes), Delivered: res.OK()}
 	if !o.Delivered {
 		wait, again := d.cfg.Schedule.Next(a.Attempt)
 		o.RetryIn, o.GiveUp = wait, !again || a.Disabled
