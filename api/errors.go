@@ -48,6 +48,12 @@ const (
 	CodeInsufficientScope   = "insufficient_scope"           // a read-only API key asked for a change
 )
 
+// Problem codes of tenant webhooks (docs/webhooks.md).
+const (
+	CodeWebhookURLNotAllowed = fault.WebhookURLNotAllowed
+	CodeTooManyWebhooks      = fault.TooManyWebhooks
+)
+
 // problemTable is the one place an error code gets its HTTP status and title. A code missing here
 // answers 500.
 var problemTable = map[string]struct {
@@ -79,6 +85,9 @@ var problemTable = map[string]struct {
 	CodeCredentialsDisabled: {http.StatusConflict, "Credentials disabled"},
 	CodeUnknownCredential:   {http.StatusBadRequest, "Unknown credential"},
 	CodeInsufficientScope:   {http.StatusForbidden, "Insufficient scope"},
+
+	CodeWebhookURLNotAllowed: {http.StatusBadRequest, "Webhook URL not allowed"},
+	CodeTooManyWebhooks:      {http.StatusConflict, "Too many webhook endpoints"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.

@@ -115,6 +115,13 @@ type Config struct {
 	// so that one /metrics has them all (docs/observability.md).
 	Registry *prometheus.Registry
 	Metrics  *telemetry.Metrics
+	// WebhookAllowHTTP and WebhookAllowPrivate let tenants register webhook endpoints with http://
+	// URLs and on loopback, private or link-local hosts (tests, private deployments); the
+	// delivery worker's sender needs the same settings. Defaults off.
+	WebhookAllowHTTP    bool
+	WebhookAllowPrivate bool
+	// WebhookMaxEndpoints bounds a tenant's webhook endpoints. Default DefaultWebhookMaxEndpoints.
+	WebhookMaxEndpoints int
 }
 
 func (c *Config) defaults() {
@@ -156,6 +163,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxUnauthenticated <= 0 {
 		c.MaxUnauthenticated = 256
+	}
+	if c.WebhookMaxEndpoints <= 0 {
+		c.WebhookMaxEndpoints = DefaultWebhookMaxEndpoints
 	}
 }
 
@@ -251,6 +261,8 @@ func (s *Server) routes() chi.Router {
 			r.Get("/tools", s.handleToolList)
 			r.Mount("/api-keys", apiKeyResource{tenants: s.cfg.Tenants}.routes())
 			r.Mount("/credentials", credentialResource{creds: s.cfg.Credentials}.routes())
+			r.Mount("/webhooks", hookResource{hooks: s.cfg.Log.Webhooks(), allowHTTP: s.cfg.WebhookAllowHTTP,
+				allowPrivate: s.cfg.WebhookAllowPrivate, max: s.cfg.WebhookMaxEndpoints}.routes())
 		})
 	})
 	return r

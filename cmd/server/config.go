@@ -167,6 +167,40 @@ type Config struct {
 	// own gen_ai_request_model label value; any other reads "other". Default empty: the first
 	// 32 distinct names seen.
 	MetricsModels []string
+
+	// Webhooks are the settings of tenant webhooks (docs/webhooks.md).
+	Webhooks WebhookSettings
+}
+
+// WebhookSettings configure tenant webhooks: which endpoints may be registered and how their
+// deliveries are attempted (docs/webhooks.md).
+type WebhookSettings struct {
+	// AllowHTTP (DSHD_WEBHOOK_ALLOW_HTTP=1) allows http:// endpoints, for tests. Default off:
+	// https only.
+	AllowHTTP bool
+	// AllowPrivate (DSHD_WEBHOOK_ALLOW_PRIVATE=1) allows endpoints on loopback, private and
+	// link-local addresses, for tests and private deployments. Default off: the URL's host and
+	// every address a delivery dials are checked.
+	AllowPrivate bool
+	// MaxEndpoints (DSHD_WEBHOOK_MAX_ENDPOINTS) bounds a tenant's endpoints. Default 20.
+	MaxEndpoints int
+	// Timeout (DSHD_WEBHOOK_TIMEOUT, a Go duration) bounds one delivery attempt. Default 10s.
+	Timeout time.Duration
+	// Workers (DSHD_WEBHOOK_WORKERS) bounds the attempts one replica makes at once. Default 16.
+	Workers int
+	// Poll (DSHD_WEBHOOK_POLL, a Go duration) is how often a replica looks for due deliveries.
+	// Default 250ms.
+	Poll time.Duration
+	// RetryBase, RetryMax and MaxAttempts (DSHD_WEBHOOK_RETRY_BASE, DSHD_WEBHOOK_RETRY_MAX, Go
+	// durations; DSHD_WEBHOOK_MAX_ATTEMPTS) are the retry schedule: the wait after failed attempt
+	// n is RetryBase·2^(n-1), at most RetryMax, jittered into its upper half; after MaxAttempts
+	// attempts the delivery has failed. Defaults 5s, 1h and 12.
+	RetryBase   time.Duration
+	RetryMax    time.Duration
+	MaxAttempts int
+	// Retention (DSHD_WEBHOOK_RETENTION, a Go duration) is how long delivered and failed
+	// deliveries stay in the delivery log. Default 168h (7 days).
+	Retention time.Duration
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -303,6 +337,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("the OTLP endpoint (DSHD_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_*ENDPOINT) must be an http or https URL")
 	}
 	c.MetricsModels = splitList(getenv("DSHD_METRICS_MODELS"))
+	if err := c.Webhooks.parse(env); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 
@@ -314,6 +351,47 @@ func (c *Config) parseCredentials(getenv func(string) string, env func(name, def
 	}
 	c.OperatorKeyFallback, err = parseBool("DSHD_OPERATOR_KEY_FALLBACK", env("DSHD_OPERATOR_KEY_FALLBACK", "1"))
 	return err
+}
+
+// parse reads the webhook settings.
+func (w *WebhookSettings) parse(env func(name, def string) string) error {
+	var err error
+	if w.AllowHTTP, err = parseBool("DSHD_WEBHOOK_ALLOW_HTTP", env("DSHD_WEBHOOK_ALLOW_HTTP", "0")); err != nil {
+		return err
+	}
+	if w.AllowPrivate, err = parseBool("DSHD_WEBHOOK_ALLOW_PRIVATE", env("DSHD_WEBHOOK_ALLOW_PRIVATE", "0")); err != nil {
+		return err
+	}
+	for _, n := range []struct {
+		name, def string
+		to        *int
+	}{
+		{"DSHD_WEBHOOK_MAX_ENDPOINTS", "20", &w.MaxEndpoints},
+		{"DSHD_WEBHOOK_WORKERS", "16", &w.Workers},
+		{"DSHD_WEBHOOK_MAX_ATTEMPTS", "12", &w.MaxAttempts},
+	} {
+		if *n.to, err = strconv.Atoi(env(n.name, n.def)); err != nil || *n.to < 1 {
+			return fmt.Errorf("%s must be a positive integer", n.name)
+		}
+	}
+	for _, d := range []struct {
+		name, def string
+		to        *time.Duration
+	}{
+		{"DSHD_WEBHOOK_TIMEOUT", "10s", &w.Timeout},
+		{"DSHD_WEBHOOK_POLL", "250ms", &w.Poll},
+		{"DSHD_WEBHOOK_RETRY_BASE", "5s", &w.RetryBase},
+		{"DSHD_WEBHOOK_RETRY_MAX", "1h", &w.RetryMax},
+		{"DSHD_WEBHOOK_RETENTION", "168h", &w.Retention},
+	} {
+		if *d.to, err = parseDuration(d.name, env(d.name, d.def)); err != nil {
+			return err
+		}
+	}
+	if w.RetryMax < w.RetryBase {
+		return fmt.Errorf("DSHD_WEBHOOK_RETRY_MAX must be at least DSHD_WEBHOOK_RETRY_BASE")
+	}
+	return nil
 }
 
 // parseTools reads the workspace tools' settings.

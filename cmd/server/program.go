@@ -24,6 +24,7 @@ import (
 	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/telemetry"
+	"github.com/dshd/dshd/pkg/webhook"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -37,6 +38,7 @@ type Main struct {
 	db     *sql.DB // database/sql view of pool, for goose's readiness check
 	hub    *pgstore.Hub
 	worker *worker.Service
+	hooks  *worker.Deliverer
 	api    *api.Server
 	server *http.Server
 	ln     net.Listener
@@ -141,6 +143,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.worker.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	m.hooks = m.Config.Webhooks.deliverer(logStore, m.Logger)
+	m.hooks.Start(context.WithoutCancel(ctx))
 	m.api = api.New(api.Config{
 		Tenants:      pgstore.NewTenants(m.pool),
 		Presets:      presets,
@@ -169,9 +173,12 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxStreamsPerSession: m.Config.MaxStreamsPerSession,
 		MaxStreamsPerTenant:  m.Config.MaxStreamsPerTenant,
 
-		Credentials: credentials,
-		Registry:    registry,
-		Metrics:     metrics,
+		Credentials:         credentials,
+		Registry:            registry,
+		Metrics:             metrics,
+		WebhookAllowHTTP:    m.Config.Webhooks.AllowHTTP,
+		WebhookAllowPrivate: m.Config.Webhooks.AllowPrivate,
+		WebhookMaxEndpoints: m.Config.Webhooks.MaxEndpoints,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
@@ -269,6 +276,13 @@ func (m *Main) Close() error {
 			m.Logger.Warn("tracing: flushing spans at shutdown failed", slog.String("error", err.Error()))
 		}
 	}
+	if m.hooks != nil {
+		// Attempts in flight finish (each is bounded by DSHD_WEBHOOK_TIMEOUT) or are cancelled;
+		// a cancelled one is attempted again after its lease, by any replica.
+		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		defer cancel()
+		_ = m.hooks.Stop(ctx)
+	}
 	if m.hub != nil {
 		m.hub.Stop()
 	}
@@ -279,4 +293,12 @@ func (m *Main) Close() error {
 		m.pool.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// deliverer is the tenant webhooks' delivery worker of these settings.
+func (w WebhookSettings) deliverer(store *pgstore.Store, logger *slog.Logger) *worker.Deliverer {
+	sender := webhook.NewSender(webhook.SenderConfig{AllowHTTP: w.AllowHTTP, AllowPrivate: w.AllowPrivate, Timeout: w.Timeout})
+	return worker.NewDeliverer(worker.WebhookConfig{Store: store, Sender: sender, Workers: w.Workers, Poll: w.Poll,
+		Lease: w.Timeout + 30*time.Second, Retention: w.Retention, Logger: logger,
+		Schedule: webhook.Schedule{Base: w.RetryBase, Max: w.RetryMax, Attempts: w.MaxAttempts}})
 }

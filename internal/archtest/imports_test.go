@@ -53,6 +53,8 @@ var layers = []struct {
 	{100, []string{"internal/e2e", "internal/archtest"}},             // test-only packages
 	{5, []string{"pkg/secretbox"}},                                   // envelope encryption of stored secrets
 	{5, []string{"pkg/telemetry"}},                                   // metrics and trace helpers: below everything that records them
+	{5, []string{"pkg/netguard"}},                                    // outbound requests kept off private addresses
+	{20, []string{"pkg/webhook"}},                                    // tenant webhooks: signatures, delivery attempts
 }
 
 // The PostgreSQL adapter is the only package that may import pgx or a River driver; programs and
@@ -77,6 +79,10 @@ var stdOnly = map[string][]string{
 	"pkg/fault":   nil,
 	"pkg/llm":     {"pkg/fault"},
 	"pkg/sandbox": nil, // the shell providers and workspaces know nothing of tools or the log
+
+	// outbound webhook requests: the address guard, and the tenant webhooks' signatures and attempts
+	"pkg/netguard": nil,
+	"pkg/webhook":  {"pkg/netguard"},
 }
 
 // Nothing in pkg/ may import these, not even from test files.

@@ -135,3 +135,9 @@ var (
 	// unreachable (a retry may succeed).
 	ErrUnavailable = &Error{Code: Unavailable}
 )
+
+// Application error codes of tenant webhooks (docs/webhooks.md; the same table maps them).
+const (
+	WebhookURLNotAllowed = "webhook_url_not_allowed" // an endpoint URL that is not https or not public
+	TooManyWebhooks      = "too_many_webhooks"       // the tenant has its most endpoints already
+)

@@ -2,11 +2,11 @@ package policy
 
 import (
 	"fmt"
-	"net/netip"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/dshd/dshd/pkg/netguard"
 )
 
 // Limits of a policies block, checked by Check (pkg/preset refuses a preset beyond one: 400 at
@@ -197,39 +197,10 @@ func (c *checker) webhook(field, raw string, r Rules) {
 	}
 }
 
-// CheckURL checks a webhook URL as Check does. Its error messages repeat at most a short prefix
-// of the URL's host.
+// CheckURL checks a webhook URL as Check does (netguard.CheckURL, shared with tenant webhooks).
+// Its error messages repeat at most a short prefix of the URL's parts.
 func CheckURL(raw string, allowHTTP, allowPrivate bool) error {
-	u, err := url.Parse(raw)
-	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
-		return fmt.Errorf("must be an absolute https URL")
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && allowHTTP:
-	case u.Scheme == "http":
-		return fmt.Errorf("must be an https URL (this server allows no http webhooks)")
-	default:
-		return fmt.Errorf("must be an https URL (got scheme %q)", echo(u.Scheme))
-	}
-	if u.User != nil || u.Fragment != "" || strings.Contains(raw, "#") {
-		return fmt.Errorf("must have no credentials and no fragment")
-	}
-	host := u.Hostname()
-	if host == "" {
-		return fmt.Errorf("must name a host")
-	}
-	if allowPrivate {
-		return nil
-	}
-	h := strings.TrimSuffix(strings.ToLower(host), ".")
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return fmt.Errorf("host %q is a loopback name (webhooks must be on public addresses)", echo(host))
-	}
-	if a, err := netip.ParseAddr(host); err == nil && !PublicAddr(a) {
-		return fmt.Errorf("host %q is not a public address (webhooks must not point at loopback, private or link-local addresses)", echo(host))
-	}
-	return nil
+	return netguard.CheckURL(raw, allowHTTP, allowPrivate)
 }
 
 // echo returns s for a message: at most maxEcho bytes, cut at a rune boundary and marked with

@@ -5,25 +5,22 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/netguard"
 	"github.com/dshd/dshd/pkg/registry"
 )
 
@@ -152,7 +149,7 @@ func Verify(secret, header string, body []byte, now time.Time, tolerance time.Du
 type ClientConfig struct {
 	// AllowHTTP allows http:// URLs (tests); otherwise a call to one fails.
 	AllowHTTP bool
-	// AllowPrivate allows connections to addresses that are not public (PublicAddr): loopback,
+	// AllowPrivate allows connections to addresses that are not public (netguard.PublicAddr): loopback,
 	// private, link-local. Otherwise every address a call connects to, after name resolution,
 	// is checked when it is dialled, and a non-public one fails the call.
 	AllowPrivate bool
@@ -168,46 +165,14 @@ type Client struct {
 	hc  *http.Client
 }
 
-// errNotPublic is the dial refusal of a non-public address.
-type errNotPublic struct{ addr netip.Addr }
-
-func (e errNotPublic) Error() string {
-	return fmt.Sprintf("address %s is not public (webhooks must not reach loopback, private or link-local addresses)", e.addr)
-}
-
 // NewClient returns a webhook client. It uses no proxy, follows no redirect, and checks the
-// address of every connection it dials (ClientConfig.AllowPrivate).
+// address of every connection it dials (ClientConfig.AllowPrivate; netguard.NewTransport).
 func NewClient(cfg ClientConfig) *Client {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	if !cfg.AllowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("unexpected dial address %q", echo(address))
-			}
-			if !PublicAddr(ap.Addr()) {
-				return errNotPublic{ap.Addr().Unmap()}
-			}
-			return nil
-		}
-	}
-	tr := &http.Transport{
-		Proxy:                  nil, // a proxy would be dialled instead of the checked address
-		DialContext:            d.DialContext,
-		TLSClientConfig:        &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           64,
-		MaxIdleConnsPerHost:    8,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    10 * time.Second,
-		MaxResponseHeaderBytes: 16 << 10,
-	}
-	hc := &http.Client{Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &Client{cfg: cfg, hc: hc}
+	tr := netguard.NewTransport(netguard.TransportConfig{AllowPrivate: cfg.AllowPrivate, RootCAs: cfg.RootCAs})
+	return &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: netguard.NoRedirects}}
 }
 
 // Call POSTs payload, signed with secret, to rawURL as event, and decodes the 2xx answer into
@@ -257,7 +222,7 @@ func (c *Client) Call(ctx context.Context, rawURL, secret string, timeout time.D
 // transportError words a failed request: a timeout, a cancelled call, a refused address or
 // another transport failure (without the URL, which the error repeats).
 func (c *Client) transportError(ctx, cctx context.Context, timeout time.Duration, err error) error {
-	var np errNotPublic
+	var np netguard.NotPublicError
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("the call was cancelled: %w", context.Canceled)
@@ -361,13 +326,4 @@ func requestOf(e *registry.Execution, env Env, event string) PreRequest {
 }
 
 // clip returns at most max bytes of s, cut at a rune boundary and marked with "…" when cut.
-func clip(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && (s[cut]&0xC0) == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string, max int) string { return netguard.Clip(s, max) }

@@ -1,4 +1,4 @@
-package policy
+package netguard
 
 import "net/netip"
 

@@ -1,0 +1,201 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dshd/dshd/pkg/netguard"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/webhook"
+)
+
+// WebhookConfig configures a Deliverer. Store and Sender are required.
+type WebhookConfig struct {
+	Store  *pgstore.Store
+	Sender *webhook.Sender
+	// Schedule is the retry schedule. Default webhook.DefaultSchedule.
+	Schedule webhook.Schedule
+	// Workers bounds the attempts this replica makes at once. Default 16.
+	Workers int
+	// Poll is how often due deliveries are looked for while there is nothing to do: the longest
+	// a new event waits before its first attempt starts. Default 250 ms.
+	Poll time.Duration
+	// Lease is how long a claimed delivery is this replica's: a replica that dies during an
+	// attempt leaves the delivery to another one after it. It must exceed the sender's timeout.
+	// Default 40 s.
+	Lease time.Duration
+	// Retention is how long delivered and failed deliveries stay in the delivery log. Default
+	// 7 days.
+	Retention time.Duration
+	Logger    *slog.Logger
+}
+
+func (c *WebhookConfig) defaults() {
+	if c.Schedule.Attempts <= 0 {
+		c.Schedule = webhook.DefaultSchedule
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.Poll <= 0 {
+		c.Poll = 250 * time.Millisecond
+	}
+	if c.Lease <= 0 {
+		c.Lease = 40 * time.Second
+	}
+	if c.Retention <= 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Deliverer drains the webhook outbox on this replica (docs/webhooks.md): it claims due
+// deliveries (pgstore.Webhooks.WebhookClaim, which every replica may run at once), attempts
+// each with the Sender, at most Workers at a time, and records the outcome: delivered on a 2xx
+// answer, otherwise due again after the schedule's wait, or failed after its last attempt. A
+// delivery is a row, so it survives restarts; one whose attempt never recorded (the replica
+// died) is claimed again after Lease. Deliveries are therefore at least once, each with its
+// event's stable webhook-id.
+type Deliverer struct {
+	cfg    WebhookConfig
+	hooks  *pgstore.Webhooks
+	slots  chan struct{} // one per attempt in flight
+	freed  chan struct{} // a slot was given back (wakes a full loop)
+	cancel context.CancelFunc
+	abort  context.CancelFunc // cancels attempts in flight (Stop's deadline passed)
+	done   chan struct{}
+	wg     sync.WaitGroup
+	warned time.Time // the last claim failure logged (the loop's own)
+}
+
+// NewDeliverer returns a Deliverer; nothing runs until Start.
+func NewDeliverer(cfg WebhookConfig) *Deliverer {
+	cfg.defaults()
+	return &Deliverer{cfg: cfg, hooks: cfg.Store.Webhooks(), slots: make(chan struct{}, cfg.Workers),
+		freed: make(chan struct{}, 1)}
+}
+
+// Start starts the delivery loop.
+func (d *Deliverer) Start(ctx context.Context) {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	actx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel, d.abort, d.done = cancel, abort, make(chan struct{})
+	go func() {
+		defer close(d.done)
+		d.loop(lctx, actx)
+	}()
+}
+
+// Stop stops claiming, and waits for the attempts in flight until ctx ends; then it cancels
+// them (they are attempted again after their lease, by any replica).
+func (d *Deliverer) Stop(ctx context.Context) error {
+	if d.cancel == nil {
+		return nil
+	}
+	d.cancel()
+	<-d.done
+	finished := make(chan struct{})
+	go func() { d.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		d.abort()
+		<-finished
+	}
+	d.abort()
+	return nil
+}
+
+func (d *Deliverer) loop(ctx, attemptCtx context.Context) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	expire := time.NewTicker(10 * time.Minute)
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-expire.C:
+			if _, err := d.hooks.WebhookExpire(ctx, d.cfg.Retention, 10000); err != nil && ctx.Err() == nil {
+				d.cfg.Logger.Warn("webhook delivery log expiry failed", "err", err)
+			}
+			continue
+		case <-d.freed:
+		case <-poll.C:
+		}
+		more := d.claim(ctx, attemptCtx)
+		wait := d.cfg.Poll
+		if more {
+			wait = 0
+		}
+		poll.Reset(wait)
+	}
+}
+
+// claim claims as many due deliveries as there are free slots and starts their attempts. It
+// reports whether there may be more due at once (it filled every free slot).
+func (d *Deliverer) claim(ctx, attemptCtx context.Context) bool {
+	free := cap(d.slots) - len(d.slots)
+	if free == 0 {
+		return false // a freed slot wakes the loop
+	}
+	claimed, err := d.hooks.WebhookClaim(ctx, free, d.cfg.Lease, d.cfg.Schedule.Attempts)
+	if err != nil {
+		// The database is away (an outage): say so once in a while, not at every poll.
+		if ctx.Err() == nil && time.Since(d.warned) > 30*time.Second {
+			d.warned = time.Now()
+			d.cfg.Logger.Warn("webhook claim failed; deliveries wait until the database answers", "err", err)
+		}
+		return false
+	}
+	for _, a := range claimed {
+		d.slots <- struct{}{}
+		d.wg.Add(1)
+		go func() {
+			defer func() {
+				<-d.slots
+				d.wg.Done()
+				select {
+				case d.freed <- struct{}{}:
+				default:
+				}
+			}()
+			d.attempt(attemptCtx, a)
+		}()
+	}
+	return len(claimed) == free
+}
+
+// attempt sends one claimed delivery and records what became of it.
+func (d *Deliverer) attempt(ctx context.Context, a pgstore.WebhookAttempt) {
+	var res webhook.Result
+	if a.Disabled {
+		res = webhook.Result{Err: "the endpoint was disabled"}
+	} else {
+		res = d.cfg.Sender.Send(ctx, a.URL, a.Secret, a.EventID, a.Body)
+	}
+	if ctx.Err() != nil {
+		return // stopping: the lease runs out and the delivery is attempted again
+	}
+	o := pgstore.WebhookOutcome{Status: res.Status, Error: netguard.Clip(res.Err, webhook.MaxErrorBytes), Delivered: res.OK()}
+	if !o.Delivered {
+		wait, again := d.cfg.Schedule.Next(a.Attempt)
+		o.RetryIn, o.GiveUp = wait, !again || a.Disabled
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	recorded, err := d.hooks.WebhookRecord(rctx, a, o)
+	log := d.cfg.Logger.With("delivery", a.ID, "tenant", a.TenantID, "event", a.EventType, "attempt", a.Attempt)
+	switch {
+	case err != nil:
+		log.Warn("webhook outcome not recorded: the delivery is attempted again after its lease", "err", err)
+	case !recorded:
+		log.Info("webhook outcome not recorded: the delivery was claimed again or is gone")
+	case !o.Delivered:
+		log.Info("webhook attempt failed", "status", res.Status, "error", res.Err, "giveUp", o.GiveUp)
+	}
+}
