@@ -17,7 +17,7 @@ import (
 // keeps their answers from the page. No cookies are involved (credentials are bearer tokens), so
 // Access-Control-Allow-Credentials is never sent.
 const (
-	corsMethods = "GET, POST, PUT, DELETE"
+	corsMethods = "GET, POST, PUT, PATCH, DELETE"
 	// Last-Event-ID is what an EventSource sends when it reconnects; Idempotency-Key makes a post
 	// retryable; X-Request-Id correlates a request with the server's log.
 	corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Cache-Control, X-Request-Id"

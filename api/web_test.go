@@ -131,7 +131,7 @@ func TestCORSPreflightBeforeAuthAndAllowList(t *testing.T) {
 	r.want(t, 204)
 	h := r.header
 	if h.Get("Access-Control-Allow-Origin") != appOrigin || !strings.Contains(h.Get("Access-Control-Allow-Headers"), "Last-Event-ID") ||
-		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "Authorization") || h.Get("Access-Control-Allow-Methods") != "GET, POST, PUT, DELETE" ||
+		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "Authorization") || h.Get("Access-Control-Allow-Methods") != "GET, POST, PUT, PATCH, DELETE" ||
 		h.Get("Access-Control-Allow-Credentials") != "" || !strings.Contains(strings.Join(h.Values("Vary"), ","), "Origin") {
 		t.Fatalf("preflight headers %v", h)
 	}
