@@ -100,7 +100,8 @@ func runMigrate(ctx context.Context, getenv func(string) string, stderr io.Write
 }
 
 // runRewrap applies pending migrations and wraps every stored credential's data key with the
-// active key of DSHD_CREDENTIAL_KEYS; it prints what it did. It fails (and the old key must stay
+// active key of DSHD_CREDENTIAL_KEYS, and seals every webhook signing secret with it (those
+// stored before a keyring was configured too); it prints what it did. It fails (and the old key must stay
 // configured) when a credential does not unwrap with any configured key.
 func runRewrap(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	cfg, err := ParseConfig(getenv)
@@ -121,7 +122,10 @@ func runRewrap(ctx context.Context, getenv func(string) string, stdout io.Writer
 	res, err := pgstore.NewCredentials(pool, cfg.CredentialKeys).Rewrap(ctx)
 	fmt.Fprintf(stdout, "credentials rewrapped under key %q: %d rewrapped, %d already current, %d failed\n",
 		cfg.CredentialKeys.ActiveID(), res.Rewrapped, res.Current, res.Failed)
-	return err
+	hooks, herr := pgstore.NewStore(pool, pgstore.StoreConfig{SecretKeys: cfg.CredentialKeys}).Webhooks().WebhookRewrap(ctx)
+	fmt.Fprintf(stdout, "webhook signing secrets sealed under key %q: %d sealed, %d already current, %d failed\n",
+		cfg.CredentialKeys.ActiveID(), hooks.Rewrapped, hooks.Current, hooks.Failed)
+	return errors.Join(err, herr)
 }
 
 // startCPUProfile writes a CPU profile to path until the returned function is called.

@@ -93,7 +93,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.hub.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger, RetryUnavailable: m.Config.DBRetry, Metrics: metrics})
+	logStore := pgstore.NewStore(m.pool, pgstore.StoreConfig{Logger: m.Logger, RetryUnavailable: m.Config.DBRetry, Metrics: metrics,
+		SecretKeys: m.Config.CredentialKeys})
 	registry.MustRegister(logStore.Collectors()...)
 	wt, err := m.Config.workspaceTools(m.Logger)
 	if err != nil {

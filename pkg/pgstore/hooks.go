@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/secretbox"
 )
 
 // Tenant webhooks (docs/webhooks.md): a tenant's endpoints (webhook_endpoints) and the outbox of
@@ -95,15 +96,20 @@ func scanEndpoint(row pgx.Row) (WebhookEndpoint, error) {
 func (w *Webhooks) WebhookCreate(ctx context.Context, tenantID uuid.UUID, url string, events []string, description string,
 	secret []byte, max int) (WebhookEndpoint, error) {
 	var e WebhookEndpoint
-	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
+	id := uuid.New()
+	stored, err := w.seal(tenantID, id, secret)
+	if err != nil {
+		return WebhookEndpoint{}, err
+	}
+	err = pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
 		// One creation at a time per tenant, so the bound holds under concurrent requests.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('dshd webhooks ' || $1::text, 0))`, tenantID); err != nil {
 			return err
 		}
 		var err error
-		e, err = scanEndpoint(tx.QueryRow(ctx, `INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret, description)
-			SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT count(*) FROM webhook_endpoints WHERE tenant_id = $2) < $7
-			RETURNING `+endpointColumns, uuid.New(), tenantID, url, events, secret, description, max))
+		e, err = scanEndpoint(tx.QueryRow(ctx, `INSERT INTO webhook_endpoints (id, tenant_id, url, events, secret, description, kek_id, wrapped_key)
+			SELECT $1, $2, $3, $4, $5, $6, $8, $9 WHERE (SELECT count(*) FROM webhook_endpoints WHERE tenant_id = $2) < $7
+			RETURNING `+endpointColumns, id, tenantID, url, events, stored.Ciphertext, description, max, stored.keyID(), stored.WrappedKey))
 		if errors.Is(err, ErrWebhookNotFound) {
 			return TooManyWebhooksError(max)
 		}
@@ -197,8 +203,12 @@ func (w *Webhooks) WebhookDelete(ctx context.Context, tenantID, id uuid.UUID) er
 // WebhookSetSecret replaces the signing secret of the tenant's endpoint id: attempts from now on
 // are signed with the new one.
 func (w *Webhooks) WebhookSetSecret(ctx context.Context, tenantID, id uuid.UUID, secret []byte) (WebhookEndpoint, error) {
-	e, err := scanEndpoint(w.s.pool.QueryRow(ctx, `UPDATE webhook_endpoints SET secret = $3
-		WHERE id = $1 AND tenant_id = $2 RETURNING `+endpointColumns, id, tenantID, secret))
+	stored, err := w.seal(tenantID, id, secret)
+	if err != nil {
+		return WebhookEndpoint{}, err
+	}
+	e, err := scanEndpoint(w.s.pool.QueryRow(ctx, `UPDATE webhook_endpoints SET secret = $3, kek_id = $4, wrapped_key = $5
+		WHERE id = $1 AND tenant_id = $2 RETURNING `+endpointColumns, id, tenantID, stored.Ciphertext, stored.keyID(), stored.WrappedKey))
 	if err != nil {
 		return WebhookEndpoint{}, w.err(err, "webhook: rotate secret")
 	}
@@ -300,6 +310,9 @@ type WebhookAttempt struct {
 	Body      []byte // the stored payload, sent as is
 	Attempt   int    // 1 for the first
 	Disabled  bool   // the endpoint was disabled meanwhile: record a failure, send nothing
+	// SecretErr says the signing secret did not decrypt with the configured keys (the operator
+	// removed the key that sealed it): send nothing, retry on the schedule.
+	SecretErr error
 }
 
 // WebhookClaim claims up to limit due deliveries for attempts by this replica: each one's
@@ -323,7 +336,7 @@ func (w *Webhooks) WebhookClaim(ctx context.Context, limit int, lease time.Durat
 			RETURNING d.id, d.tenant_id, d.endpoint_id, d.event_id, d.event_type, d.payload, d.attempts, d.failed_at
 		)
 		SELECT upd.id, upd.tenant_id, upd.event_id, upd.event_type, e.url, e.secret, upd.payload::text, upd.attempts,
-			e.disabled_at IS NOT NULL
+			e.disabled_at IS NOT NULL, e.id, e.kek_id, e.wrapped_key
 		FROM upd JOIN webhook_endpoints e ON e.id = upd.endpoint_id
 		WHERE upd.failed_at IS NULL`, limit, lease.Milliseconds(), maxAttempts)
 	if err != nil {
@@ -332,8 +345,14 @@ func (w *Webhooks) WebhookClaim(ctx context.Context, limit int, lease time.Durat
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WebhookAttempt, error) {
 		var a WebhookAttempt
 		var body string
-		err := r.Scan(&a.ID, &a.TenantID, &a.EventID, &a.EventType, &a.URL, &a.Secret, &body, &a.Attempt, &a.Disabled)
+		var endpoint uuid.UUID
+		var s storedSecret
+		err := r.Scan(&a.ID, &a.TenantID, &a.EventID, &a.EventType, &a.URL, &s.Ciphertext, &body, &a.Attempt, &a.Disabled,
+			&endpoint, &s.kek, &s.WrappedKey)
 		a.Body = []byte(body)
+		if err == nil {
+			a.Secret, a.SecretErr = w.open(a.TenantID, endpoint, s)
+		}
 		return a, err
 	})
 	if err != nil {
@@ -386,4 +405,105 @@ func (w *Webhooks) WebhookExpire(ctx context.Context, age time.Duration, limit i
 		return 0, dbError(err, "webhook: expire")
 	}
 	return tag.RowsAffected(), nil
+}
+
+// A webhook signing secret as stored (migration 00014): sealed by the store's keyring when it has
+// one (kek set), as it is otherwise.
+type storedSecret struct {
+	secretbox.Sealed
+	kek *string
+}
+
+func (s storedSecret) keyID() *string { return s.kek }
+
+// ErrWebhookSecretSealed reports a signing secret sealed by a key the server does not have.
+var ErrWebhookSecretSealed = errors.New("webhook: the signing secret is sealed by a key that is not configured (DSHD_CREDENTIAL_KEYS)")
+
+// webhookAAD binds a sealed signing secret to its tenant and endpoint.
+func webhookAAD(tenantID, endpoint uuid.UUID) []byte {
+	return []byte("dshd webhook secret " + tenantID.String() + " " + endpoint.String())
+}
+
+// seal returns secret as it is to be stored for the tenant's endpoint.
+func (w *Webhooks) seal(tenantID, endpoint uuid.UUID, secret []byte) (storedSecret, error) {
+	if w.s.secrets == nil {
+		return storedSecret{Sealed: secretbox.Sealed{Ciphertext: secret}}, nil
+	}
+	sealed, err := w.s.secrets.Seal(secret, webhookAAD(tenantID, endpoint))
+	if err != nil {
+		return storedSecret{}, fmt.Errorf("webhook: seal the signing secret: %w", err)
+	}
+	return storedSecret{Sealed: sealed, kek: &sealed.KeyID}, nil
+}
+
+// open returns the signing secret of a stored row.
+func (w *Webhooks) open(tenantID, endpoint uuid.UUID, s storedSecret) ([]byte, error) {
+	if s.kek == nil {
+		return s.Ciphertext, nil
+	}
+	if w.s.secrets == nil {
+		return nil, ErrWebhookSecretSealed
+	}
+	s.KeyID = *s.kek
+	secret, err := w.s.secrets.Open(s.Sealed, webhookAAD(tenantID, endpoint))
+	if err != nil {
+		return nil, ErrWebhookSecretSealed
+	}
+	return secret, nil
+}
+
+// WebhookRewrap seals every signing secret stored as it is and moves every sealed one to the
+// keyring's active key (the operator key's rotation, with the credentials' Rewrap). A secret
+// that does not open is counted as failed and left alone. Safe while replicas serve: each row is
+// replaced only as it was read.
+func (w *Webhooks) WebhookRewrap(ctx context.Context) (RewrapResult, error) {
+	var res RewrapResult
+	if w.s.secrets == nil {
+		return res, errors.New("webhook: rewrap: no keyring (DSHD_CREDENTIAL_KEYS)")
+	}
+	type row struct {
+		id, tenantID uuid.UUID
+		stored       storedSecret
+	}
+	rows, err := w.s.pool.Query(ctx, `SELECT id, tenant_id, secret, kek_id, wrapped_key FROM webhook_endpoints ORDER BY id`)
+	if err != nil {
+		return res, dbError(err, "webhook: rewrap")
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.id, &x.tenantID, &x.stored.Ciphertext, &x.stored.kek, &x.stored.WrappedKey)
+		return x, err
+	})
+	if err != nil {
+		return res, dbError(err, "webhook: rewrap")
+	}
+	for _, x := range all {
+		if x.stored.kek != nil && *x.stored.kek == w.s.secrets.ActiveID() {
+			res.Current++
+			continue
+		}
+		secret, err := w.open(x.tenantID, x.id, x.stored)
+		if err != nil {
+			res.Failed++
+			continue
+		}
+		next, err := w.seal(x.tenantID, x.id, secret)
+		if err != nil {
+			return res, err
+		}
+		tag, err := w.s.pool.Exec(ctx, `UPDATE webhook_endpoints SET secret = $3, kek_id = $4, wrapped_key = $5
+			WHERE id = $1 AND kek_id IS NOT DISTINCT FROM $2`, x.id, x.stored.kek, next.Ciphertext, next.kek, next.WrappedKey)
+		if err != nil {
+			return res, dbError(err, "webhook: rewrap")
+		}
+		if tag.RowsAffected() == 1 {
+			res.Rewrapped++
+		} else {
+			res.Current++
+		}
+	}
+	if res.Failed > 0 {
+		return res, fmt.Errorf("webhook: rewrap: %d signing secrets did not open with the configured keys", res.Failed)
+	}
+	return res, nil
 }

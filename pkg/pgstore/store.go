@@ -15,6 +15,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/secretbox"
 	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/google/uuid"
 
@@ -54,6 +55,9 @@ type StoreConfig struct {
 	// Metrics counts lease takeovers (and the queue's job waits, QueueConfig.Metrics); nil
 	// records nothing.
 	Metrics *telemetry.Metrics
+	// SecretKeys, when set, encrypt the tenants' webhook signing secrets at rest (the operator's
+	// DSHD_CREDENTIAL_KEYS, migration 00014). Nil: they are stored as they are.
+	SecretKeys *secretbox.Keyring
 }
 
 // DefaultRetryUnavailable is StoreConfig.RetryUnavailable's default.
@@ -72,6 +76,7 @@ type Store struct {
 	slots sync.Map
 
 	metrics *telemetry.Metrics // StoreConfig.Metrics
+	secrets *secretbox.Keyring // StoreConfig.SecretKeys
 }
 
 // CommitFunc is told of batches this process committed (see OnCommit). It must not block and must
@@ -101,7 +106,7 @@ func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
 // migrations.Up.
 func NewStore(pool *pgxpool.Pool, cfg StoreConfig) *Store {
 	s := &Store{pool: pool, now: cfg.Clock, logger: cfg.Logger, check: cfg.CheckInvariants, retry: cfg.RetryUnavailable,
-		metrics: cfg.Metrics}
+		metrics: cfg.Metrics, secrets: cfg.SecretKeys}
 	switch {
 	case s.retry == 0:
 		s.retry = DefaultRetryUnavailable

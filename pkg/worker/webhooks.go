@@ -173,9 +173,12 @@ func (d *Deliverer) claim(ctx, attemptCtx context.Context) bool {
 // attempt sends one claimed delivery and records what became of it.
 func (d *Deliverer) attempt(ctx context.Context, a pgstore.WebhookAttempt) {
 	var res webhook.Result
-	if a.Disabled {
+	switch {
+	case a.Disabled:
 		res = webhook.Result{Err: "the endpoint was disabled"}
-	} else {
+	case a.SecretErr != nil:
+		res = webhook.Result{Err: "not sent: the endpoint's signing secret does not decrypt with the server's keys"}
+	default:
 		res = d.cfg.Sender.Send(ctx, a.URL, a.Secret, a.EventID, a.Body)
 	}
 	if ctx.Err() != nil {
