@@ -38,6 +38,7 @@ const (
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotReady            = "not_ready"
 	CodeOriginNotAllowed    = "origin_not_allowed"
+	CodeQuotaExceeded       = fault.QuotaExceeded
 )
 
 // problemTable is the one place an error code gets its HTTP status and title. A code missing here
@@ -68,6 +69,7 @@ var problemTable = map[string]struct {
 	CodeUnavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 	CodeServerBusy:          {http.StatusServiceUnavailable, "Server busy"},
 	CodeInternal:            {http.StatusInternalServerError, "Internal error"},
+	CodeQuotaExceeded:       {http.StatusTooManyRequests, "Quota exceeded"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.

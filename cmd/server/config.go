@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -145,6 +146,13 @@ type Config struct {
 	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
 	// profile.
 	CPUProfile string
+	// TenantLimits are the server's default tenant limits (docs/usage-and-quotas.md), for every
+	// tenant whose own limits (PUT /v1/tenants/{id}/limits) leave a field null:
+	// DSHD_TENANT_RPS (requests a second on the HTTP API, all replicas together) and
+	// DSHD_TENANT_BURST (default: the rate rounded up), DSHD_TENANT_TOKENS_PER_DAY,
+	// DSHD_TENANT_MAX_SESSIONS, DSHD_TENANT_MAX_LOG_BYTES. Each defaults to 0: no limit.
+	// maxConcurrentTurns' default is DSHD_TENANT_MAX_TURNS (TenantMaxTurns, filled in by Run).
+	TenantLimits tenant.Limits
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -267,6 +275,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("%s must be a positive integer", n.name)
 		}
 	}
+	if err := c.parseTenantLimits(env); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
 	}
@@ -339,4 +350,41 @@ func parseDuration(name, v string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s must be a positive Go duration such as 15s (got %q)", name, v)
 	}
 	return d, nil
+}
+
+// parseTenantLimits reads the server's default tenant limits (0 or unset: no limit).
+func (c *Config) parseTenantLimits(env func(name, def string) string) error {
+	rps, err := strconv.ParseFloat(env("DSHD_TENANT_RPS", "0"), 64)
+	if err != nil || rps < 0 || rps > tenant.MaxRequestsPerSecond || math.IsNaN(rps) {
+		return fmt.Errorf("DSHD_TENANT_RPS must be a number of requests a second from 0 (no limit) to %d", tenant.MaxRequestsPerSecond)
+	}
+	burst, err := strconv.Atoi(env("DSHD_TENANT_BURST", "0"))
+	if err != nil || burst < 0 || burst > tenant.MaxBurst {
+		return fmt.Errorf("DSHD_TENANT_BURST must be an integer from 0 (the rate rounded up) to %d", tenant.MaxBurst)
+	}
+	var l tenant.Limits
+	if rps > 0 {
+		l.RequestsPerSecond = &rps
+		if burst > 0 {
+			l.Burst = &burst
+		}
+	}
+	for _, q := range []struct {
+		name string
+		to   **int64
+	}{
+		{"DSHD_TENANT_TOKENS_PER_DAY", &l.TokensPerDay},
+		{"DSHD_TENANT_MAX_SESSIONS", &l.MaxSessions},
+		{"DSHD_TENANT_MAX_LOG_BYTES", &l.MaxLogBytes},
+	} {
+		n, err := strconv.ParseInt(env(q.name, "0"), 10, 64)
+		if err != nil || n < 0 || n > tenant.MaxQuota {
+			return fmt.Errorf("%s must be an integer from 0 (no limit) to %d", q.name, tenant.MaxQuota)
+		}
+		if n > 0 {
+			*q.to = &n
+		}
+	}
+	c.TenantLimits = l
+	return nil
 }

@@ -62,6 +62,12 @@ const (
 	TooManyStreams   = "too_many_streams"       // the session or tenant has its most SSE streams open
 )
 
+// Application error codes of a tenant's quotas (docs/usage-and-quotas.md; the same table maps
+// them).
+const (
+	QuotaExceeded = "quota_exceeded" // a tenant quota (tokens a day, sessions, stored log bytes) is spent
+)
+
 // Error is an application error: a stable Code, a Message safe to show to the caller, and the
 // underlying error (logged, never shown). It is compared by code with Is, so sentinel values of
 // it work with errors.Is.

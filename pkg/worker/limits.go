@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -8,7 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/tenant"
 )
 
 // Rate is a token bucket: PerSecond tokens are added a second, at most Burst kept; every post
@@ -136,4 +141,23 @@ func (l *postLimiter) prune(now time.Time) {
 	defer l.mu.Unlock()
 	l.session.prune(now)
 	l.tenant.prune(now)
+}
+
+// admitTurn is the agent loop's Admit of the tenant's turns: a turn whose tenant spent its tokens
+// of the day (pgstore.Quotas.Check) ends with TOKEN_QUOTA_EXCEEDED before its first model call.
+// When the quota cannot be read (the database is unavailable) the turn runs: its model call is
+// counted all the same, and the next turn's check sees it.
+func (s *Service) admitTurn(tenantID uuid.UUID) func(context.Context) *eventlog.TurnError {
+	return func(ctx context.Context) *eventlog.TurnError {
+		err := s.cfg.Quotas.Check(ctx, tenantID, pgstore.ForTurn)
+		var qe *tenant.QuotaError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &qe):
+			return &eventlog.TurnError{Code: tenant.CodeTokenQuotaExceeded, Message: qe.Err.Message}
+		}
+		s.cfg.Logger.Warn("the token quota could not be checked; the turn runs", "tenant", tenantID, "err", err)
+		return nil
+	}
 }
