@@ -116,8 +116,9 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
+	quotas := pgstore.NewQuotas(e.pool, pgstore.QuotasConfig{})
 	wk, err := worker.New(worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag, Approvals: approvals,
-		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet})
+		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet, Quotas: quotas})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +134,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		Prompts:    agents.Prompter{Agents: ag, Presets: presets},
 		Logger:     slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		AdminToken: adminToken,
+		Quotas:     quotas,
 	}
 	for _, f := range cfg {
 		f(&c)
