@@ -135,10 +135,14 @@ func TestUsageEndpoint(t *testing.T) {
 
 // TestRequestRate: a tenant limited to a request every 5 s with a burst of 2 gets two answers with
 // the RateLimit headers counting down, then 429 rate_limited with Retry-After; health is not
-// limited, and another tenant is not limited at all (no headers).
+// limited, a stream opened with a stream token counts, and another tenant is not limited at all
+// (no headers).
 func TestRequestRate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	sid := e.sessionCreate(t, e.keyA)
+	var tok struct{ StreamURL string }
+	e.do(t, "POST", "/v1/sessions/"+sid.String()+"/stream-tokens", e.keyA, nil).want(t, 201).json(t, &tok)
 	// A request every 5 s: the test's own pace cannot refill one.
 	e.do(t, "PUT", "/v1/tenants/"+e.tenantA.String()+"/limits", adminToken, `{"requestsPerSecond":0.2,"burst":2}`).want(t, 200)
 	for i := range 2 {
@@ -151,6 +155,8 @@ func TestRequestRate(t *testing.T) {
 	}
 	r := e.do(t, "GET", "/v1/sessions", e.keyA, nil)
 	p := r.wantProblem(t, 429, "rate_limited")
+	// A stream's (re)connect with a stream token counts as a request of its tenant.
+	e.do(t, "GET", tok.StreamURL, "", nil, "Accept", "text/event-stream").wantProblem(t, 429, "rate_limited")
 	if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 1 || ra > 5 || r.header.Get("RateLimit-Remaining") != "0" {
 		t.Fatalf("refused: %+v, headers %v", p, r.header)
 	}
