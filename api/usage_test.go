@@ -227,7 +227,7 @@ func TestLimitsEndpoint(t *testing.T) {
 		t.Fatalf("as set: %+v", v)
 	}
 	e.do(t, "POST", "/v1/sessions", e.keyA, map[string]any{"presetId": e.presetCreate(t, e.keyA, minimalPreset)}).wantProblem(t, 429, "quota_exceeded")
-	for _, body := range []string{`{"requestsPerSecond":0}`, `{"requestsPerSecond":-1}`, `{"burst":0}`, `{"maxConcurrentTurns":0}`,
+	for _, body := range []string{`{"requestsPerSecond":0}`, `{"requestsPerSecond":-1}`, `{"requestsPerSecond":0.0001}`, `{"burst":0}`, `{"maxConcurrentTurns":0}`,
 		`{"tokensPerDay":-1}`, `{"maxSessions":1.5}`, `{"rps":1}`, `[]`, `{"maxLogBytes":"1"}`} {
 		e.do(t, "PUT", path, adminToken, body).wantProblem(t, 400, "invalid_request")
 	}

@@ -355,8 +355,9 @@ func parseDuration(name, v string) (time.Duration, error) {
 // parseTenantLimits reads the server's default tenant limits (0 or unset: no limit).
 func (c *Config) parseTenantLimits(env func(name, def string) string) error {
 	rps, err := strconv.ParseFloat(env("DSHD_TENANT_RPS", "0"), 64)
-	if err != nil || rps < 0 || rps > tenant.MaxRequestsPerSecond || math.IsNaN(rps) {
-		return fmt.Errorf("DSHD_TENANT_RPS must be a number of requests a second from 0 (no limit) to %d", tenant.MaxRequestsPerSecond)
+	if err != nil || rps < 0 || (rps > 0 && rps < tenant.MinRequestsPerSecond) || rps > tenant.MaxRequestsPerSecond || math.IsNaN(rps) {
+		return fmt.Errorf("DSHD_TENANT_RPS must be 0 (no limit) or a number of requests a second from %v to %d",
+			tenant.MinRequestsPerSecond, tenant.MaxRequestsPerSecond)
 	}
 	burst, err := strconv.Atoi(env("DSHD_TENANT_BURST", "0"))
 	if err != nil || burst < 0 || burst > tenant.MaxBurst {

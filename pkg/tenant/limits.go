@@ -33,6 +33,7 @@ type Limits struct {
 
 // Bounds of the values a limit may take.
 const (
+	MinRequestsPerSecond = 0.001 // a request every 1000 s
 	MaxRequestsPerSecond = 1_000_000
 	MaxBurst             = 1_000_000
 	MaxConcurrentTurns   = 100_000
@@ -42,8 +43,8 @@ const (
 // Validate checks every set field against its bounds; the error is an invalid_request fault.
 func (l Limits) Validate() error {
 	bad := func(format string, args ...any) error { return fault.New(fault.Invalid, format, args...) }
-	if r := l.RequestsPerSecond; r != nil && (math.IsNaN(*r) || *r <= 0 || *r > MaxRequestsPerSecond) {
-		return bad("requestsPerSecond must be a number above 0 and at most %d (null: the server's default)", MaxRequestsPerSecond)
+	if r := l.RequestsPerSecond; r != nil && (math.IsNaN(*r) || *r < MinRequestsPerSecond || *r > MaxRequestsPerSecond) {
+		return bad("requestsPerSecond must be a number from %v to %d (null: the server's default)", MinRequestsPerSecond, MaxRequestsPerSecond)
 	}
 	if b := l.Burst; b != nil && (*b < 1 || *b > MaxBurst) {
 		return bad("burst must be an integer from 1 to %d (null: the server's default)", MaxBurst)
