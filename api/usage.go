@@ -231,13 +231,6 @@ func (s *Server) handleLimitsPut(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, limitsJSON{TenantID: id, Limits: l, Effective: l.Resolve(s.cfg.Quotas.Defaults())})
 }
 
-// retryAfter is the cause of a refusal that may be retried after a while: writeError sends it as
-// Retry-After.
-type retryAfter time.Duration
-
-func (r retryAfter) Error() string             { return "retry after " + time.Duration(r).String() }
-func (r retryAfter) RetryAfter() time.Duration { return time.Duration(r) }
-
 // seconds is d in whole seconds, rounded up.
 func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10)
@@ -276,7 +269,7 @@ func (s *Server) rateLimit(next http.Handler) http.Handler {
 		h.Set("RateLimit-Reset", seconds(d.Reset))
 		h.Set("RateLimit-Policy", fmt.Sprintf("%d;w=%s", d.Limit, seconds(time.Duration(float64(burst)/rate*float64(time.Second)))))
 		if !d.Allowed {
-			writeError(w, r, &fault.Error{Code: CodeRateLimited, Err: retryAfter(d.RetryAfter),
+			writeError(w, r, &fault.Error{Code: CodeRateLimited, Err: fault.Wait(d.RetryAfter),
 				Message: fmt.Sprintf("the tenant may make %s requests a second (bursts of %d); retry after %v",
 					strconv.FormatFloat(rate, 'f', -1, 64), burst, d.RetryAfter.Round(time.Millisecond))})
 			return

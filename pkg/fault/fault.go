@@ -7,6 +7,7 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Info is the machine-readable part of a tool failure: the error class name and its code. It is
@@ -141,3 +142,13 @@ var (
 	// unreachable (a retry may succeed).
 	ErrUnavailable = &Error{Code: Unavailable}
 )
+
+// Wait is the cause of a refusal that may succeed after a while (a rate limit, a daily quota): put
+// in an Error's Err, it makes the HTTP layer send the wait as Retry-After.
+type Wait time.Duration
+
+// Error implements error.
+func (w Wait) Error() string { return "retry after " + time.Duration(w).String() }
+
+// RetryAfter is the wait.
+func (w Wait) RetryAfter() time.Duration { return time.Duration(w) }

@@ -237,7 +237,7 @@ const (
 )
 
 // Check refuses what the tenant's quotas no longer allow (for: ForSession, ForPost, ForTurn) with
-// a quota_exceeded fault (a *tenant.QuotaError, with the wait until the next UTC day, for tokens).
+// a quota_exceeded fault (for tokens with a fault.Wait until the next UTC day: Retry-After).
 // It costs one statement when a quota that applies is set, none otherwise. The check is soft:
 // requests that pass it together may exceed a quota by what they add between them.
 func (q *Quotas) Check(ctx context.Context, tenantID uuid.UUID, what int) error {

@@ -183,9 +183,9 @@ func TestQuotaChecks(t *testing.T) {
 	if _, err := appendEvents(st, ctx, tn, sess.ID, usageTurn(2, 20, 10)...); err != nil {
 		t.Fatal(err)
 	}
-	var qe *tenant.QuotaError
+	var wait fault.Wait
 	err := q.Check(ctx, tn, pgstore.ForTurn)
-	if !errors.As(err, &qe) || fault.Code(err) != fault.QuotaExceeded || qe.RetryAfter() <= 0 || qe.RetryAfter() > 24*time.Hour {
+	if !errors.As(err, &wait) || fault.Code(err) != fault.QuotaExceeded || wait <= 0 || time.Duration(wait) > 24*time.Hour {
 		t.Fatalf("150 of 150 tokens: %v", err)
 	}
 	if err := q.Check(ctx, tn, pgstore.ForPost); fault.Code(err) != fault.QuotaExceeded {

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -107,26 +108,11 @@ const CodeQuotaExceeded = fault.QuotaExceeded
 // its tenant's tokens of the day reached Limits.TokensPerDay (docs/events.md).
 const CodeTokenQuotaExceeded = "TOKEN_QUOTA_EXCEEDED"
 
-// QuotaError is a refusal by the token quota, with the wait until it may succeed (the next UTC
-// day): the HTTP layer sends it as Retry-After.
-type QuotaError struct {
-	Err  *fault.Error
-	Wait time.Duration
-}
-
-// RetryAfter is the wait until the quota allows the request again.
-func (e *QuotaError) RetryAfter() time.Duration { return e.Wait }
-
-// Unwrap exposes the fault, so fault.Code and fault.Message find its code and message.
-func (e *QuotaError) Unwrap() error { return e.Err }
-
-// Error implements error.
-func (e *QuotaError) Error() string { return e.Err.Error() }
-
-// TokensExceeded returns the error of a tenant whose tokens of today (used) reached limit, at now.
-func TokensExceeded(used, limit int64, now time.Time) *QuotaError {
+// TokensExceeded returns the quota_exceeded error of a tenant whose tokens of today (used) reached
+// limit, at now, with the wait until the next UTC day (sent as Retry-After).
+func TokensExceeded(used, limit int64, now time.Time) error {
 	next := now.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
-	return &QuotaError{Err: fault.New(CodeQuotaExceeded,
+	return &fault.Error{Code: CodeQuotaExceeded, Err: fault.Wait(next.Sub(now)), Message: fmt.Sprintf(
 		"the tenant used %d tokens today (UTC), its quota is %d a day; turns start again at %s",
-		used, limit, next.Format(time.RFC3339)), Wait: next.Sub(now)}
+		used, limit, next.Format(time.RFC3339))}
 }

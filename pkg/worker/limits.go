@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -41,16 +40,9 @@ func (r Rate) orDefault(def Rate) Rate {
 
 func (r Rate) unlimited() bool { return r.PerSecond < 0 }
 
-// retryAfter is the cause of a refusal that may be retried after a while: the HTTP layer sends
-// it as Retry-After (an error with a RetryAfter method).
-type retryAfter time.Duration
-
-func (r retryAfter) Error() string             { return "retry after " + time.Duration(r).String() }
-func (r retryAfter) RetryAfter() time.Duration { return time.Duration(r) }
-
 // rateLimited returns the error of a post refused by the bucket of what, retryable after wait.
 func rateLimited(what string, wait time.Duration) error {
-	return &fault.Error{Code: fault.RateLimited, Err: retryAfter(wait),
+	return &fault.Error{Code: fault.RateLimited, Err: fault.Wait(wait),
 		Message: fmt.Sprintf("too many messages posted to this %s; retry after %v", what, wait.Round(time.Millisecond))}
 }
 
@@ -150,12 +142,11 @@ func (l *postLimiter) prune(now time.Time) {
 func (s *Service) admitTurn(tenantID uuid.UUID) func(context.Context) *eventlog.TurnError {
 	return func(ctx context.Context) *eventlog.TurnError {
 		err := s.cfg.Quotas.Check(ctx, tenantID, pgstore.ForTurn)
-		var qe *tenant.QuotaError
 		switch {
 		case err == nil:
 			return nil
-		case errors.As(err, &qe):
-			return &eventlog.TurnError{Code: tenant.CodeTokenQuotaExceeded, Message: qe.Err.Message}
+		case fault.Code(err) == fault.QuotaExceeded: // for a turn, only the token quota applies
+			return &eventlog.TurnError{Code: tenant.CodeTokenQuotaExceeded, Message: fault.Message(err)}
 		}
 		s.cfg.Logger.Warn("the token quota could not be checked; the turn runs", "tenant", tenantID, "err", err)
 		return nil
