@@ -92,6 +92,8 @@ func usageQuery(r *http.Request, tenantID uuid.UUID) (pgstore.UsageQuery, error)
 		from = to.Add(-span)
 	}
 	switch {
+	case from.Year() < 1970 || to.Year() > 9999:
+		return q, errorf(CodeInvalidRequest, "from and to must be between 1970 and 9999")
 	case !to.After(from):
 		return q, errorf(CodeInvalidRequest, "to must be after from")
 	case to.Sub(from) > time.Duration(maxUsageDays)*24*time.Hour:

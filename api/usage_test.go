@@ -128,7 +128,7 @@ func TestUsageEndpoint(t *testing.T) {
 		t.Fatalf("the operator's view: %+v, the tenant's %+v", admin, turns)
 	}
 	for _, q := range []string{"from=2026-13-01", "to=soon", "from=2026-01-02&to=2026-01-01", "from=2024-01-01&to=2026-01-01",
-		"groupBy=hour", "groupBy=turn&cursor=abc", "groupBy=session&limit=0", "groupBy=session&limit=1001"} {
+		"groupBy=hour", "from=1960-01-01", "to=9999-12-31", "from=2026-01-01T00:00:00%2001:00", "groupBy=turn&cursor=abc", "groupBy=session&limit=0", "groupBy=session&limit=1001"} {
 		e.do(t, "GET", "/v1/usage?"+q, e.keyA, nil).wantProblem(t, 400, "invalid_request")
 	}
 }
