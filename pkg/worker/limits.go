@@ -147,6 +147,8 @@ func (s *Service) admitTurn(tenantID uuid.UUID) func(context.Context) *eventlog.
 			return nil
 		case fault.Code(err) == fault.QuotaExceeded: // for a turn, only the token quota applies
 			return &eventlog.TurnError{Code: tenant.CodeTokenQuotaExceeded, Message: fault.Message(err)}
+		case ctx.Err() != nil:
+			return nil // the turn is being cancelled: it ends aborted
 		}
 		s.cfg.Logger.Warn("the token quota could not be checked; the turn runs", "tenant", tenantID, "err", err)
 		return nil
