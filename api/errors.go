@@ -39,6 +39,7 @@ const (
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeNotReady            = "not_ready"
 	CodeOriginNotAllowed    = "origin_not_allowed"
+	CodeQuotaExceeded       = fault.QuotaExceeded
 )
 
 // Problem codes of tenant credentials and API keys (docs/credentials-and-keys.md).
@@ -88,6 +89,7 @@ var problemTable = map[string]struct {
 
 	CodeWebhookURLNotAllowed: {http.StatusBadRequest, "Webhook URL not allowed"},
 	CodeTooManyWebhooks:      {http.StatusConflict, "Too many webhook endpoints"},
+	CodeQuotaExceeded:        {http.StatusTooManyRequests, "Quota exceeded"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.

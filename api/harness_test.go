@@ -117,8 +117,9 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
+	quotas := pgstore.NewQuotas(e.pool, pgstore.QuotasConfig{})
 	wk, err := worker.New(worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag, Approvals: approvals,
-		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet})
+		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet, Quotas: quotas})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +137,7 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		AdminToken: adminToken,
 
 		Credentials: creds,
+		Quotas:      quotas,
 	}
 	for _, f := range cfg {
 		f(&c)

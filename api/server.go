@@ -122,6 +122,10 @@ type Config struct {
 	WebhookAllowPrivate bool
 	// WebhookMaxEndpoints bounds a tenant's webhook endpoints. Default DefaultWebhookMaxEndpoints.
 	WebhookMaxEndpoints int
+	// Quotas, when set, are the tenants' limits (usage.go, docs/usage-and-quotas.md): the request
+	// rate of every authenticated request, the session, stored-bytes and token quotas of
+	// creates and posts, and the operator's GET/PUT /v1/tenants/{id}/limits. Nil: no limits.
+	Quotas *pgstore.Quotas
 }
 
 func (c *Config) defaults() {
@@ -256,6 +260,7 @@ func (s *Server) routes() chi.Router {
 		r.With(s.adminOnly).Post("/tenants", tenantResource{tenants: s.cfg.Tenants}.handleTenantCreate)
 		r.Group(func(r chi.Router) {
 			r.Use(s.authenticate)
+			r.Use(s.rateLimit) // usage.go: after authentication, before every tenant route
 			r.Mount("/presets", presetResource{presets: s.cfg.Presets}.routes())
 			r.Mount("/sessions", sessionResource{s: s}.routes())
 			r.Get("/tools", s.handleToolList)
@@ -263,7 +268,11 @@ func (s *Server) routes() chi.Router {
 			r.Mount("/credentials", credentialResource{creds: s.cfg.Credentials}.routes())
 			r.Mount("/webhooks", hookResource{hooks: s.cfg.Log.Webhooks(), allowHTTP: s.cfg.WebhookAllowHTTP,
 				allowPrivate: s.cfg.WebhookAllowPrivate, max: s.cfg.WebhookMaxEndpoints}.routes())
+			r.Get("/usage", s.handleUsage)
 		})
+		r.With(s.adminOnly).Get("/tenants/{id}/usage", s.handleTenantUsage)
+		r.With(s.adminOnly).Get("/tenants/{id}/limits", s.handleLimitsGet)
+		r.With(s.adminOnly).Put("/tenants/{id}/limits", s.handleLimitsPut)
 	})
 	return r
 }

@@ -86,6 +86,9 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 		writeError(w, r, err)
 		return
 	}
+	if !rs.s.checkQuota(w, r, pgstore.ForSession) {
+		return
+	}
 	var (
 		sess eventlog.Session
 		err  error

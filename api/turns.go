@@ -11,6 +11,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -69,7 +70,7 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		return
 	}
 	sess, ok := rs.runnable(w, r)
-	if !ok {
+	if !ok || !rs.s.checkQuota(w, r, pgstore.ForPost) {
 		return
 	}
 	id := sess.ID

@@ -12,6 +12,7 @@ import (
 	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/pkg/secretbox"
 	"github.com/dshd/dshd/pkg/telemetry"
+	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -167,6 +168,14 @@ type Config struct {
 	// own gen_ai_request_model label value; any other reads "other". Default empty: the first
 	// 32 distinct names seen.
 	MetricsModels []string
+
+	// TenantLimits are the server's default tenant limits (docs/usage-and-quotas.md), for every
+	// tenant whose own limits (PUT /v1/tenants/{id}/limits) leave a field null:
+	// DSHD_TENANT_RPS (requests a second on the HTTP API, all replicas together) and
+	// DSHD_TENANT_BURST (default: the rate rounded up), DSHD_TENANT_TOKENS_PER_DAY,
+	// DSHD_TENANT_MAX_SESSIONS, DSHD_TENANT_MAX_LOG_BYTES. Each defaults to 0: no limit.
+	// maxConcurrentTurns' default is DSHD_TENANT_MAX_TURNS (TenantMaxTurns, filled in by Run).
+	TenantLimits tenant.Limits
 
 	// Webhooks are the settings of tenant webhooks (docs/webhooks.md).
 	Webhooks WebhookSettings
@@ -326,6 +335,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	if err := c.parseCredentials(getenv, env); err != nil {
 		return Config{}, err
 	}
+	if err := c.parseTenantLimits(env); err != nil {
+		return Config{}, err
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
 		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
 	}
@@ -460,4 +472,42 @@ func parseDuration(name, v string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s must be a positive Go duration such as 15s (got %q)", name, v)
 	}
 	return d, nil
+}
+
+// parseTenantLimits reads the server's default tenant limits (0 or unset: no limit).
+func (c *Config) parseTenantLimits(env func(name, def string) string) error {
+	rps, err := strconv.ParseFloat(env("DSHD_TENANT_RPS", "0"), 64)
+	if err != nil || rps < 0 || (rps > 0 && rps < tenant.MinRequestsPerSecond) || rps > tenant.MaxRequestsPerSecond || math.IsNaN(rps) {
+		return fmt.Errorf("DSHD_TENANT_RPS must be 0 (no limit) or a number of requests a second from %v to %d",
+			tenant.MinRequestsPerSecond, tenant.MaxRequestsPerSecond)
+	}
+	burst, err := strconv.Atoi(env("DSHD_TENANT_BURST", "0"))
+	if err != nil || burst < 0 || burst > tenant.MaxBurst {
+		return fmt.Errorf("DSHD_TENANT_BURST must be an integer from 0 (the rate rounded up) to %d", tenant.MaxBurst)
+	}
+	var l tenant.Limits
+	if rps > 0 {
+		l.RequestsPerSecond = &rps
+		if burst > 0 {
+			l.Burst = &burst
+		}
+	}
+	for _, q := range []struct {
+		name string
+		to   **int64
+	}{
+		{"DSHD_TENANT_TOKENS_PER_DAY", &l.TokensPerDay},
+		{"DSHD_TENANT_MAX_SESSIONS", &l.MaxSessions},
+		{"DSHD_TENANT_MAX_LOG_BYTES", &l.MaxLogBytes},
+	} {
+		n, err := strconv.ParseInt(env(q.name, "0"), 10, 64)
+		if err != nil || n < 0 || n > tenant.MaxQuota {
+			return fmt.Errorf("%s must be an integer from 0 (no limit) to %d", q.name, tenant.MaxQuota)
+		}
+		if n > 0 {
+			*q.to = &n
+		}
+	}
+	c.TenantLimits = l
+	return nil
 }

@@ -132,7 +132,10 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// Presets are validated by what the agents can run (model hosts, scripted on or off).
 	presets := pgstore.NewPresets(m.pool, ag.Rules())
-	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets,
+	limits, maxTurns := m.Config.TenantLimits, m.Config.TenantMaxTurns
+	limits.MaxConcurrentTurns = &maxTurns
+	quotas := pgstore.NewQuotas(m.pool, pgstore.QuotasConfig{Defaults: limits})
+	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets, Quotas: quotas,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
 		MaxTenantTurns: m.Config.TenantMaxTurns, Approvals: approvals, Logger: m.Logger,
 		InboxMaxMessages: m.Config.InboxMaxMessages, InboxMaxBytes: m.Config.InboxMaxBytes,
@@ -180,6 +183,7 @@ func (m *Main) Run(ctx context.Context) error {
 		WebhookAllowHTTP:    m.Config.Webhooks.AllowHTTP,
 		WebhookAllowPrivate: m.Config.Webhooks.AllowPrivate,
 		WebhookMaxEndpoints: m.Config.Webhooks.MaxEndpoints,
+		Quotas:              quotas,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")

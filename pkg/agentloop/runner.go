@@ -100,6 +100,11 @@ type Config struct {
 	Tracer trace.Tracer
 	// TenantID is the session's tenant, recorded on the turn's span only.
 	TenantID string
+	// Admit, when set, is asked before a turn's first step whether the turn may run (a tenant's
+	// token quota): a non-nil error ends the turn at once with it (turn/end {kind: error}),
+	// consuming the input it was woken for as a prompt failure does (PRM-8), without calling the
+	// model. It decides itself what a failure to find out means (nil: run).
+	Admit func(ctx context.Context) *eventlog.TurnError
 }
 
 func (c Config) withDefaults() Config {

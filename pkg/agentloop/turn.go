@@ -96,6 +96,14 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		if ends != nil && len(r.waiting(eventlog.InboxNextStep)) == 0 {
 			return *ends, nil
 		}
+		if step == 0 && r.cfg.Admit != nil {
+			if refused := r.cfg.Admit(ctx); refused != nil {
+				if err := r.discardInput(ctx); err != nil {
+					return Reason{}, r.logErr(err)
+				}
+				return Reason{Kind: eventlog.EndError, Error: refused}, nil
+			}
+		}
 		// The step limit and the prompt are checked before anything is claimed, so that a turn
 		// that cannot take another step leaves its input in the inbox.
 		if step == r.cfg.MaxSteps {

@@ -7,6 +7,7 @@ package fault
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Info is the machine-readable part of a tool failure: the error class name and its code. It is
@@ -60,6 +61,12 @@ const (
 	RequestTimeout   = "request_timeout"        // the request body did not arrive in time
 	ServerBusy       = "server_busy"            // too many requests in flight without a key
 	TooManyStreams   = "too_many_streams"       // the session or tenant has its most SSE streams open
+)
+
+// Application error codes of a tenant's quotas (docs/usage-and-quotas.md; the same table maps
+// them).
+const (
+	QuotaExceeded = "quota_exceeded" // a tenant quota (tokens a day, sessions, stored log bytes) is spent
 )
 
 // Error is an application error: a stable Code, a Message safe to show to the caller, and the
@@ -141,3 +148,13 @@ const (
 	WebhookURLNotAllowed = "webhook_url_not_allowed" // an endpoint URL that is not https or not public
 	TooManyWebhooks      = "too_many_webhooks"       // the tenant has its most endpoints already
 )
+
+// Wait is the cause of a refusal that may succeed after a while (a rate limit, a daily quota): put
+// in an Error's Err, it makes the HTTP layer send the wait as Retry-After.
+type Wait time.Duration
+
+// Error implements error.
+func (w Wait) Error() string { return "retry after " + time.Duration(w).String() }
+
+// RetryAfter is the wait.
+func (w Wait) RetryAfter() time.Duration { return time.Duration(w) }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -8,7 +9,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/tenant"
 )
 
 // Rate is a token bucket: PerSecond tokens are added a second, at most Burst kept; every post
@@ -36,16 +40,9 @@ func (r Rate) orDefault(def Rate) Rate {
 
 func (r Rate) unlimited() bool { return r.PerSecond < 0 }
 
-// retryAfter is the cause of a refusal that may be retried after a while: the HTTP layer sends
-// it as Retry-After (an error with a RetryAfter method).
-type retryAfter time.Duration
-
-func (r retryAfter) Error() string             { return "retry after " + time.Duration(r).String() }
-func (r retryAfter) RetryAfter() time.Duration { return time.Duration(r) }
-
 // rateLimited returns the error of a post refused by the bucket of what, retryable after wait.
 func rateLimited(what string, wait time.Duration) error {
-	return &fault.Error{Code: fault.RateLimited, Err: retryAfter(wait),
+	return &fault.Error{Code: fault.RateLimited, Err: fault.Wait(wait),
 		Message: fmt.Sprintf("too many messages posted to this %s; retry after %v", what, wait.Round(time.Millisecond))}
 }
 
@@ -136,4 +133,24 @@ func (l *postLimiter) prune(now time.Time) {
 	defer l.mu.Unlock()
 	l.session.prune(now)
 	l.tenant.prune(now)
+}
+
+// admitTurn is the agent loop's Admit of the tenant's turns: a turn whose tenant spent its tokens
+// of the day (pgstore.Quotas.Check) ends with TOKEN_QUOTA_EXCEEDED before its first model call.
+// When the quota cannot be read (the database is unavailable) the turn runs: its model call is
+// counted all the same, and the next turn's check sees it.
+func (s *Service) admitTurn(tenantID uuid.UUID) func(context.Context) *eventlog.TurnError {
+	return func(ctx context.Context) *eventlog.TurnError {
+		err := s.cfg.Quotas.Check(ctx, tenantID, pgstore.ForTurn)
+		switch {
+		case err == nil:
+			return nil
+		case fault.Code(err) == fault.QuotaExceeded: // for a turn, only the token quota applies
+			return &eventlog.TurnError{Code: tenant.CodeTokenQuotaExceeded, Message: fault.Message(err)}
+		case ctx.Err() != nil:
+			return nil // the turn is being cancelled: it ends aborted
+		}
+		s.cfg.Logger.Warn("the token quota could not be checked; the turn runs", "tenant", tenantID, "err", err)
+		return nil
+	}
 }

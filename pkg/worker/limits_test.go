@@ -26,7 +26,7 @@ func TestI9F7_TokenBucketsRefillAndPrune(t *testing.T) {
 	if fault.Code(err) != fault.RateLimited {
 		t.Fatalf("third post: %v", err)
 	}
-	if ra, ok := err.(*fault.Error).Err.(retryAfter); !ok || time.Duration(ra) != 500*time.Millisecond {
+	if ra, ok := err.(*fault.Error).Err.(fault.Wait); !ok || time.Duration(ra) != 500*time.Millisecond {
 		t.Fatalf("wait %v, want 500ms", err.(*fault.Error).Err)
 	}
 	if err := l.allow(tenant, sess, now.Add(500*time.Millisecond)); err != nil {

@@ -35,7 +35,8 @@ func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	// each other like jobs on different replicas. Fairness: a tenant runs at most MaxTenantTurns
 	// turns at once, on all replicas together; the check is part of the take (a turn slot).
 	owner := uuid.New()
-	out, _, err := cfg.Store.LeaseTake(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL, cfg.MaxTenantTurns)
+	out, _, err := cfg.Store.LeaseTake(ctx, a.TenantID, a.SessionID, owner, cfg.LeaseTTL,
+		cfg.Quotas.MaxTurns(ctx, a.TenantID, cfg.MaxTenantTurns))
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil // the session was deleted: nothing to serve
 	}
@@ -196,6 +197,9 @@ func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID, kn
 	lc, done, err := cfg.Agents.Agent(agents.Session{ID: a.SessionID, TenantID: a.TenantID, Preset: p})
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if cfg.Quotas != nil {
+		lc.Admit = w.s.admitTurn(a.TenantID)
 	}
 	j := cfg.Store.Journal(cfg.Hub, a.TenantID, a.SessionID, owner)
 	j.ReleaseAtTurnEnd(true)

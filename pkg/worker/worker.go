@@ -85,6 +85,10 @@ type Config struct {
 	// DefaultTenantPosts; a negative PerSecond: no limit.
 	SessionPosts Rate
 	TenantPosts  Rate
+	// Quotas, when set, are the tenants' limits (tenant.Limits): a tenant's maxConcurrentTurns
+	// replaces MaxTenantTurns for it, and a turn of a tenant whose tokens of the day reached its
+	// tokensPerDay ends at once with TOKEN_QUOTA_EXCEEDED instead of calling the model.
+	Quotas *pgstore.Quotas
 	// InsertOnly makes a client that enqueues but runs no job (for tools and tests). Default false.
 	InsertOnly bool
 	// QueueOnly makes every post to an idle session enqueue its wake job, as it did before
@@ -294,7 +298,8 @@ func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Se
 	if mode != ModeInject {
 		p.Queue = s.queue
 		if s.mayServeNow() {
-			p.Lease = &pgstore.LeaseOffer{Owner: uuid.New(), TTL: s.cfg.LeaseTTL, MaxTenant: s.cfg.MaxTenantTurns}
+			p.Lease = &pgstore.LeaseOffer{Owner: uuid.New(), TTL: s.cfg.LeaseTTL,
+				MaxTenant: s.cfg.Quotas.MaxTurns(ctx, tenantID, s.cfg.MaxTenantTurns)}
 		}
 	}
 	out, err := s.cfg.Store.Post(ctx, p)

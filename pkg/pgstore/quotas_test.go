@@ -1,0 +1,317 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/tenant"
+)
+
+// TestRateTakeIsAGCRA: a burst is allowed at once with RateLimit numbers counting down, the next
+// request is refused with the wait until one is allowed, and a refusal takes nothing: once that
+// wait has passed a request is allowed again. Tenants do not share a limiter.
+func TestRateTakeIsAGCRA(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool, tn := newStore(t, pgstore.StoreConfig{})
+	other := newTenant(t, pool)
+	q := pgstore.NewQuotas(pool, pgstore.QuotasConfig{})
+	const rate, burst = 2.0, 4 // slow enough that the test's own pace does not refill a request
+	for i := range burst {
+		d, err := q.RateTake(ctx, tn, rate, burst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed || d.Limit != burst || d.Remaining != burst-1-i || d.Reset <= 0 || d.Reset > time.Duration(i+1)*time.Second/2 {
+			t.Fatalf("request %d of the burst: %+v", i, d)
+		}
+	}
+	d, err := q.RateTake(ctx, tn, rate, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter > time.Second/2 {
+		t.Fatalf("past the burst: %+v", d)
+	}
+	if d, err := q.RateTake(ctx, other, rate, burst); err != nil || !d.Allowed || d.Remaining != burst-1 {
+		t.Fatalf("another tenant: %+v %v", d, err)
+	}
+	time.Sleep(d.RetryAfter + 20*time.Millisecond)
+	if d, err := q.RateTake(ctx, tn, rate, burst); err != nil || !d.Allowed {
+		t.Fatalf("after the wait: %+v %v", d, err)
+	}
+}
+
+// TestRateTakeHoldsUnderConcurrency: limiters of two "replicas" (two Quotas over two pools of one
+// database) hammered by many goroutines allow, together, the burst plus the rate over the measured
+// time, within 10%.
+func TestRateTakeHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool, tn := newStore(t, pgstore.StoreConfig{})
+	qs := []*pgstore.Quotas{pgstore.NewQuotas(pool, pgstore.QuotasConfig{}), pgstore.NewQuotas(pool, pgstore.QuotasConfig{})}
+	const rate, burst = 50.0, 10
+	var allowed, refused atomic.Int64
+	start := time.Now()
+	stop := start.Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func(q *pgstore.Quotas) {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				d, err := q.RateTake(ctx, tn, rate, burst)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				} else {
+					refused.Add(1)
+				}
+			}
+		}(qs[i%2])
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	hi, lo := (rate*elapsed+burst)*1.1, rate*elapsed*0.9
+	if n := float64(allowed.Load()); n > hi || n < lo || refused.Load() == 0 {
+		t.Fatalf("%v allowed (%d refused) in %.2fs at %v/s with a burst of %d: want %.0f to %.0f",
+			n, refused.Load(), elapsed, rate, burst, lo, hi)
+	}
+}
+
+// TestLimitsSetGetAndCache: the operator's limits are stored as set (null fields: the server's
+// defaults), validated, and seen by another replica's cache within its TTL.
+func TestLimitsSetGetAndCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool, tn := newStore(t, pgstore.StoreConfig{})
+	tokens, turns := int64(1000), 3
+	defaults := tenant.Limits{TokensPerDay: &tokens, MaxConcurrentTurns: &turns}
+	a := pgstore.NewQuotas(pool, pgstore.QuotasConfig{Defaults: defaults})
+	b := pgstore.NewQuotas(pool, pgstore.QuotasConfig{Defaults: defaults, LimitsTTL: 200 * time.Millisecond})
+	if l, err := b.Effective(ctx, tn); err != nil || l.TokensPerDay == nil || *l.TokensPerDay != 1000 || l.RequestsPerSecond != nil {
+		t.Fatalf("defaults: %+v %v", l, err)
+	}
+	if got := b.MaxTurns(ctx, tn, 20); got != 3 {
+		t.Fatalf("max turns from the defaults: %d", got)
+	}
+	rps, sessions, mine := 5.0, int64(2), 7
+	set := tenant.Limits{RequestsPerSecond: &rps, MaxSessions: &sessions, MaxConcurrentTurns: &mine}
+	if err := a.LimitsSet(ctx, tn, set); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := a.LimitsGet(ctx, tn); err != nil || *l.RequestsPerSecond != 5 || *l.MaxSessions != 2 || l.TokensPerDay != nil {
+		t.Fatalf("get: %+v %v", l, err)
+	}
+	if l, err := a.Effective(ctx, tn); err != nil || *l.RequestsPerSecond != 5 || *l.TokensPerDay != 1000 || *l.MaxConcurrentTurns != 7 {
+		t.Fatalf("effective on the replica that set them: %+v %v", l, err)
+	}
+	if l, _ := b.Effective(ctx, tn); l.RequestsPerSecond != nil {
+		t.Fatalf("the other replica's cache is read within its TTL: %+v", l)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if l, err := b.Effective(ctx, tn); err != nil || l.RequestsPerSecond == nil || *l.RequestsPerSecond != 5 {
+		t.Fatalf("the other replica after its TTL: %+v %v", l, err)
+	}
+	if r, burst, ok := set.Resolve(defaults).Rate(); !ok || r != 5 || burst != 5 {
+		t.Fatalf("rate %v burst %d %v", r, burst, ok)
+	}
+	if err := a.LimitsSet(ctx, uuid.New(), set); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("unknown tenant: %v", err)
+	}
+	zero := 0.0
+	if err := a.LimitsSet(ctx, tn, tenant.Limits{RequestsPerSecond: &zero}); fault.Code(err) != fault.Invalid {
+		t.Fatalf("a zero rate: %v", err)
+	}
+}
+
+// usageTurn is one whole turn with a model call of the given tokens, a retry and a failed tool
+// call, as one batch.
+func usageTurn(turn int, in, out int64) []eventlog.NewEvent {
+	msg := llm.Message{ID: uuid.NewString(), Role: "assistant", Content: []llm.Block{{Type: "text", Text: "ok"}},
+		Source: llm.Source{Kind: "model", Provider: "scripted", Model: "m"}}
+	return []eventlog.NewEvent{
+		{Type: "turn/start", Data: map[string]int{"turn": turn}},
+		{Type: "step/start", Data: map[string]int{"turn": turn, "step": 1}},
+		{Type: "llm/retry", Data: eventlog.LLMRetry{Turn: turn, Step: 1, Attempt: 1, DelayMs: 1, Code: llm.CodeServer, Message: "x"}},
+		{Type: "assistant/message", SurfaceOp: eventlog.Append, Data: eventlog.AssistantMessage{Turn: turn, Step: 1,
+			Message: msg, Usage: &llm.Usage{InputTokens: int(in), OutputTokens: int(out), ReasoningTokens: 1}}},
+		{Type: "step/end", Data: map[string]int{"turn": turn, "step": 1}},
+		{Type: "turn/end", Data: map[string]any{"turn": turn, "reason": map[string]string{"kind": "completed"}}},
+	}
+}
+
+// TestQuotaChecks: sessions, stored bytes and tokens of the day refuse what they no longer allow,
+// each only for what it bounds, with quota_exceeded (tokens with the wait until the next UTC day).
+func TestQuotaChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, tn := newStore(t, pgstore.StoreConfig{})
+	q := pgstore.NewQuotas(pool, pgstore.QuotasConfig{})
+	for _, what := range []int{pgstore.ForSession, pgstore.ForPost, pgstore.ForTurn} {
+		if err := q.Check(ctx, tn, what); err != nil {
+			t.Fatalf("no limits, check %d: %v", what, err)
+		}
+	}
+	one, tokens := int64(1), int64(150)
+	if err := q.LimitsSet(ctx, tn, tenant.Limits{MaxSessions: &one, TokensPerDay: &tokens}); err != nil {
+		t.Fatal(err)
+	}
+	sess := newSession(t, st, tn)
+	if err := q.Check(ctx, tn, pgstore.ForSession); fault.Code(err) != fault.QuotaExceeded {
+		t.Fatalf("a second session: %v", err)
+	}
+	if _, err := appendEvents(st, ctx, tn, sess.ID, usageTurn(1, 100, 20)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Check(ctx, tn, pgstore.ForTurn); err != nil {
+		t.Fatalf("120 of 150 tokens: %v", err)
+	}
+	if _, err := appendEvents(st, ctx, tn, sess.ID, usageTurn(2, 20, 10)...); err != nil {
+		t.Fatal(err)
+	}
+	var wait fault.Wait
+	err := q.Check(ctx, tn, pgstore.ForTurn)
+	if !errors.As(err, &wait) || fault.Code(err) != fault.QuotaExceeded || wait <= 0 || time.Duration(wait) > 24*time.Hour {
+		t.Fatalf("150 of 150 tokens: %v", err)
+	}
+	if err := q.Check(ctx, tn, pgstore.ForPost); fault.Code(err) != fault.QuotaExceeded {
+		t.Fatalf("a post past the token quota: %v", err)
+	}
+	if st, err := q.Standing(ctx, tn); err != nil || st.Sessions != 1 || st.TokensToday != 150 || st.LogBytes == 0 {
+		t.Fatalf("standing %+v %v", st, err)
+	}
+	bytes := int64(100)
+	if err := q.LimitsSet(ctx, tn, tenant.Limits{MaxLogBytes: &bytes}); err != nil {
+		t.Fatal(err)
+	}
+	for _, what := range []int{pgstore.ForSession, pgstore.ForPost} {
+		if err := q.Check(ctx, tn, what); fault.Code(err) != fault.QuotaExceeded {
+			t.Fatalf("past the stored bytes, check %d: %v", what, err)
+		}
+	}
+	if err := q.Check(ctx, tn, pgstore.ForTurn); err != nil {
+		t.Fatalf("stored bytes do not stop a turn: %v", err)
+	}
+	if err := st.SessionDelete(ctx, tn, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Check(ctx, tn, pgstore.ForSession); err != nil {
+		t.Fatalf("a deleted session's bytes do not count: %v", err)
+	}
+}
+
+// TestUsageQueries: every grouping sums the same usage rows; pages of sessions and turns add up
+// to the total; the range selects turns by their start; another tenant's usage is not seen.
+func TestUsageQueries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, tn := newStore(t, pgstore.StoreConfig{})
+	other := newTenant(t, pool)
+	day1 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	day2 := day1.Add(24 * time.Hour)
+	at := day1
+	clocked := pgstore.NewStore(pool, pgstore.StoreConfig{Clock: func() time.Time { return at }})
+	var sessions []uuid.UUID
+	for i := range 3 {
+		s := newSession(t, st, tn)
+		sessions = append(sessions, s.ID)
+		for turn := 1; turn <= 2; turn++ {
+			at = day1
+			if turn == 2 && i > 0 {
+				at = day2
+			}
+			if _, err := appendEvents(clocked, ctx, tn, s.ID, usageTurn(turn, 10, 3)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	at = day1
+	os := newSession(t, st, other)
+	if _, err := appendEvents(clocked, ctx, other, os.ID, usageTurn(1, 1000, 1000)...); err != nil {
+		t.Fatal(err)
+	}
+	query := func(g, cursor string, limit int, from, to time.Time) pgstore.UsagePage {
+		t.Helper()
+		p, err := st.Usage(ctx, pgstore.UsageQuery{Tenant: tn, From: from, To: to, GroupBy: g, Cursor: cursor, Limit: limit})
+		if err != nil {
+			t.Fatalf("%s: %v", g, err)
+		}
+		return p
+	}
+	from, to := day1.Truncate(24*time.Hour), day2.Add(24*time.Hour)
+	total := query(pgstore.UsageTotal, "", 0, from, to)
+	want := eventlog.Usage{InputTokens: 60, OutputTokens: 18, ReasoningTokens: 6, ModelCalls: 12, ModelErrors: 6}
+	if len(total.Rows) != 1 || total.Rows[0].Usage != want || total.Rows[0].Turns != 6 || total.Rows[0].RunTimeMs != 0 {
+		t.Fatalf("total %+v", total.Rows)
+	}
+	days := query(pgstore.UsageByDay, "", 0, from, to)
+	if len(days.Rows) != 2 || days.Rows[0].Day != "2026-03-01" || days.Rows[0].Turns != 4 || days.Rows[1].Turns != 2 ||
+		days.Rows[1].Usage.InputTokens != 20 {
+		t.Fatalf("days %+v", days.Rows)
+	}
+	if p := query(pgstore.UsageByDay, "", 0, day2.Truncate(24*time.Hour), to); len(p.Rows) != 1 || p.Rows[0].Turns != 2 {
+		t.Fatalf("the second day only: %+v", p.Rows)
+	}
+	if p := query(pgstore.UsageTotal, "", 0, to, to.Add(time.Hour)); len(p.Rows) != 1 || p.Rows[0].Turns != 0 || !p.Rows[0].Usage.IsZero() {
+		t.Fatalf("an empty range: %+v", p.Rows)
+	}
+	for _, g := range []string{pgstore.UsageBySession, pgstore.UsageByTurn, pgstore.UsageByPreset} {
+		var sum eventlog.Usage
+		var turns int64
+		pages, cursor := 0, ""
+		for {
+			p := query(g, cursor, 2, from, to)
+			pages++
+			for _, r := range p.Rows {
+				sum.Add(r.Usage)
+				turns += r.Turns
+				if g == pgstore.UsageByTurn && (r.StartedAt == nil || r.EndedAt == nil || r.EndKind == nil || *r.EndKind != "completed") {
+					t.Fatalf("turn row %+v", r)
+				}
+			}
+			if cursor = p.Next; cursor == "" {
+				break
+			}
+			if pages > 10 {
+				t.Fatalf("%s: pages do not end", g)
+			}
+		}
+		if sum != want || turns != 6 {
+			t.Fatalf("%s: pages sum to %+v over %d turns, want %+v over 6", g, sum, turns, want)
+		}
+		wantPages := map[string]int{pgstore.UsageBySession: 2, pgstore.UsageByTurn: 3, pgstore.UsageByPreset: 1}[g]
+		if pages != wantPages {
+			t.Fatalf("%s: %d pages of 2, want %d", g, pages, wantPages)
+		}
+	}
+	bySession := query(pgstore.UsageBySession, "", 10, from, to)
+	if len(bySession.Rows) != 3 || bySession.Rows[0].Turns != 2 {
+		t.Fatalf("by session %+v", bySession.Rows)
+	}
+	for _, r := range bySession.Rows {
+		found := false
+		for _, s := range sessions {
+			found = found || *r.SessionID == s
+		}
+		if !found {
+			t.Fatalf("a session not of the tenant: %v", r.SessionID)
+		}
+	}
+	if _, err := st.Usage(ctx, pgstore.UsageQuery{Tenant: tn, From: from, To: to, GroupBy: pgstore.UsageByTurn, Cursor: "nope"}); fault.Code(err) != fault.Invalid {
+		t.Fatalf("a bad cursor: %v", err)
+	}
+}
