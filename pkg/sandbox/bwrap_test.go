@@ -166,9 +166,11 @@ func TestBwrapForkBombIsContained(t *testing.T) {
 	t.Parallel()
 	b := bwrapOrSkip(t)
 	ws := open(t, workspaces(t, ownerOf(b)), "bomb")
-	// The bomb forks until the limit; the shell then counts the sandbox's processes with builtins
-	// only (it can no longer fork) and exits, which ends the sandbox and every process in it.
-	cmd := `bomb() { bomb | bomb & }; bomb
+	// The bomb forks until the limit, in a subshell of its own; the shell then counts the
+	// sandbox's processes with builtins only (it forks nothing after starting the bomb: a fork
+	// of its own that failed would stall it in bash's fork retries, on a loaded machine for
+	// longer than the test waits) and exits, which ends the sandbox and every process in it.
+	cmd := `( bomb() { bomb | bomb & }; bomb ) &
 end=$((SECONDS + 3)); while (( SECONDS < end )); do :; done
 n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo "procs=$n"`
 	const limit = 32
