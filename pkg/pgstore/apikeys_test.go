@@ -27,7 +27,7 @@ func TestAPIKeysNamesScopesExpiryRotateRevoke(t *testing.T) {
 	other, _, _ := s.TenantCreate(ctx, "other")
 	keys, err := s.APIKeyList(ctx, tn.ID)
 	if err != nil || len(keys) != 1 || keys[0].Name != tenant.DefaultKeyName || !keys[0].CanWrite() ||
-		!slices.Equal(keys[0].Scopes, []string{"read", "write"}) || keys[0].LastUsedAt != nil {
+		!slices.Equal(keys[0].Scopes, []string{"keys", "read", "write"}) || keys[0].LastUsedAt != nil {
 		t.Fatalf("first key %+v, %v", keys, err)
 	}
 	ro, roSecret, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: " dashboards ", Scopes: []string{"read"}})
@@ -39,6 +39,12 @@ func TestAPIKeysNamesScopesExpiryRotateRevoke(t *testing.T) {
 	}
 	if w, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Scopes: []string{"write"}}); !slices.Equal(w.Scopes, []string{"read", "write"}) {
 		t.Fatalf("write implies read: %v", w.Scopes)
+	}
+	if d, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{}); !slices.Equal(d.Scopes, []string{"read", "write"}) {
+		t.Fatalf("a new key's default scopes %v, want read and write (not keys)", d.Scopes)
+	}
+	if m, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Scopes: []string{"keys"}}); !slices.Equal(m.Scopes, []string{"keys", "read"}) {
+		t.Fatalf("keys scope: %v", m.Scopes)
 	}
 	for _, spec := range []tenant.KeySpec{{Scopes: []string{"admin"}}, {Name: string(make([]byte, 101))},
 		{ExpiresAt: ptr(time.Now().Add(-time.Minute))}} {

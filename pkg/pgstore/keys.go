@@ -21,10 +21,10 @@ const MaxKeysPerTenant = 100
 // UPDATE's interval '1 minute' is the same bound, checked by the database's clock.)
 const lastUsedEvery = time.Minute
 
-// KeyCreate adds an API key with the default name and scopes to an existing tenant and returns
-// its secret (shown once).
+// KeyCreate adds an API key with the default name and every scope (as a tenant's first key has)
+// to an existing tenant and returns its secret (shown once).
 func (s *Tenants) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, error) {
-	_, secret, err := s.APIKeyCreate(ctx, tenantID, tenant.KeySpec{})
+	_, secret, err := s.APIKeyCreate(ctx, tenantID, tenant.KeySpec{Scopes: tenant.AllScopes})
 	return secret, err
 }
 
