@@ -54,16 +54,18 @@ func refuseScope(w http.ResponseWriter, r *http.Request, scope string) {
 
 type apiKeyCtx struct{}
 
-// authKey is the API key a request authenticated with: its record, and the check that it still
-// holds (for streams, which outlive their request's authentication).
+// authKey is the API key a request authenticated with: its record and hash (nil for a stream
+// token, whose minting key's check alone is here), and the check that it still holds (for
+// streams, which outlive their request's authentication).
 type authKey struct {
 	key   tenant.Key
+	hash  []byte
 	check func(context.Context) error
 }
 
 // withAPIKey puts the key (secret and record) a request authenticated with in ctx.
 func withAPIKey(ctx context.Context, tenants *pgstore.Tenants, secret string, k tenant.Key) context.Context {
-	return context.WithValue(ctx, apiKeyCtx{}, &authKey{key: k, check: func(ctx context.Context) error {
+	return context.WithValue(ctx, apiKeyCtx{}, &authKey{key: k, hash: tenant.KeyHash(secret), check: func(ctx context.Context) error {
 		_, err := tenants.KeyLookup(ctx, secret)
 		return err
 	}})
@@ -72,7 +74,7 @@ func withAPIKey(ctx context.Context, tenants *pgstore.Tenants, secret string, k 
 // apiKeyOf returns the record of the API key r authenticated with; false for a stream token.
 func apiKeyOf(r *http.Request) (tenant.Key, bool) {
 	a, ok := r.Context().Value(apiKeyCtx{}).(*authKey)
-	if !ok {
+	if !ok || a.hash == nil {
 		return tenant.Key{}, false
 	}
 	return a.key, true
@@ -81,8 +83,8 @@ func apiKeyOf(r *http.Request) (tenant.Key, bool) {
 // errKeyGone ends a stream whose API key was revoked, rotated or has expired since it opened.
 var errKeyGone = errors.New("the stream's API key was revoked, rotated or has expired")
 
-// keyCheck returns the check that r's API key still holds, or nil (a stream token: it was
-// checked when the stream opened). The check returns errKeyGone when the key no longer
+// keyCheck returns the check that r's API key (or the key that minted r's stream token) still
+// holds, or nil (a stream token of the former format, tied to no key). The check returns errKeyGone when the key no longer
 // authenticates, nil when it does or when the database cannot tell now (the stream goes on; the
 // next check decides).
 func keyCheck(r *http.Request) func(context.Context) error {

@@ -134,12 +134,13 @@ func TestKeyManagementIsCapped(t *testing.T) {
 	e.do(t, "GET", "/v1/presets", rw.Secret, nil).wantProblem(t, 401, api.CodeUnauthorized)
 }
 
-// TestStreamEndsWhenItsKeyGoes: an event stream opened with an API key ends within a heartbeat
-// of the key's revocation (and of a rotation, and of its expiry), on this replica and on another;
-// a reconnect with the key answers 401.
+// TestStreamEndsWhenItsKeyGoes: an event stream opened with an API key, or with a stream token
+// the key minted, ends within a heartbeat of the key's revocation (and of a rotation, and of its
+// expiry), on this replica and on another; a reconnect with the key or the token answers 401.
+// Streams of other keys go on.
 func TestStreamEndsWhenItsKeyGoes(t *testing.T) {
 	t.Parallel()
-	hb := func(c *api.Config) { c.Heartbeat = 50 * time.Millisecond }
+	hb := func(c *api.Config) { c.Heartbeat, c.StreamTokenSecret = 50*time.Millisecond, []byte("shared-stream-token-secret") }
 	e := newEnv(t, hb)
 	other := e.newReplica(hb)
 	sid := e.sessionCreate(t, e.keyA)
@@ -159,10 +160,17 @@ func TestStreamEndsWhenItsKeyGoes(t *testing.T) {
 		e.do(t, "POST", "/v1/api-keys", e.keyA, `{"name":"`+tc.name+`","scopes":["read"]}`).want(t, 201).json(t, &k)
 		here := openStream(t, e.url+"/v1/sessions/"+sid.String()+"/events", k.Secret)
 		there := openStream(t, other.url+"/v1/sessions/"+sid.String()+"/events", k.Secret)
+		token := e.streamToken(t, k.Secret, sid)
+		byToken := tokenStream(t, other, sid, token)
 		stays := openStream(t, e.url+"/v1/sessions/"+sid.String()+"/events", e.keyA)
 		tc.end(k)
-		for _, s := range []*rawStream{here, there} {
+		for _, s := range []*rawStream{here, there, byToken} {
 			waitStreamEnd(t, s, tc.name)
+		}
+		// The key's unexpired stream token opens nothing any more.
+		r := e.do(t, "GET", "/v1/sessions/"+sid.String()+"/events?token="+token, "", nil, "Accept", "text/event-stream")
+		if p := r.wantProblem(t, 401, api.CodeUnauthorized); !strings.Contains(p.Detail, "minted") {
+			t.Errorf("%s: token refused with %q", tc.name, p.Detail)
 		}
 		select {
 		case f, ok := <-stays.frames:

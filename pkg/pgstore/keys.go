@@ -101,6 +101,23 @@ func (s *Tenants) KeyLookup(ctx context.Context, secret string) (tenant.Key, err
 	return k, nil
 }
 
+// KeyActive reports whether the tenant's API key id still authenticates with the secret whose
+// hash starts with hashPrefix: nil, or tenant.ErrNotFound when it was revoked, rotated (another
+// hash) or has expired. A stream token carries its minting key this way (api/tokens.go).
+func (s *Tenants) KeyActive(ctx context.Context, tenantID, id uuid.UUID, hashPrefix []byte) error {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE id = $1 AND tenant_id = $2
+		AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		AND substring(key_hash FROM 1 FOR $3::int) = $4`, id, tenantID, len(hashPrefix), hashPrefix).Scan(&n)
+	if err != nil {
+		return dbError(err, "tenant: key check")
+	}
+	if n == 0 || len(hashPrefix) == 0 {
+		return tenant.ErrNotFound
+	}
+	return nil
+}
+
 // APIKeyList returns the tenant's API keys, revoked ones included, oldest first.
 func (s *Tenants) APIKeyList(ctx context.Context, tenantID uuid.UUID) ([]tenant.Key, error) {
 	rows, err := s.pool.Query(ctx, keySelect+` WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
