@@ -140,7 +140,9 @@ func TestKeyManagementIsCapped(t *testing.T) {
 // Streams of other keys go on.
 func TestStreamEndsWhenItsKeyGoes(t *testing.T) {
 	t.Parallel()
-	hb := func(c *api.Config) { c.Heartbeat, c.StreamTokenSecret = 50*time.Millisecond, []byte("shared-stream-token-secret") }
+	hb := func(c *api.Config) {
+		c.Heartbeat, c.StreamTokenSecret = 50*time.Millisecond, []byte("shared-stream-token-secret")
+	}
 	e := newEnv(t, hb)
 	other := e.newReplica(hb)
 	sid := e.sessionCreate(t, e.keyA)
