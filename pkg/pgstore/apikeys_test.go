@@ -40,6 +40,19 @@ func TestAPIKeysNamesScopesExpiryRotateRevoke(t *testing.T) {
 	if w, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Scopes: []string{"write"}}); !slices.Equal(w.Scopes, []string{"read", "write"}) {
 		t.Fatalf("write implies read: %v", w.Scopes)
 	}
+	// KeyActive: by id and the start of the hash, as a stream token names its key.
+	hash := tenant.KeyHash(roSecret)
+	if err := s.KeyActive(ctx, tn.ID, ro.ID, hash[:8]); err != nil {
+		t.Fatalf("KeyActive = %v", err)
+	}
+	for _, c := range []struct {
+		tenant, id uuid.UUID
+		prefix     []byte
+	}{{tn.ID, ro.ID, tenant.KeyHash("dshd_other")[:8]}, {other.ID, ro.ID, hash[:8]}, {tn.ID, uuid.New(), hash[:8]}, {tn.ID, ro.ID, nil}} {
+		if err := s.KeyActive(ctx, c.tenant, c.id, c.prefix); !errors.Is(err, tenant.ErrNotFound) {
+			t.Errorf("KeyActive(%v) = %v, want ErrNotFound", c, err)
+		}
+	}
 	if d, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{}); !slices.Equal(d.Scopes, []string{"read", "write"}) {
 		t.Fatalf("a new key's default scopes %v, want read and write (not keys)", d.Scopes)
 	}
