@@ -32,7 +32,11 @@ var routeScopes = map[string]string{
 
 // requiredScope is the scope r needs (see routeScopes).
 func (s *Server) requiredScope(r *http.Request) string {
-	pattern := metricsRoute(s.router.Find(chi.NewRouteContext(), r.Method, r.URL.Path))
+	path := r.URL.RawPath // as chi routes it: the escaped path when it has one
+	if path == "" {
+		path = r.URL.Path
+	}
+	pattern := metricsRoute(s.router.Find(chi.NewRouteContext(), r.Method, path))
 	if sc, ok := routeScopes[r.Method+" "+pattern]; ok {
 		return sc
 	}

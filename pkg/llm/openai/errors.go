@@ -122,13 +122,14 @@ func apiError(status int, ae APIError) *llm.Error {
 }
 
 // keyLike matches what looks like a credential inside a provider's error message: an
-// `sk-`-style key or a bearer token, as some providers echo the key they were sent.
-var keyLike = regexp.MustCompile(`(?i)\b(sk-|bearer\s+)[A-Za-z0-9._*\-]{6,}`)
+// `sk-`-style key or a bearer token, as some providers echo the key they were sent, or a JWT
+// (`eyJ…`, as proxies take).
+var keyLike = regexp.MustCompile(`(?i)\b(sk-|bearer\s+)[A-Za-z0-9._*\-]{6,}|\b(eyJ)[A-Za-z0-9_\-]{6,}\.[A-Za-z0-9._\-]*`)
 
 // maskKeys replaces every credential-like run of msg by its prefix and "***", so a provider's
 // message can go into an event, an API error and a log line.
 func maskKeys(msg string) string {
-	return keyLike.ReplaceAllString(msg, "${1}***")
+	return keyLike.ReplaceAllString(msg, "${1}${2}***")
 }
 
 // maskKey replaces every occurrence of the client's own key in the message of an *llm.Error in

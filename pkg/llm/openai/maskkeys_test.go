@@ -20,9 +20,10 @@ func TestProviderMessageKeysMasked(t *testing.T) {
 	for _, body := range []string{
 		`{"error":{"message":"Incorrect API key provided: sk-live0123456789abcdef. Check it.","type":"invalid_request_error"}}`,
 		`{"error":"Authentication Fails, Your api key: Bearer abcdef0123456789xyz is invalid"}`,
+		`{"error":"upstream refused eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ0In0.c2lnbmF0dXJl"}`,
 	} {
 		e := statusError(401, []byte(body))
-		for _, secret := range []string{"sk-live0123456789abcdef", "abcdef0123456789xyz"} {
+		for _, secret := range []string{"sk-live0123456789abcdef", "abcdef0123456789xyz", "hbGciOiJIUzI1NiJ9", "c2lnbmF0dXJl"} {
 			if strings.Contains(e.Error(), secret) || strings.Contains(e.Message, secret) {
 				t.Errorf("the error %q carries the key %q", e.Error(), secret)
 			}
