@@ -12,7 +12,8 @@ import (
 )
 
 // apiKeyResource serves /v1/api-keys: the authenticated tenant's API keys. Every change needs a
-// key with the write scope (authenticate refuses read-only keys before these handlers).
+// key with the keys scope (authenticate refuses others before these handlers), and a key hands
+// out, or takes over by rotation, no scope and no lifetime beyond its own (capKey).
 type apiKeyResource struct {
 	tenants *pgstore.Tenants
 }
@@ -71,6 +72,10 @@ func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request)
 		writeProblem(w, CodeInvalidRequest, "expiresAt must lie within ten years")
 		return
 	}
+	if err := capKey(r, &spec); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	k, secret, err := rs.tenants.APIKeyCreate(r.Context(), tenantID(r), spec)
 	if err != nil {
 		writeError(w, r, err)
@@ -114,6 +119,15 @@ func (rs apiKeyResource) handleKeyRotate(w http.ResponseWriter, r *http.Request)
 		writeError(w, r, err)
 		return
 	}
+	old, err := rs.tenants.APIKeyGet(r.Context(), tenantID(r), id)
+	if err != nil {
+		writeError(w, r, keyNotFound(err))
+		return
+	}
+	if me, ok := apiKeyOf(r); ok && !me.Covers(old.Scopes, old.ExpiresAt) {
+		writeProblem(w, CodeInsufficientScope, "this API key cannot rotate a key with scopes or a lifetime beyond its own")
+		return
+	}
 	k, secret, err := rs.tenants.APIKeyRotate(r.Context(), tenantID(r), id)
 	if errors.Is(err, tenant.ErrKeyExpired) {
 		writeProblem(w, CodeConflict, "the API key has expired: create a new one instead")
@@ -142,6 +156,45 @@ func (rs apiKeyResource) handleKeyRevoke(w http.ResponseWriter, r *http.Request)
 	}
 	logger(r).Info("api key revoked", "key", id)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// capKey fills the defaults of a key the request's API key creates and keeps it within that key:
+// no scope it does not have (by default read and write, those of them it has), and no expiry
+// after its own (by default its own). Beyond it: 403 insufficient_scope.
+func capKey(r *http.Request, spec *tenant.KeySpec) error {
+	me, ok := apiKeyOf(r)
+	if !ok {
+		return errorf(CodeInsufficientScope, "only an API key creates API keys")
+	}
+	if len(spec.Scopes) == 0 {
+		for _, sc := range []string{tenant.ScopeRead, tenant.ScopeWrite} {
+			if me.Has(sc) {
+				spec.Scopes = append(spec.Scopes, sc)
+			}
+		}
+	}
+	if spec.ExpiresAt == nil && me.ExpiresAt != nil {
+		at := *me.ExpiresAt
+		spec.ExpiresAt = &at
+	}
+	for _, sc := range spec.Scopes {
+		if sc != tenant.ScopeRead && sc != tenant.ScopeWrite && sc != tenant.ScopeKeys {
+			return nil // the store refuses an unknown scope with 400
+		}
+	}
+	if !me.Covers(spec.Scopes, spec.ExpiresAt) {
+		return errorf(CodeInsufficientScope, "a key cannot give a new key a scope it does not have, nor a later expiry than its own ("+
+			expiryText(me.ExpiresAt)+")")
+	}
+	return nil
+}
+
+// expiryText says when a key expires, for a message.
+func expiryText(at *time.Time) string {
+	if at == nil {
+		return "it does not expire"
+	}
+	return "it expires at " + at.UTC().Format(time.RFC3339)
 }
 
 // keyNotFound says "API key not found" rather than the tenant store's "tenant not found".

@@ -30,10 +30,11 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(token), true
 }
 
-// authenticate requires `Authorization: Bearer <api key>` and puts the key's tenant in the
-// request context; anything else answers 401 (an expired key says when it expired). A key without
-// the write scope may only read (readOnly): anything else answers 403 insufficient_scope. Without the header, a stream token (?token=,
-// tokens.go) may open a session's event stream.
+// authenticate requires `Authorization: Bearer <api key>` and puts the key's tenant (and record,
+// scopes.go) in the request context; anything else answers 401 (an expired key says when it
+// expired). A key without the scope the route needs (requiredScope, scopes.go) gets 403
+// insufficient_scope. Without the header, a stream token (?token=, tokens.go) may open a
+// session's event stream.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r)
@@ -63,27 +64,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		info(r).tenant = k.TenantID
 		info(r).authenticated()
-		if !k.CanWrite() && !readOnly(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="insufficient_scope", scope="write"`)
-			writeProblem(w, CodeInsufficientScope, "this API key is read-only (scope read): "+r.Method+" needs the write scope")
+		if need := s.requiredScope(r); !k.Has(need) {
+			refuseScope(w, r, need)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, k.TenantID)))
+		ctx := context.WithValue(r.Context(), tenantKey{}, k.TenantID)
+		next.ServeHTTP(w, r.WithContext(withAPIKey(ctx, s.cfg.Tenants, key, k)))
 	})
-}
-
-// readOnly reports whether a request only reads: GET and HEAD, and the creation of a stream token
-// (which opens a session's event stream, read-only, for a browser).
-func readOnly(r *http.Request) bool {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
-		return true
-	case http.MethodPost:
-		p := r.URL.Path
-		return strings.HasPrefix(p, "/v1/sessions/") && strings.HasSuffix(p, "/stream-tokens") &&
-			strings.Count(p, "/") == 4
-	}
-	return false
 }
 
 // adminOnly requires `Authorization: Bearer <DSHD_ADMIN_TOKEN>`; without a configured admin

@@ -46,7 +46,7 @@ const (
 const (
 	CodeCredentialsDisabled = tenant.CodeCredentialsDisabled // the server has no DSHD_CREDENTIAL_KEYS
 	CodeUnknownCredential   = tenant.CodeUnknownCredential   // a preset names a credential the tenant lacks
-	CodeInsufficientScope   = "insufficient_scope"           // a read-only API key asked for a change
+	CodeInsufficientScope   = "insufficient_scope"           // the API key lacks the scope the request needs
 )
 
 // Problem codes of tenant webhooks (docs/webhooks.md).

@@ -35,7 +35,8 @@ import (
 // its own stream; one whose write blocks for StreamWriteTimeout, or that falls StreamMaxLag
 // behind the log once it had caught up, is disconnected and resumes with Last-Event-ID. The
 // stream ends cleanly when the client goes away, the session is deleted, or the server closes
-// (Close).
+// (Close); one opened with an API key ends within a Heartbeat of the key's revocation, rotation
+// or expiry (follower.checkKey).
 //
 // Once an HTTP/1 stream has caught up it is detached (detach): it takes over the connection and
 // its handler returns, so that an idle subscriber costs a small goroutine, its connection and a
@@ -70,7 +71,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 		st.firstFrom = info(r).start // a streaming POST: its time to first event is measured
 	}
 	f := &follower{s: s, t: t, st: st,
-		tenant: tenant, id: id, types: q.types, until: until, cursor: q.after}
+		tenant: tenant, id: id, types: q.types, until: until, cursor: q.after,
+		keyCheck: keyCheck(r), keyChecked: time.Now()}
 	end := func() {
 		s.tails.release(t)
 		s.metrics.streams.Dec()
@@ -177,6 +179,20 @@ type follower struct {
 	until  func(eventlog.Event) bool
 	cursor int64
 	live   bool // caught up with the tail once: from then on it may lag StreamMaxLag at most
+
+	// keyCheck, when not nil, tells whether the stream's API key still holds (scopes.go): run
+	// once a Heartbeat, it ends the stream of a key revoked, rotated or expired since.
+	keyCheck   func(context.Context) error
+	keyChecked time.Time
+}
+
+// checkKey runs keyCheck when a Heartbeat has passed since it last ran.
+func (f *follower) checkKey(ctx context.Context) error {
+	if f.keyCheck == nil || time.Since(f.keyChecked) < f.s.cfg.Heartbeat {
+		return nil
+	}
+	f.keyChecked = time.Now()
+	return f.keyCheck(ctx)
 }
 
 // run sends events until the stream ends: err is nil when it ended cleanly (until, the client
@@ -191,6 +207,9 @@ func (f *follower) run(ctx context.Context, park bool) (parked bool, _ error) {
 		}
 	}()
 	for {
+		if err := f.checkKey(ctx); err != nil {
+			return false, err
+		}
 		evs, frames, ok, changed, err := t.since(f.cursor)
 		if err != nil {
 			return false, err
@@ -318,8 +337,8 @@ func (s *Server) streamEndedDetached(ri *reqInfo, err error) {
 		return
 	}
 	level := slog.LevelWarn
-	if errors.Is(err, eventlog.ErrNotFound) || errors.Is(err, errDropped) {
-		level = slog.LevelInfo // the session was deleted while streaming, or the client was slow
+	if errors.Is(err, eventlog.ErrNotFound) || errors.Is(err, errDropped) || errors.Is(err, errKeyGone) {
+		level = slog.LevelInfo // the session was deleted while streaming, the client was slow, or its key went
 	}
 	ri.logger().Log(context.Background(), level, "stream ended", slog.String("error", err.Error()))
 }

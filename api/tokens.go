@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	tenantpkg "github.com/dshd/dshd/pkg/tenant"
 )
 
 // Stream tokens let a browser follow one session's event stream without holding an API key: an
@@ -25,17 +27,30 @@ import (
 // A token is read-only and session-scoped: it opens that session's event stream and nothing
 // else. It is short-lived (Config.StreamTokenTTL, 5 minutes by default), checked when a stream
 // opens (an open stream goes on past the expiry; a reconnect after it needs a new token). It needs
-// no database row: it is `st1.<payload>.<mac>`, the payload being the tenant id, the session id
-// and the expiry (Unix milliseconds), the mac an HMAC-SHA256 of "st1."+payload under the server's
-// secret (Config.StreamTokenSecret, DSHD_STREAM_TOKEN_SECRET). Without a configured secret each
-// process draws a random one, so replicas behind one load balancer must share a configured
-// secret or refuse each other's tokens. Revoking the API key that minted a token does not revoke
-// the token; it expires on its own.
+// no database row of its own: it is `st2.<payload>.<mac>`, the payload being the tenant id, the
+// session id, the expiry (Unix milliseconds), the id of the API key that minted it and the first
+// 8 bytes of that key's hash, the mac an HMAC-SHA256 of "st2."+payload under the server's secret
+// (Config.StreamTokenSecret, DSHD_STREAM_TOKEN_SECRET). Without a configured secret each process
+// draws a random one, so replicas behind one load balancer must share a configured secret or
+// refuse each other's tokens.
+//
+// A token is worth no more than the key that minted it: it opens a stream only while that key
+// still authenticates (not revoked, not rotated, not expired), and a stream it opened ends within
+// a heartbeat once the key no longer does, like a stream opened with the key itself. (Tokens of
+// the former format, `st1.`, minted before an upgrade, carry no key: they are accepted until they
+// expire, minutes later, and their streams are not tied to a key.)
 
 // DefaultStreamTokenTTL is how long a stream token opens streams when Config.StreamTokenTTL is 0.
 const DefaultStreamTokenTTL = 5 * time.Minute
 
-const streamTokenPrefix = "st1."
+const streamTokenPrefix = "st2."
+
+// streamTokenPrefixV1 starts tokens of the former format, without the minting key.
+const streamTokenPrefixV1 = "st1."
+
+// tokenKeyHashBytes is how much of the minting key's hash a token carries: enough to tell a
+// rotated key from the one that minted the token.
+const tokenKeyHashBytes = 8
 
 type streamTokens struct {
 	secret []byte
@@ -54,21 +69,32 @@ func newStreamTokens(secret []byte, ttl time.Duration) *streamTokens {
 	return &streamTokens{secret: secret, ttl: ttl, now: time.Now}
 }
 
-func (st *streamTokens) mac(payload string) []byte {
+func (st *streamTokens) mac(prefix, payload string) []byte {
 	m := hmac.New(sha256.New, st.secret)
-	m.Write([]byte(streamTokenPrefix + payload))
+	m.Write([]byte(prefix + payload))
 	return m.Sum(nil)
 }
 
-// mint returns a token for the session of the tenant and its expiry.
-func (st *streamTokens) mint(tenant, session uuid.UUID) (string, time.Time) {
+// tokenClaims is what a stream token says: whose session it opens, and which API key minted it
+// (key is uuid.Nil for a token of the former format).
+type tokenClaims struct {
+	tenant, session uuid.UUID
+	key             uuid.UUID
+	keyHash         []byte // the first tokenKeyHashBytes of the key's hash
+}
+
+// mint returns a token for the session of the tenant, minted by the key (id and hash), and its
+// expiry.
+func (st *streamTokens) mint(tenant, session, key uuid.UUID, keyHash []byte) (string, time.Time) {
 	exp := st.now().Add(st.ttl).Truncate(time.Millisecond)
-	var b [40]byte
+	var b [64]byte
 	copy(b[:16], tenant[:])
 	copy(b[16:32], session[:])
-	binary.BigEndian.PutUint64(b[32:], uint64(exp.UnixMilli()))
+	binary.BigEndian.PutUint64(b[32:40], uint64(exp.UnixMilli()))
+	copy(b[40:56], key[:])
+	copy(b[56:], keyHash)
 	payload := base64.RawURLEncoding.EncodeToString(b[:])
-	return streamTokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(st.mac(payload)), exp
+	return streamTokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(st.mac(streamTokenPrefix, payload)), exp
 }
 
 var (
@@ -76,25 +102,35 @@ var (
 	errTokenExpired = errors.New("the stream token expired; mint a new one with POST /v1/sessions/{id}/stream-tokens")
 )
 
-// verify returns the tenant and session of a token this server (or one sharing its secret)
-// minted and that has not expired.
-func (st *streamTokens) verify(token string) (tenant, session uuid.UUID, err error) {
+// verify returns the claims of a token this server (or one sharing its secret) minted and that
+// has not expired.
+func (st *streamTokens) verify(token string) (tokenClaims, error) {
+	prefix, size := streamTokenPrefix, 64
 	rest, ok := strings.CutPrefix(token, streamTokenPrefix)
+	if !ok {
+		prefix, size = streamTokenPrefixV1, 40
+		rest, ok = strings.CutPrefix(token, streamTokenPrefixV1)
+	}
 	payload, sig, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 || len(token) > 200 {
-		return uuid.Nil, uuid.Nil, errTokenInvalid
+		return tokenClaims{}, errTokenInvalid
 	}
 	gotMAC, err1 := base64.RawURLEncoding.DecodeString(sig)
 	b, err2 := base64.RawURLEncoding.DecodeString(payload)
-	if err1 != nil || err2 != nil || len(b) != 40 || !hmac.Equal(gotMAC, st.mac(payload)) {
-		return uuid.Nil, uuid.Nil, errTokenInvalid
+	if err1 != nil || err2 != nil || len(b) != size || !hmac.Equal(gotMAC, st.mac(prefix, payload)) {
+		return tokenClaims{}, errTokenInvalid
 	}
-	copy(tenant[:], b[:16])
-	copy(session[:], b[16:32])
-	if exp := int64(binary.BigEndian.Uint64(b[32:])); st.now().UnixMilli() >= exp {
-		return uuid.Nil, uuid.Nil, errTokenExpired
+	var c tokenClaims
+	copy(c.tenant[:], b[:16])
+	copy(c.session[:], b[16:32])
+	if exp := int64(binary.BigEndian.Uint64(b[32:40])); st.now().UnixMilli() >= exp {
+		return tokenClaims{}, errTokenExpired
 	}
-	return tenant, session, nil
+	if size == 64 {
+		copy(c.key[:], b[40:56])
+		c.keyHash = b[56:64]
+	}
+	return c, nil
 }
 
 // streamTokenAuth authenticates a request that carries ?token= instead of an API key. The token
@@ -110,11 +146,12 @@ func (s *Server) streamTokenAuth(w http.ResponseWriter, r *http.Request, next ht
 		w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="invalid_token"`)
 		writeProblem(w, CodeUnauthorized, detail)
 	}
-	tenant, session, err := s.tokens.verify(token)
+	claims, err := s.tokens.verify(token)
 	if err != nil {
 		refuse(err.Error())
 		return
 	}
+	tenant, session := claims.tenant, claims.session
 	path := r.URL.Path
 	rest, isSession := strings.CutPrefix(path, "/v1/sessions/")
 	id, isEvents := strings.CutSuffix(rest, "/events")
@@ -126,8 +163,22 @@ func (s *Server) streamTokenAuth(w http.ResponseWriter, r *http.Request, next ht
 		refuse("the stream token is for another session")
 		return
 	}
+	ctx := r.Context()
+	if claims.key != uuid.Nil {
+		check := func(ctx context.Context) error {
+			return s.cfg.Tenants.KeyActive(ctx, tenant, claims.key, claims.keyHash)
+		}
+		if err := check(ctx); errors.Is(err, tenantpkg.ErrNotFound) {
+			refuse("the API key that minted the stream token was revoked, rotated or has expired")
+			return
+		} else if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		ctx = context.WithValue(ctx, apiKeyCtx{}, &authKey{check: check})
+	}
 	info(r).tenant = tenant
-	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+	next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, tenantKey{}, tenant)))
 }
 
 type streamTokenJSON struct {
@@ -148,7 +199,12 @@ func (rs sessionResource) handleStreamTokenCreate(w http.ResponseWriter, r *http
 		writeError(w, r, err)
 		return
 	}
-	token, exp := rs.s.tokens.mint(tenantID(r), id)
+	a, ok := r.Context().Value(apiKeyCtx{}).(*authKey)
+	if !ok || a.hash == nil {
+		writeProblem(w, CodeUnauthorized, "a stream token is minted with an API key")
+		return
+	}
+	token, exp := rs.s.tokens.mint(tenantID(r), id, a.key.ID, a.hash[:tokenKeyHashBytes])
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, streamTokenJSON{Token: token, ExpiresAt: exp.UTC(),
 		StreamURL: "/v1/sessions/" + id.String() + "/events?token=" + url.QueryEscape(token)})

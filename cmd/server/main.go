@@ -122,6 +122,9 @@ func runRewrap(ctx context.Context, getenv func(string) string, stdout io.Writer
 	res, err := pgstore.NewCredentials(pool, cfg.CredentialKeys).Rewrap(ctx)
 	fmt.Fprintf(stdout, "credentials rewrapped under key %q: %d rewrapped, %d already current, %d failed\n",
 		cfg.CredentialKeys.ActiveID(), res.Rewrapped, res.Current, res.Failed)
+	for _, f := range res.Failures {
+		fmt.Fprintf(stdout, "failed: credential %s of tenant %s, wrapped by key %q: %s\n", f.CredentialID, f.TenantID, f.KeyID, f.Reason)
+	}
 	hooks, herr := pgstore.NewStore(pool, pgstore.StoreConfig{SecretKeys: cfg.CredentialKeys}).Webhooks().WebhookRewrap(ctx)
 	fmt.Fprintf(stdout, "webhook signing secrets sealed under key %q: %d sealed, %d already current, %d failed\n",
 		cfg.CredentialKeys.ActiveID(), hooks.Rewrapped, hooks.Current, hooks.Failed)

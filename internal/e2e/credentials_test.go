@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/mockllm"
 )
 
 // credTenant is one tenant of TestTenantCredentialsTwoReplicasAndKeyRotation: its API key, its
@@ -21,6 +23,8 @@ type credTenant struct {
 	apiKey   string
 	modelKey string
 	session  string
+	// echoSession's turn reached a provider that echoed the model key back (mockllm.EchoKeyModel).
+	echoSession string
 }
 
 // kek returns a fresh operator key encryption key, base64.
@@ -57,9 +61,11 @@ func (c *cluster) mockCalls(t *testing.T) []mockCall {
 // API keys: two tenants with their own model credentials on two replicas; each turn reaches
 // cmd/mockllm with its own tenant's key, and no response, event or log line shows a key or the
 // operator's key encryption key. A revoked API key answers 401 on both replicas with the first
-// request after the revocation. Then the operator rotates the key encryption key (a new key
-// first, `dshd rewrap-credentials`, the old key removed) and every stored credential still works
-// for a turn.
+// request after the revocation. A provider that echoes the key in its 401 gets it masked. Then
+// the operator rotates the key encryption key as documented: replicas restarted one after the
+// other with `b,a`, serving turns of the old credentials and of one stored under b; `dshd
+// rewrap-credentials` while they serve; replicas restarted with b only; every stored credential
+// still works for a turn.
 func TestTenantCredentialsTwoReplicasAndKeyRotation(t *testing.T) {
 	kekA, kekB := kek(t), kek(t)
 	c := newClusterOn(t, 2, 10*time.Second, "", "DSHD_CREDENTIAL_KEYS=a:"+kekA, "DSHD_OPERATOR_KEY_FALLBACK=0",
@@ -127,6 +133,26 @@ func TestTenantCredentialsTwoReplicasAndKeyRotation(t *testing.T) {
 	}
 	runTurns(1)
 
+	// A provider that echoes the key it was sent in its 401 (mockllm's echo-key model): the turn
+	// ends INVALID_CREDENTIAL with the key masked, and the scans below find it nowhere.
+	for _, tn := range tenants {
+		var p, s struct{ ID string }
+		mustJSON(t, call(c.replicas[1], "POST", "/v1/presets", tn.apiKey, map[string]any{"name": "echo",
+			"model": map[string]string{"provider": "openai", "model": mockllm.EchoKeyModel, "baseUrl": c.mockURL, "credential": "llm"}}), 201, &p)
+		mustJSON(t, call(c.replicas[1], "POST", "/v1/sessions", tn.apiKey, map[string]string{"presetId": p.ID}), 201, &s)
+		if err := call(c.replicas[1], "POST", "/v1/sessions/"+s.ID+"/messages", tn.apiKey,
+			map[string]string{"content": "text"}).decode(http.StatusAccepted, nil); err != nil {
+			t.Fatal(err)
+		}
+		evs := c.replicas[0].waitEvents(t, tn.apiKey, s.ID, 60*time.Second, func(evs []storedEvent) bool { return len(turnEnds(evs)) == 1 })
+		end := evs[len(evs)-1]
+		if end.Type != "turn/end" || !bytes.Contains(end.raw, []byte("INVALID_CREDENTIAL")) ||
+			!bytes.Contains(end.raw, []byte("Incorrect API key provided: ***")) {
+			t.Fatalf("tenant %s: the echoing provider's turn ended %s", tn.name, end.raw)
+		}
+		tn.echoSession = s.ID
+	}
+
 	// Without the operator's fallback, a DeepSeek preset without a credential fails its turn at
 	// once with INVALID_CREDENTIAL (no call leaves the server).
 	var dp, ds struct{ ID string }
@@ -158,26 +184,72 @@ func TestTenantCredentialsTwoReplicasAndKeyRotation(t *testing.T) {
 		}
 	}
 
-	// Rotation of the operator key: b first (every replica restarted with it), rewrap, a removed.
-	old := c.replicas
-	for _, r := range old {
-		r.stop()
+	// Rotation of the operator key, as docs/credentials-and-keys.md describes it: b put first on
+	// every replica (one after the other); under b,a the old credentials still open and a new one
+	// is wrapped by b; the rewrap runs while the replicas serve turns; then a is removed.
+	all := append([]*replica(nil), c.replicas...) // every replica that ran, for the log scan
+	restart := func(env ...string) {
+		t.Helper()
+		old := c.replicas
+		c.replicas = nil
+		c.env = env
+		for _, r := range old { // rolling: the other replica serves while one restarts
+			r.stop()
+			all = append(all, c.startReplica())
+		}
 	}
+	restart("DSHD_CREDENTIAL_KEYS=b:"+kekB+",a:"+kekA, "DSHD_OPERATOR_KEY_FALLBACK=0", "DSHD_LOG_LEVEL=debug")
+	runTurns(2)
+	fresh := &credTenant{name: "fresh", apiKey: tenants[0].apiKey, modelKey: "model-key-stored-under-b.C3"}
+	mustJSON(t, call(c.replicas[0], "POST", "/v1/credentials", fresh.apiKey,
+		map[string]string{"name": "fresh", "provider": "openai", "apiKey": fresh.modelKey}), 201, nil)
+	var fp, fs struct{ ID string }
+	mustJSON(t, call(c.replicas[0], "POST", "/v1/presets", fresh.apiKey, map[string]any{"name": "fresh-key",
+		"model": map[string]string{"provider": "openai", "model": "mock", "baseUrl": c.mockURL, "credential": "fresh"}}), 201, &fp)
+	mustJSON(t, call(c.replicas[0], "POST", "/v1/sessions", fresh.apiKey, map[string]string{"presetId": fp.ID}), 201, &fs)
+	fresh.session = fs.ID
+	freshTurn := func(n int) {
+		t.Helper()
+		content := fmt.Sprintf("say:fresh-%d", n)
+		if err := call(c.replicas[1], "POST", "/v1/sessions/"+fresh.session+"/messages", fresh.apiKey,
+			map[string]string{"content": content}).decode(http.StatusAccepted, nil); err != nil {
+			t.Fatal(err)
+		}
+		evs := c.replicas[0].waitEvents(t, fresh.apiKey, fresh.session, 60*time.Second, func(evs []storedEvent) bool {
+			return len(turnEnds(evs)) == n
+		})
+		if ends := turnEnds(evs); ends[n-1].kind != "completed" {
+			t.Fatalf("the credential stored under b: turn %d ended %q:\n%s", n, ends[n-1].kind, describe(evs))
+		}
+		for _, mc := range c.mockCalls(t) {
+			if bytes.Contains(mc.Body, []byte(content)) && mc.Authorization != "Bearer "+fresh.modelKey {
+				t.Fatalf("the credential stored under b reached the model with %q", mc.Authorization)
+			}
+		}
+	}
+	freshTurn(1)
+	// (The rewrap's "1 already current" below is this credential, wrapped by b.)
+
+	// The rewrap, while both replicas serve a round of turns.
 	rewrap := exec.Command(c.serverBin, "rewrap-credentials")
 	rewrap.Env = append(os.Environ(), "DATABASE_URL="+c.dbURL, "DSHD_CREDENTIAL_KEYS=b:"+kekB+",a:"+kekA)
-	out, err := rewrap.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "2 rewrapped, 0 already current, 0 failed") {
-		t.Fatalf("rewrap-credentials: %v\n%s", err, out)
+	var out bytes.Buffer
+	rewrap.Stdout, rewrap.Stderr = &out, &out
+	if err := rewrap.Start(); err != nil {
+		t.Fatal(err)
 	}
-	c.replicas = nil
-	c.env = []string{"DSHD_CREDENTIAL_KEYS=b:" + kekB, "DSHD_OPERATOR_KEY_FALLBACK=0", "DSHD_LOG_LEVEL=debug"}
-	c.startReplica()
-	c.startReplica()
-	runTurns(2)
+	runTurns(3)
+	if err := rewrap.Wait(); err != nil || !strings.Contains(out.String(), "2 rewrapped, 1 already current, 0 failed") {
+		t.Fatalf("rewrap-credentials: %v\n%s", err, out.String())
+	}
+	runTurns(4)
+	restart("DSHD_CREDENTIAL_KEYS=b:"+kekB, "DSHD_OPERATOR_KEY_FALLBACK=0", "DSHD_LOG_LEVEL=debug")
+	runTurns(5)
+	freshTurn(2)
 
 	// No response, event or log line shows a model key or an operator key.
 	secrets := map[string]string{"tenant one's model key": tenants[0].modelKey, "tenant two's model key": tenants[1].modelKey,
-		"operator key a": kekA, "operator key b": kekB}
+		"the model key stored under b": fresh.modelKey, "operator key a": kekA, "operator key b": kekB}
 	check := func(where string, data []byte) {
 		t.Helper()
 		for what, s := range secrets {
@@ -189,20 +261,25 @@ func TestTenantCredentialsTwoReplicasAndKeyRotation(t *testing.T) {
 	for i, b := range bodies {
 		check(fmt.Sprintf("response %d", i), b)
 	}
-	check("the rewrap output", out)
-	for _, tn := range tenants {
-		evs, err := c.replicas[0].events(ctx, tn.apiKey, tn.session)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) == 0 {
-			t.Fatal("no events")
-		}
-		for _, ev := range evs {
-			check(fmt.Sprintf("event %d of tenant %s", ev.Seq, tn.name), ev.raw)
+	check("the rewrap output", out.Bytes())
+	for _, tn := range append(tenants, fresh) {
+		for _, sid := range []string{tn.session, tn.echoSession} {
+			if sid == "" {
+				continue
+			}
+			evs, err := c.replicas[0].events(ctx, tn.apiKey, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) == 0 {
+				t.Fatal("no events")
+			}
+			for _, ev := range evs {
+				check(fmt.Sprintf("event %d of tenant %s", ev.Seq, tn.name), ev.raw)
+			}
 		}
 	}
-	for _, r := range append(old, c.replicas...) {
+	for _, r := range all {
 		logs := r.output()
 		if !strings.Contains(logs, `"level"`) {
 			t.Fatalf("%s wrote no log lines", r.name)

@@ -4,6 +4,10 @@
 // a mid-stream disconnect, a malformed chunk, keep-alive comments, a 400 for a tool call
 // without its result). It records the bodies it receives so that tests can read them back.
 //
+// A request for the model EchoKeyModel answers 401 with an error message that repeats the key of
+// its Authorization header, as some providers and proxies do: the client's masking of its key
+// must keep it out of the turn's events and the logs.
+//
 // Tests start it in process on a real port:
 //
 //	ms := mockllm.New(mockllm.Config{})
@@ -18,6 +22,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/dshd/dshd/pkg/llm/openai"
@@ -26,6 +31,9 @@ import (
 
 // maxBody bounds a request body.
 const maxBody = 64 << 20
+
+// EchoKeyModel is the model whose requests answer 401 quoting the key they were sent.
+const EchoKeyModel = "echo-key-401"
 
 // Config configures a Server.
 type Config struct {
@@ -121,6 +129,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := validatePairs(wr.Messages); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	if wr.Model == EchoKeyModel {
+		key := strings.TrimSpace(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer"))
+		writeError(w, http.StatusUnauthorized, "authentication_error",
+			"Incorrect API key provided: "+key+". You can find your API key in your account settings (key "+key+")")
 		return
 	}
 	req := llmRequest(wr)

@@ -166,3 +166,27 @@ func TestCallsRecordTheAuthorizationHeader(t *testing.T) {
 		t.Fatal("calls kept after reset")
 	}
 }
+
+// TestEchoKeyModel: a request for EchoKeyModel answers 401 with a message quoting the key sent.
+func TestEchoKeyModel(t *testing.T) {
+	t.Parallel()
+	_, url := start(t)
+	req, err := http.NewRequest("POST", url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+mockllm.EchoKeyModel+`","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer opaque.tenant-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body openai.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body.Error.Message, "provided: opaque.tenant-key.") {
+		t.Fatalf("%d %+v", resp.StatusCode, body)
+	}
+}

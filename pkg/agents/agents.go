@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -159,6 +160,12 @@ type Agents struct {
 	clients map[string]*list.Element
 	lru     *list.List // of *client, most recently used first
 
+	// credRefs maps the credentials presets name ("<tenant>\x00<name or id>") to the id each
+	// last resolved to, under mu (credentialFound).
+	credRefs map[string]string
+	// credWarns rate-limits the warning about a tenant credential that cannot be used.
+	credWarns warnLimiter
+
 	// setupHook, when set (by tests, before any Agent call), is called in the middle of every
 	// scope's setup, outside mu.
 	setupHook func(key string)
@@ -187,8 +194,9 @@ type scope struct {
 
 // client is a cached model client; key is its cache key (clientKey).
 type client struct {
-	key string
-	p   llm.Provider
+	key        string
+	credential string // the tenant credential's id, "" for the operator's key or none
+	p          llm.Provider
 }
 
 // New registers the built-in tools and returns the agents of a server.
@@ -639,8 +647,29 @@ func (c *credentialModel) Stream(ctx context.Context, req llm.Request) (llm.Stre
 
 // resolve returns the credential, or the *llm.Error a turn ends with when it cannot be used:
 // INVALID_CREDENTIAL (not retried) when it is gone, disabled, for another provider or does not
-// decrypt; SERVER (retried) while the database is unavailable.
+// decrypt; SERVER (retried) while the database is unavailable. When the credential the preset
+// names is gone or changed (deleted, or deleted and created again: another id), the clients of
+// the one it found before are dropped, and their decrypted key with them.
 func (c *credentialModel) resolve(ctx context.Context) (tenant.CredentialSecret, error) {
+	cred, err := c.find(ctx)
+	var le *llm.Error
+	switch {
+	case err == nil:
+		c.found(cred.ID.String())
+	case errors.As(err, &le) && le.Code == llm.CodeInvalidCredential:
+		c.found("")
+	}
+	return cred, err
+}
+
+// found records the id of the credential a resolve found ("" none) and drops the clients of the
+// one found before when it differs.
+func (c *credentialModel) found(id string) {
+	c.a.credentialFound(c.tenantID.String()+"\x00"+c.ref, id)
+}
+
+// find reads and decrypts the credential; see resolve.
+func (c *credentialModel) find(ctx context.Context) (tenant.CredentialSecret, error) {
 	if c.a.cfg.Credentials == nil {
 		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential, "credentials are disabled on this server")
 	}
@@ -663,7 +692,10 @@ func (c *credentialModel) resolve(ctx context.Context) (tenant.CredentialSecret,
 		e.Err = err
 		return tenant.CredentialSecret{}, e
 	}
-	c.a.cfg.Logger.Warn("a tenant credential cannot be used", "tenant", c.tenantID, "err", err)
+	if ok, suppressed := c.a.credWarns.allow(c.tenantID.String()+"\x00"+c.ref, time.Now()); ok {
+		c.a.cfg.Logger.Warn("a tenant credential cannot be used", "tenant", c.tenantID, "err", err,
+			"suppressed", suppressed, "every", credentialWarnEvery)
+	}
 	e := llm.NewError(llm.CodeInvalidCredential, "the preset's credential %q cannot be decrypted on this server", clip(c.ref))
 	e.Err = err
 	return tenant.CredentialSecret{}, e
@@ -691,11 +723,78 @@ func (a *Agents) client(baseURL, credential, apiKey string) llm.Provider {
 	}
 	c := &client{key: key, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, MaxAttempts: 1,
 		Logger: a.cfg.Logger})}
+	c.credential = credential
 	a.clients[key] = a.lru.PushFront(c)
 	for a.lru.Len() > maxClients {
 		delete(a.clients, a.lru.Remove(a.lru.Back()).(*client).key)
 	}
 	return c.p
+}
+
+// credentialFound records that the credential a tenant's preset names (ref, "<tenant>\x00<name
+// or id>") resolved to the credential id ("" none: gone, or unusable) and, when it resolved to
+// another one before, forgets that one's cached clients, and so its decrypted key. Calls in
+// flight keep their client.
+func (a *Agents) credentialFound(ref, id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.credRefs == nil || len(a.credRefs) >= 4096 {
+		a.credRefs = map[string]string{} // forgetting costs only an early drop
+	}
+	last := a.credRefs[ref]
+	if id == "" {
+		delete(a.credRefs, ref)
+	} else {
+		a.credRefs[ref] = id
+	}
+	if last == "" || last == id {
+		return
+	}
+	for e := a.lru.Front(); e != nil; {
+		next := e.Next()
+		if c := e.Value.(*client); c.credential == last {
+			delete(a.clients, c.key)
+			a.lru.Remove(e)
+		}
+		e = next
+	}
+}
+
+// credentialWarnEvery is how often at most the agents warn about one unusable credential (of a
+// tenant and name): it fails every model call of its presets, and the log should say so, not
+// repeat it at each call.
+const credentialWarnEvery = time.Minute
+
+// warnLimiter lets one warning a key through per credentialWarnEvery and counts the others.
+type warnLimiter struct {
+	mu   sync.Mutex
+	last map[string]*warnState
+}
+
+type warnState struct {
+	at         time.Time
+	suppressed int
+}
+
+// allow reports whether a warning of key may be logged at now, and how many were suppressed
+// since the last one. It keeps at most 1024 keys (forgetting all beyond: a warning more).
+func (w *warnLimiter) allow(key string, now time.Time) (ok bool, suppressed int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil || len(w.last) >= 1024 {
+		w.last = map[string]*warnState{}
+	}
+	st := w.last[key]
+	if st != nil && now.Sub(st.at) < credentialWarnEvery {
+		st.suppressed++
+		return false, 0
+	}
+	if st == nil {
+		st = &warnState{}
+		w.last[key] = st
+	}
+	suppressed, st.at, st.suppressed = st.suppressed, now, 0
+	return true, suppressed
 }
 
 // Prompt returns the system prompt and wire tools a session's agent would get now. The preset

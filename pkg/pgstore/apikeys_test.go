@@ -27,7 +27,7 @@ func TestAPIKeysNamesScopesExpiryRotateRevoke(t *testing.T) {
 	other, _, _ := s.TenantCreate(ctx, "other")
 	keys, err := s.APIKeyList(ctx, tn.ID)
 	if err != nil || len(keys) != 1 || keys[0].Name != tenant.DefaultKeyName || !keys[0].CanWrite() ||
-		!slices.Equal(keys[0].Scopes, []string{"read", "write"}) || keys[0].LastUsedAt != nil {
+		!slices.Equal(keys[0].Scopes, []string{"keys", "read", "write"}) || keys[0].LastUsedAt != nil {
 		t.Fatalf("first key %+v, %v", keys, err)
 	}
 	ro, roSecret, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: " dashboards ", Scopes: []string{"read"}})
@@ -39,6 +39,25 @@ func TestAPIKeysNamesScopesExpiryRotateRevoke(t *testing.T) {
 	}
 	if w, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Scopes: []string{"write"}}); !slices.Equal(w.Scopes, []string{"read", "write"}) {
 		t.Fatalf("write implies read: %v", w.Scopes)
+	}
+	// KeyActive: by id and the start of the hash, as a stream token names its key.
+	hash := tenant.KeyHash(roSecret)
+	if err := s.KeyActive(ctx, tn.ID, ro.ID, hash[:8]); err != nil {
+		t.Fatalf("KeyActive = %v", err)
+	}
+	for _, c := range []struct {
+		tenant, id uuid.UUID
+		prefix     []byte
+	}{{tn.ID, ro.ID, tenant.KeyHash("dshd_other")[:8]}, {other.ID, ro.ID, hash[:8]}, {tn.ID, uuid.New(), hash[:8]}, {tn.ID, ro.ID, nil}} {
+		if err := s.KeyActive(ctx, c.tenant, c.id, c.prefix); !errors.Is(err, tenant.ErrNotFound) {
+			t.Errorf("KeyActive(%v) = %v, want ErrNotFound", c, err)
+		}
+	}
+	if d, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{}); !slices.Equal(d.Scopes, []string{"read", "write"}) {
+		t.Fatalf("a new key's default scopes %v, want read and write (not keys)", d.Scopes)
+	}
+	if m, _, _ := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Scopes: []string{"keys"}}); !slices.Equal(m.Scopes, []string{"keys", "read"}) {
+		t.Fatalf("keys scope: %v", m.Scopes)
 	}
 	for _, spec := range []tenant.KeySpec{{Scopes: []string{"admin"}}, {Name: string(make([]byte, 101))},
 		{ExpiresAt: ptr(time.Now().Add(-time.Minute))}} {

@@ -148,6 +148,17 @@ type RewrapResult struct {
 	Rewrapped int // data keys now wrapped by the active key that were not before
 	Current   int // data keys that already were
 	Failed    int // data keys that did not unwrap (their key is not in the keyring, or corrupted)
+	// Failures name each credential that did not unwrap (ids and key ids only, never a secret),
+	// in id order.
+	Failures []RewrapFailure
+}
+
+// RewrapFailure is a credential whose data key did not unwrap: to delete, or to keep its key for.
+type RewrapFailure struct {
+	CredentialID uuid.UUID
+	TenantID     uuid.UUID
+	KeyID        string // the key encryption key the row names
+	Reason       string // ErrUnknownKey's or ErrOpen's text
 }
 
 // Rewrap wraps the data key of every stored credential with the keyring's active key (operator
@@ -181,6 +192,8 @@ func (s *Credentials) Rewrap(ctx context.Context) (RewrapResult, error) {
 		switch {
 		case err != nil:
 			res.Failed++
+			res.Failures = append(res.Failures, RewrapFailure{CredentialID: x.id, TenantID: x.tenantID,
+				KeyID: x.sealed.KeyID, Reason: rewrapReason(err)})
 			continue
 		case !changed:
 			res.Current++
@@ -202,6 +215,18 @@ func (s *Credentials) Rewrap(ctx context.Context) (RewrapResult, error) {
 		return res, fmt.Errorf("credential: rewrap: %d credentials did not unwrap with the configured keys", res.Failed)
 	}
 	return res, nil
+}
+
+// rewrapReason says why a data key did not unwrap, in words of secretbox's errors (which never
+// carry a secret).
+func rewrapReason(err error) string {
+	switch {
+	case errors.Is(err, secretbox.ErrUnknownKey):
+		return "its key is not configured"
+	case errors.Is(err, secretbox.ErrOpen):
+		return "it does not authenticate (corrupted, or moved)"
+	}
+	return "it does not unwrap"
 }
 
 // queryRower is what credentialFind needs from a pool or a transaction.

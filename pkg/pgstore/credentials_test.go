@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -172,11 +174,23 @@ func TestCredentialsSurviveOperatorKeyRotation(t *testing.T) {
 	if _, err := onlyB.CredentialResolve(ctx, tn.ID, "one"); !errors.Is(err, secretbox.ErrUnknownKey) {
 		t.Fatalf("resolve under B before the rewrap = %v, want ErrUnknownKey", err)
 	}
-	if res, err := onlyB.Rewrap(ctx); err == nil || res.Failed != 3 {
+	res, err := onlyB.Rewrap(ctx)
+	if err == nil || res.Failed != 3 || len(res.Failures) != 3 {
 		t.Fatalf("rewrap without the old key = %+v, %v; want 3 failed and an error", res, err)
 	}
+	// The failures are named (credential, tenant, key id), and say nothing secret.
+	for _, f := range res.Failures {
+		if f.TenantID != tn.ID || f.KeyID != "A" || f.CredentialID == uuid.Nil || f.Reason == "" {
+			t.Errorf("failure %+v", f)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(fmt.Sprintf("%+v", f), secret) {
+				t.Errorf("failure %+v shows a key", f)
+			}
+		}
+	}
 	both := pgstore.NewCredentials(pool, keyring(t, keys, "B", "A"))
-	res, err := both.Rewrap(ctx)
+	res, err = both.Rewrap(ctx)
 	if err != nil || res.Rewrapped != 3 || res.Failed != 0 {
 		t.Fatalf("rewrap = %+v, %v", res, err)
 	}

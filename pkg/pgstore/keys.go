@@ -21,10 +21,10 @@ const MaxKeysPerTenant = 100
 // UPDATE's interval '1 minute' is the same bound, checked by the database's clock.)
 const lastUsedEvery = time.Minute
 
-// KeyCreate adds an API key with the default name and scopes to an existing tenant and returns
-// its secret (shown once).
+// KeyCreate adds an API key with the default name and every scope (as a tenant's first key has)
+// to an existing tenant and returns its secret (shown once).
 func (s *Tenants) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, error) {
-	_, secret, err := s.APIKeyCreate(ctx, tenantID, tenant.KeySpec{})
+	_, secret, err := s.APIKeyCreate(ctx, tenantID, tenant.KeySpec{Scopes: tenant.AllScopes})
 	return secret, err
 }
 
@@ -99,6 +99,23 @@ func (s *Tenants) KeyLookup(ctx context.Context, secret string) (tenant.Key, err
 			WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')`, k.ID)
 	}
 	return k, nil
+}
+
+// KeyActive reports whether the tenant's API key id still authenticates with the secret whose
+// hash starts with hashPrefix: nil, or tenant.ErrNotFound when it was revoked, rotated (another
+// hash) or has expired. A stream token carries its minting key this way (api/tokens.go).
+func (s *Tenants) KeyActive(ctx context.Context, tenantID, id uuid.UUID, hashPrefix []byte) error {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE id = $1 AND tenant_id = $2
+		AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+		AND substring(key_hash FROM 1 FOR $3::int) = $4`, id, tenantID, len(hashPrefix), hashPrefix).Scan(&n)
+	if err != nil {
+		return dbError(err, "tenant: key check")
+	}
+	if n == 0 || len(hashPrefix) == 0 {
+		return tenant.ErrNotFound
+	}
+	return nil
 }
 
 // APIKeyList returns the tenant's API keys, revoked ones included, oldest first.

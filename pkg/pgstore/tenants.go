@@ -19,8 +19,8 @@ type Tenants struct {
 // NewTenants returns the tenant store over pool; the caller keeps ownership of pool.
 func NewTenants(pool *pgxpool.Pool) *Tenants { return &Tenants{pool: pool} }
 
-// TenantCreate creates a tenant and its first API key in one transaction and returns the key's
-// secret, which is not stored and cannot be read again.
+// TenantCreate creates a tenant and its first API key (with every scope, tenant.AllScopes) in one
+// transaction and returns the key's secret, which is not stored and cannot be read again.
 func (s *Tenants) TenantCreate(ctx context.Context, name string) (tenant.Tenant, string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
@@ -34,7 +34,7 @@ func (s *Tenants) TenantCreate(ctx context.Context, name string) (tenant.Tenant,
 		if err != nil {
 			return err
 		}
-		_, secret, err = keyInsert(ctx, tx, t.ID, tenant.KeySpec{})
+		_, secret, err = keyInsert(ctx, tx, t.ID, tenant.KeySpec{Scopes: tenant.AllScopes})
 		return err
 	})
 	if err != nil {

@@ -57,7 +57,8 @@ var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // ParseKeyring reads a keyring from its configuration form, a comma-separated list of
 // `id:base64key` entries, the active key first (for example DSHD_CREDENTIAL_KEYS). A key is 32
 // bytes in standard or URL base64, padded or not. An empty spec gives a nil keyring and no error.
-// Errors name the entry by position and id only.
+// Errors name the entry by its position only, never quoting it: an entry written the wrong way
+// round (`<key>:<id>`) would otherwise print the key.
 func ParseKeyring(spec string) (*Keyring, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, nil
@@ -72,11 +73,15 @@ func ParseKeyring(spec string) (*Keyring, error) {
 		if !ok || !keyIDPattern.MatchString(id) {
 			return nil, fmt.Errorf("entry %d: want id:base64key with an id of 1 to 64 letters, digits, '.', '_' or '-'", i+1)
 		}
+		if _, err := decodeKey(id); err == nil {
+			// Two keys in one entry: the first would be stored (and logged) as a key id.
+			return nil, fmt.Errorf("entry %d: its id is a key; want id:base64key", i+1)
+		}
 		raw, err := decodeKey(b64)
 		if err != nil {
-			return nil, fmt.Errorf("key %q: %w", id, err)
+			return nil, fmt.Errorf("entry %d: the key %w", i+1, err)
 		}
-		if err := k.add(id, raw); err != nil {
+		if err := k.add(i+1, id, raw); err != nil {
 			return nil, err
 		}
 	}
@@ -96,7 +101,7 @@ func NewKeyring(ids []string, keys [][]byte) (*Keyring, error) {
 		if !keyIDPattern.MatchString(id) {
 			return nil, fmt.Errorf("secretbox: key id %d is not 1 to 64 letters, digits, '.', '_' or '-'", i+1)
 		}
-		if err := k.add(id, keys[i]); err != nil {
+		if err := k.add(i+1, id, keys[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -116,13 +121,14 @@ func decodeKey(s string) ([]byte, error) {
 	return nil, errors.New("is not base64")
 }
 
-func (k *Keyring) add(id string, raw []byte) error {
+// add adds the key of entry n (counted from 1), which errors name.
+func (k *Keyring) add(n int, id string, raw []byte) error {
 	if _, dup := k.keys[id]; dup {
-		return fmt.Errorf("key id %q appears twice", id)
+		return fmt.Errorf("entry %d: its key id appears in an earlier entry too", n)
 	}
 	aead, err := newAEAD(raw)
 	if err != nil {
-		return fmt.Errorf("key %q: %w", id, err)
+		return fmt.Errorf("entry %d: %w", n, err)
 	}
 	k.ids = append(k.ids, id)
 	k.keys[id] = aead

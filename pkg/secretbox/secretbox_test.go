@@ -145,3 +145,36 @@ func TestParseKeyringRefusesBadSpecsWithoutEchoingKeys(t *testing.T) {
 		t.Errorf("formatted keyring %q", s)
 	}
 }
+
+// TestKeyringErrorsNeverQuoteAnEntry: entries written the wrong way round, two keys in one entry,
+// a short key, a repeated id: each is refused with an error that names the entry by position and
+// quotes neither its id nor its key.
+func TestKeyringErrorsNeverQuoteAnEntry(t *testing.T) {
+	keyA, keyB := newKey(t), newKey(t)
+	urlKey := base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{0xfb}, secretbox.KeySize))
+	short := base64.StdEncoding.EncodeToString([]byte("too-short-secret"))
+	for _, tc := range []struct {
+		spec, entry string
+		secrets     []string
+	}{
+		{"k0:" + keyB + "," + urlKey + ":k1", "entry 2", []string{urlKey, keyB}},
+		{keyA + ":" + keyB, "entry 1", []string{keyA, keyB}},
+		{urlKey + ":" + keyB, "entry 1", []string{urlKey, keyB}},
+		{"k1:" + short, "entry 1", []string{short, "too-short"}},
+		{"k1:" + keyA + ",k1:" + keyB, "entry 2", []string{keyA, keyB, "k1"}},
+	} {
+		_, err := secretbox.ParseKeyring(tc.spec)
+		if err == nil {
+			t.Errorf("%s: no error", tc.entry)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.entry) {
+			t.Errorf("error %q does not name %s", err, tc.entry)
+		}
+		for _, s := range tc.secrets {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("error %q quotes %q", err, s)
+			}
+		}
+	}
+}

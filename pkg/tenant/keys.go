@@ -10,12 +10,19 @@ import (
 	"github.com/google/uuid"
 )
 
-// API key scopes. ScopeRead allows reading only (GET and HEAD requests); ScopeWrite allows every
-// request and implies ScopeRead. A key without ScopeWrite is read-only.
+// API key scopes. ScopeRead allows reading (GET and HEAD requests, and minting stream tokens);
+// ScopeWrite allows the other requests, except those managing API keys, which need ScopeKeys.
+// Every key has ScopeRead. A key without ScopeWrite is read-only; a tenant's first key has all
+// three, and a new key gets read and write unless it asks for keys (and never more than the key
+// that creates it).
 const (
 	ScopeRead  = "read"
 	ScopeWrite = "write"
+	ScopeKeys  = "keys"
 )
+
+// AllScopes are the scopes of a tenant's first key.
+var AllScopes = []string{ScopeKeys, ScopeRead, ScopeWrite}
 
 // DefaultKeyName names a key created without a name, as a tenant's first key is.
 const DefaultKeyName = "default"
@@ -40,8 +47,22 @@ type Key struct {
 // CanWrite reports whether the key allows requests that change something.
 func (k Key) CanWrite() bool { return slices.Contains(k.Scopes, ScopeWrite) }
 
+// Has reports whether the key has scope (every key has ScopeRead).
+func (k Key) Has(scope string) bool { return scope == ScopeRead || slices.Contains(k.Scopes, scope) }
+
+// Covers reports whether k may hand out or take over a key of other's scopes and expiry: k has
+// every scope other has, and other expires no later than k (k without an expiry covers any).
+func (k Key) Covers(scopes []string, expiresAt *time.Time) bool {
+	for _, sc := range scopes {
+		if !k.Has(sc) {
+			return false
+		}
+	}
+	return k.ExpiresAt == nil || (expiresAt != nil && !expiresAt.After(*k.ExpiresAt))
+}
+
 // KeySpec is what a client sets of a new API key: a name (default DefaultKeyName), its scopes
-// (default read and write) and an optional expiry.
+// (default read and write, not keys) and an optional expiry.
 type KeySpec struct {
 	Name      string
 	Scopes    []string
@@ -78,8 +99,8 @@ func (s *KeySpec) Normalize(now time.Time) error {
 	return nil
 }
 
-// NormalizeScopes returns scopes checked, with write implying read, sorted and without
-// duplicates; none means read and write.
+// NormalizeScopes returns scopes checked, with read added, sorted and without duplicates; none
+// means read and write.
 func NormalizeScopes(scopes []string) ([]string, error) {
 	if len(scopes) == 0 {
 		return []string{ScopeRead, ScopeWrite}, nil
@@ -87,11 +108,10 @@ func NormalizeScopes(scopes []string) ([]string, error) {
 	out := []string{ScopeRead}
 	for _, sc := range scopes {
 		switch sc {
-		case ScopeRead:
-		case ScopeWrite:
-			out = append(out, ScopeWrite)
+		case ScopeRead, ScopeWrite, ScopeKeys:
+			out = append(out, sc)
 		default:
-			return nil, fault.New(fault.Invalid, `unknown scope %q (want "read" or "write")`, clipName(sc))
+			return nil, fault.New(fault.Invalid, `unknown scope %q (want "read", "write" or "keys")`, clipName(sc))
 		}
 	}
 	slices.Sort(out)

@@ -76,30 +76,35 @@ func jsonError(body []byte) (APIError, bool) {
 // maxErrorMessage bounds the provider's error message kept in an *llm.Error.
 const maxErrorMessage = 300
 
-// cleanMessage clips a provider's error message to maxErrorMessage bytes (on a rune boundary)
-// and replaces control characters and invalid UTF-8 with spaces.
+// cleanMessage clips a provider's error message to maxErrorMessage bytes and replaces control
+// characters and invalid UTF-8 with spaces. It clips between words, never inside one: a word (a
+// run without spaces) that would cross the limit is dropped whole, so a secret the provider
+// echoed (its key, a proxy's token) is either kept whole, for the masking of keys to find, or
+// not kept at all, never kept in part.
 func cleanMessage(msg string) string {
 	var b strings.Builder
+	var word strings.Builder
 	space := false
 	for _, r := range strings.ToValidUTF8(msg, " ") {
 		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) {
+			if word.Len() > 0 {
+				b.WriteString(word.String())
+				word.Reset()
+			}
 			space = b.Len() > 0
 			continue
 		}
-		n := utf8.RuneLen(r)
-		if space {
-			n++
-		}
-		if b.Len()+n > maxErrorMessage {
-			b.WriteString("...")
-			break
-		}
-		if space {
-			b.WriteByte(' ')
+		if word.Len() == 0 && space {
+			word.WriteByte(' ')
 			space = false
 		}
-		b.WriteRune(r)
+		if b.Len()+word.Len()+utf8.RuneLen(r) > maxErrorMessage {
+			b.WriteString("...")
+			return b.String()
+		}
+		word.WriteRune(r)
 	}
+	b.WriteString(word.String())
 	return b.String()
 }
 
@@ -117,27 +122,54 @@ func apiError(status int, ae APIError) *llm.Error {
 }
 
 // keyLike matches what looks like a credential inside a provider's error message: an
-// `sk-`-style key or a bearer token, as some providers echo the key they were sent.
-var keyLike = regexp.MustCompile(`(?i)\b(sk-|bearer\s+)[A-Za-z0-9._*\-]{6,}`)
+// `sk-`-style key or a bearer token, as some providers echo the key they were sent, or a JWT
+// (`eyJ…`, as proxies take).
+var keyLike = regexp.MustCompile(`(?i)\b(sk-|bearer\s+)[A-Za-z0-9._*\-]{6,}|\b(eyJ)[A-Za-z0-9_\-]{6,}\.[A-Za-z0-9._\-]*`)
 
 // maskKeys replaces every credential-like run of msg by its prefix and "***", so a provider's
 // message can go into an event, an API error and a log line.
 func maskKeys(msg string) string {
-	return keyLike.ReplaceAllString(msg, "${1}***")
+	return keyLike.ReplaceAllString(msg, "${1}${2}***")
 }
 
 // maskKey replaces every occurrence of the client's own key in the message of an *llm.Error in
 // err's chain by "***": a provider may echo the key it was sent, and a tenant's key (which need
 // not look like an `sk-` key, which maskKeys catches) must never reach an event, an API error or
-// a log line.
+// a log line. A message that ends in a prefix of the key of at least minKeyPrefix bytes (cut
+// there by a clip) loses that prefix too; cleanMessage never cuts inside a word, so this is a
+// second guard.
 func maskKey(err error, key string) error {
 	var le *llm.Error
-	if key == "" || !errors.As(err, &le) || !strings.Contains(le.Message, key) {
+	if key == "" || !errors.As(err, &le) {
+		return err
+	}
+	msg := redactKey(le.Message, key)
+	if msg == le.Message {
 		return err
 	}
 	masked := *le
-	masked.Message = strings.ReplaceAll(le.Message, key, "***")
+	masked.Message = msg
 	return &masked
+}
+
+// minKeyPrefix is the shortest prefix of a key that redactKey masks at the end of a message.
+const minKeyPrefix = 8
+
+// redactKey returns msg with every occurrence of key replaced by "***", and a prefix of key of at
+// least minKeyPrefix bytes at its end (before a clip's "...") too.
+func redactKey(msg, key string) string {
+	msg = strings.ReplaceAll(msg, key, "***")
+	body, clipped := strings.CutSuffix(msg, "...")
+	for n := min(len(key)-1, len(body)); n >= minKeyPrefix; n-- {
+		if strings.HasSuffix(body, key[:n]) {
+			body = body[:len(body)-n] + "***"
+			if clipped {
+				body += "..."
+			}
+			return body
+		}
+	}
+	return msg
 }
 
 // maskedStream masks the client's key in the errors of a stream (an error object inside a 200

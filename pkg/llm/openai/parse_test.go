@@ -244,7 +244,10 @@ func TestStatusErrorMessage(t *testing.T) {
 		{422, `{"message":"bad field","detail":"x"}`, "bad field"},
 		{400, `{"error":{"message":"\u0000\u0001"}}`, "HTTP 400"},
 		{400, `{"error":{"message":""},"message":"outer"}`, "outer"},
-		{400, `{"error":{"message":"` + long + `"}}`, strings.Repeat("é", 150) + "..."},
+		// One word longer than the limit is dropped whole (it may be a secret); words are kept
+		// up to the limit.
+		{400, `{"error":{"message":"` + long + `"}}`, "..."},
+		{400, `{"error":{"message":"` + strings.Repeat("word ", 70) + `"}}`, "word" + strings.Repeat(" word", 59) + "..."},
 		{400, `{"data":"no error field"}`, "HTTP 400"},
 	} {
 		e := statusError(tt.status, []byte(tt.body))
