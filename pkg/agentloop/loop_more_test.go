@@ -293,6 +293,11 @@ func TestLOOP4_CancelMidStreamKeepsInterruptedText(t *testing.T) {
 	if !d.Interrupted || !strings.HasPrefix(d.Message.Text(), "partial") || len(d.Message.ToolCalls()) != 0 {
 		t.Fatalf("interrupted message %+v", d)
 	}
+	// The stream was cut before its usage chunk: the call is billed by an estimate (the request's
+	// bytes and the text streamed, a token per four bytes), so a cancel does not make it free.
+	if u := d.Usage; u == nil || !u.Estimated || u.InputTokens < 1 || u.OutputTokens != (len(d.Message.Text())+3)/4 {
+		t.Fatalf("interrupted message usage %+v for %q", u, d.Message.Text())
+	}
 	h.checkInvariants()
 }
 

@@ -163,7 +163,7 @@ func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.
 		select {
 		case <-ctx.Done():
 			drainReceived(items, cs)
-			return llm.Message{}, "", r.interrupted(cs, turn, step, ctx.Err())
+			return llm.Message{}, "", r.interrupted(cs, req, turn, step, ctx.Err())
 		case <-tick.C:
 			if err := r.flushIfDue(ctx); err != nil {
 				return llm.Message{}, "", err
@@ -175,7 +175,7 @@ func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.
 			if it.err != nil {
 				if ctx.Err() != nil {
 					drainReceived(items, cs)
-					return llm.Message{}, "", r.interrupted(cs, turn, step, ctx.Err())
+					return llm.Message{}, "", r.interrupted(cs, req, turn, step, ctx.Err())
 				}
 				return llm.Message{}, "", it.err
 			}
@@ -339,13 +339,20 @@ func (r *Runner) assistant(cs *chunkStager, turn, step int) (llm.Message, string
 }
 
 // interrupted writes the text and reasoning streamed before a cancel as an interrupted message
-// (half-streamed tool calls are dropped) and returns err.
-func (r *Runner) interrupted(cs *chunkStager, turn, step int, err error) error {
+// (half-streamed tool calls are dropped) and returns err. Its usage is the provider's when the
+// usage chunk came before the cancel, else estimated from req and what was streamed
+// (llm.EstimateUsage, marked estimated): the call is billed either way.
+func (r *Runner) interrupted(cs *chunkStager, req llm.Request, turn, step int, err error) error {
 	content := cs.partial()
 	if len(content) > 0 {
+		usage := cs.usage
+		if usage == nil {
+			u := llm.EstimateUsage(req, content)
+			usage = &u
+		}
 		r.w.stage(staged{typ: eventlog.TypeAssistantMessage, surface: true, cites: cs.cites,
 			data: eventlog.AssistantMessage{Turn: turn, Step: step, Message: r.assistantMessage(content),
-				Usage: cs.usage, Interrupted: true}})
+				Usage: usage, Interrupted: true}})
 	}
 	return err
 }

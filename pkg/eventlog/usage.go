@@ -62,65 +62,79 @@ var usageKinds = []string{TypeTurnStart, TypeTurnEnd, TypeStepStart, TypeLLMRetr
 // filter the log by them.
 func UsageKinds() []string { return slices.Clone(usageKinds) }
 
-// usageData is the part of an event's data EventUsage reads: the turn of every kind, the usage
-// of an assistant/message, the error and blocks of a tool/result (other kinds are not decoded
-// into these fields: llm/retry's message is a string).
-type usageData struct {
-	Turn *int `json:"turn"`
-}
-
-type usageMessage struct {
-	Usage *llm.Usage `json:"usage"`
-}
-
-type usageResult struct {
-	Message struct {
-		Content []struct {
-			IsError bool `json:"isError"`
-		} `json:"content"`
-	} `json:"message"`
-	Error json.RawMessage `json:"error"`
-}
+// The parts of an event's data EventUsage reads, one decode per event: the turn of every kind,
+// the usage of an assistant/message, the error and blocks of a tool/result (llm/retry's message is
+// a string, so each kind is decoded into its own shape).
+type (
+	usageTurn struct {
+		Turn *int `json:"turn"`
+	}
+	usageMessage struct {
+		Turn  *int       `json:"turn"`
+		Usage *llm.Usage `json:"usage"`
+	}
+	usageResult struct {
+		Turn    *int `json:"turn"`
+		Message struct {
+			Content []struct {
+				IsError bool `json:"isError"`
+			} `json:"content"`
+		} `json:"message"`
+		Error json.RawMessage `json:"error"`
+	}
+)
 
 // EventUsage returns what ev adds to the usage of its turn, and that turn. ok is false for an
 // event that is not of a usage kind or names no turn.
 func EventUsage(ev Event) (turn int, u Usage, ok bool) {
-	if !slices.Contains(usageKinds, ev.Type) {
-		return 0, u, false
-	}
-	var d usageData
-	if ev.Type == TypeTurnEnd {
+	_, u, turn, ok = eventUsage(ev)
+	return turn, u, ok
+}
+
+// eventUsage is EventUsage, with the end reason kind of a turn/end.
+func eventUsage(ev Event) (endKind string, u Usage, turn int, ok bool) {
+	var t *int
+	switch ev.Type {
+	case TypeTurnEnd:
 		var end TurnEnd
 		if json.Unmarshal(ev.Data, &end) != nil {
-			return 0, u, false
+			return "", u, 0, false
 		}
 		if end.Reason.Kind == EndError && end.Reason.Error != nil && slices.Contains(ModelFailureCodes, end.Reason.Error.Code) {
 			u.ModelErrors = 1
 		}
-		return end.Turn, u, true
-	}
-	if json.Unmarshal(ev.Data, &d) != nil || d.Turn == nil {
-		return 0, u, false
-	}
-	switch ev.Type {
-	case TypeStepStart:
-		u.ModelCalls = 1
-	case TypeLLMRetry:
-		u.ModelCalls, u.ModelErrors = 1, 1
+		return end.Reason.Kind, u, end.Turn, true
+	case TypeTurnStart, TypeStepStart, TypeLLMRetry, TypeToolCall:
+		var d usageTurn
+		if json.Unmarshal(ev.Data, &d) != nil {
+			return "", u, 0, false
+		}
+		t = d.Turn
+		switch ev.Type {
+		case TypeStepStart:
+			u.ModelCalls = 1
+		case TypeLLMRetry:
+			u.ModelCalls, u.ModelErrors = 1, 1
+		case TypeToolCall:
+			u.ToolCalls = 1
+		}
 	case TypeAssistantMessage:
 		var m usageMessage
-		if json.Unmarshal(ev.Data, &m) == nil && m.Usage != nil {
+		if json.Unmarshal(ev.Data, &m) != nil {
+			return "", u, 0, false
+		}
+		t = m.Turn
+		if m.Usage != nil {
 			u.InputTokens, u.OutputTokens = int64(m.Usage.InputTokens), int64(m.Usage.OutputTokens)
 			u.CacheReadTokens, u.CacheMissTokens = int64(m.Usage.CacheReadTokens), int64(m.Usage.CacheMissTokens)
 			u.ReasoningTokens = int64(m.Usage.ReasoningTokens)
 		}
-	case TypeToolCall:
-		u.ToolCalls = 1
 	case TypeToolResult:
 		var r usageResult
 		if json.Unmarshal(ev.Data, &r) != nil {
-			break
+			return "", u, 0, false
 		}
+		t = r.Turn
 		failed := len(r.Error) > 0 && string(r.Error) != "null"
 		for _, b := range r.Message.Content {
 			failed = failed || b.IsError
@@ -128,8 +142,13 @@ func EventUsage(ev Event) (turn int, u Usage, ok bool) {
 		if failed {
 			u.ToolErrors = 1
 		}
+	default:
+		return "", u, 0, false
 	}
-	return *d.Turn, u, true
+	if t == nil {
+		return "", Usage{}, 0, false
+	}
+	return "", u, *t, true
 }
 
 // TurnUsage is one turn's share of a run of events: its usage, and the times (epoch
@@ -148,7 +167,7 @@ type TurnUsage struct {
 func UsageByTurn(evs []Event) []TurnUsage {
 	var out []TurnUsage
 	for _, ev := range evs {
-		turn, u, ok := EventUsage(ev)
+		endKind, u, turn, ok := eventUsage(ev)
 		if !ok {
 			continue
 		}
@@ -163,9 +182,7 @@ func UsageByTurn(evs []Event) []TurnUsage {
 		case TypeTurnStart:
 			t.StartMs = ev.Time
 		case TypeTurnEnd:
-			var end TurnEnd
-			_ = json.Unmarshal(ev.Data, &end) // EventUsage decoded it
-			t.EndMs, t.EndKind = ev.Time, end.Reason.Kind
+			t.EndMs, t.EndKind = ev.Time, endKind
 		}
 	}
 	return out

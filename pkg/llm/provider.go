@@ -70,13 +70,46 @@ type Request struct {
 	SessionID string       `json:"sessionId,omitempty"`
 }
 
-// Usage counts tokens of one model call.
+// Usage counts tokens of one model call. Estimated marks counts dshd estimated itself (EstimateUsage)
+// because the provider reported none: a call interrupted before its usage chunk.
 type Usage struct {
-	InputTokens     int `json:"inputTokens"`
-	OutputTokens    int `json:"outputTokens"`
-	CacheReadTokens int `json:"cacheReadTokens,omitempty"`
-	CacheMissTokens int `json:"cacheMissTokens,omitempty"`
-	ReasoningTokens int `json:"reasoningTokens,omitempty"`
+	InputTokens     int  `json:"inputTokens"`
+	OutputTokens    int  `json:"outputTokens"`
+	CacheReadTokens int  `json:"cacheReadTokens,omitempty"`
+	CacheMissTokens int  `json:"cacheMissTokens,omitempty"`
+	ReasoningTokens int  `json:"reasoningTokens,omitempty"`
+	Estimated       bool `json:"estimated,omitempty"`
+}
+
+// bytesPerToken is the estimate's ratio of bytes to tokens: about four bytes of English text or
+// JSON make a token for the tokenizers dshd talks to.
+const bytesPerToken = 4
+
+// EstimateUsage estimates the usage of a call of req that streamed output before it was cut off
+// (a cancel): the request's bytes (system prompt, messages, tool schemas, as JSON) and the output's
+// text, reasoning and tool-call arguments, a token per bytesPerToken bytes, rounded up. It is
+// marked Estimated. Providers bill such calls, and a turn cancelled just before its model's last
+// chunk must not cost nothing.
+func EstimateUsage(req Request, output []Block) Usage {
+	in := len(req.System)
+	if b, err := json.Marshal(req.Messages); err == nil {
+		in += len(b)
+	}
+	if b, err := json.Marshal(req.Tools); err == nil {
+		in += len(b)
+	}
+	var out, reasoning int
+	for _, b := range output {
+		switch b.Type {
+		case BlockReasoning:
+			reasoning += len(b.Text)
+		default:
+			out += len(b.Text) + len(b.Arguments)
+		}
+	}
+	tokens := func(n int) int { return (n + bytesPerToken - 1) / bytesPerToken }
+	return Usage{InputTokens: tokens(in), OutputTokens: tokens(out + reasoning), ReasoningTokens: tokens(reasoning),
+		Estimated: true}
 }
 
 // Chunk types of the streaming vocabulary (the `assistant/chunk` event's `chunk`).
