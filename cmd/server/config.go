@@ -164,9 +164,12 @@ type Config struct {
 	// when OTEL_SDK_DISABLED=true).
 	TracesURL string
 	// MetricsModels (DSHD_METRICS_MODELS, comma-separated) are the model names that get their
-	// own gen_ai_request_model label value; any other reads "other". Default empty: the first
-	// 32 distinct names seen.
+	// own gen_ai_request_model label value besides DeepSeek's (telemetry.DefaultModels); any
+	// other reads "other". Default empty: only DeepSeek's.
 	MetricsModels []string
+	// MetricsToken (DSHD_METRICS_TOKEN), when set, is the bearer token GET /metrics requires.
+	// Default empty: /metrics answers anyone who reaches it (keep it off the public network).
+	MetricsToken string
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
@@ -303,6 +306,7 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("the OTLP endpoint (DSHD_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_*ENDPOINT) must be an http or https URL")
 	}
 	c.MetricsModels = splitList(getenv("DSHD_METRICS_MODELS"))
+	c.MetricsToken = getenv("DSHD_METRICS_TOKEN")
 	return c, nil
 }
 

@@ -172,6 +172,8 @@ func (m *Main) Run(ctx context.Context) error {
 		Credentials: credentials,
 		Registry:    registry,
 		Metrics:     metrics,
+
+		MetricsToken: m.Config.MetricsToken,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
