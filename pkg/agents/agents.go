@@ -663,7 +663,7 @@ func (c *credentialModel) resolve(ctx context.Context) (tenant.CredentialSecret,
 		e.Err = err
 		return tenant.CredentialSecret{}, e
 	}
-	c.a.cfg.Logger.Warn("a tenant credential cannot be used", "tenant", c.tenantID, "err", err)
+	c.a.cfg.Logger.WarnContext(ctx, "a tenant credential cannot be used", "tenant", c.tenantID, "err", err)
 	e := llm.NewError(llm.CodeInvalidCredential, "the preset's credential %q cannot be decrypted on this server", clip(c.ref))
 	e.Err = err
 	return tenant.CredentialSecret{}, e
