@@ -192,7 +192,18 @@ return a + b;`
 		uuid.MustParse(asid), uuid.New()); err != nil {
 		t.Fatal(err)
 	}
-	c.do("POST", "/v1/sessions/"+asid+"/approvals/"+approval, map[string]string{"outcome": "rejected"}, 200, nil)
+	// The decision makes the runner append (and hit the fence) at once; a renewal that came first
+	// has stopped the turn already, and the decision may then find it decided: either way the
+	// serve logs the loss.
+	b, _ := json.Marshal(map[string]string{"outcome": "rejected"})
+	req, _ := http.NewRequest("POST", m.URL()+"/v1/sessions/"+asid+"/approvals/"+approval, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
 	waitLog(t, logs, "lease lost while serving", asid)
 	// Code-mode sub-calls count as tool calls too: two native echo calls, two sub-calls.
 	sc := m.scrape(t)
@@ -231,12 +242,14 @@ return a + b;`
 	turnSpans := map[int64]*tracepb.Span{}
 	var askTrace string // the trace of the turn that lost its lease
 	for _, s := range tree.children[""] {
-		if s.Name != "dshd.turn" {
-			t.Errorf("unexpected root span %q", s.Name)
+		if attrString(s, "dshd.session.id") == asid {
+			if s.Name == "dshd.turn" {
+				askTrace = hex.EncodeToString(s.TraceId)
+			} // else the repair of its open turn, when the sweeper came before Close
 			continue
 		}
-		if attrString(s, "dshd.session.id") == asid {
-			askTrace = hex.EncodeToString(s.TraceId)
+		if s.Name != "dshd.turn" {
+			t.Errorf("unexpected root span %q", s.Name)
 			continue
 		}
 		n, _ := attrInt(s, "dshd.turn")
@@ -341,6 +354,10 @@ return a + b;`
 			}
 			if msg == "turn ended" {
 				ended++
+			}
+		case l["session"] == asid && msg == "crash repair closed an open turn":
+			if tid == "" || l["span_id"] == nil { // in the repair's own trace
+				t.Errorf("worker log line %v: no trace id", l)
 			}
 		case l["session"] == asid && workerLines[msg]:
 			if tid != askTrace || l["span_id"] == nil {
