@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/subtle"
 	"net/http"
 	"strconv"
 
@@ -81,4 +82,23 @@ func metricsMethod(m string) string {
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// metricsGuard requires Config.MetricsToken as a bearer token on h (GET /metrics) when one is
+// set; without one, h answers anyone.
+func (s *Server) metricsGuard(h http.Handler) http.Handler {
+	if s.cfg.MetricsToken == "" {
+		return h
+	}
+	want := []byte(s.cfg.MetricsToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r)
+		if !ok || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd-metrics"`)
+			writeProblem(w, CodeUnauthorized, "send the metrics token as Authorization: Bearer <token>")
+			return
+		}
+		info(r).authenticated()
+		h.ServeHTTP(w, r)
+	})
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/api"
 )
 
 func TestMetrics(t *testing.T) {
@@ -50,5 +52,26 @@ func TestMetrics(t *testing.T) {
 	}
 	if strings.Contains(m, `dshd_http_request_duration_seconds_count{method="GET",route="/v1/sessions/{id}/events"`) {
 		t.Error("the stream is in the latency histogram")
+	}
+}
+
+// TestMetricsToken: with a MetricsToken, GET /metrics answers 401 problem+json (as openapi.yaml
+// says) without that bearer token, and the exposition with it.
+func TestMetricsToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.MetricsToken = "scrape-secret" })
+	c := loadContract(t)
+	for _, key := range []string{"", "scrape-secrets", "wrong"} {
+		r := e.do(t, "GET", "/metrics", key, nil)
+		r.wantProblem(t, http.StatusUnauthorized, api.CodeUnauthorized)
+		c.check("GET", "/metrics", r)
+		if strings.Contains(string(r.body), "scrape-secret") || r.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("401 %s %v", r.body, r.header)
+		}
+	}
+	r := e.do(t, "GET", "/metrics", "scrape-secret", nil).want(t, http.StatusOK)
+	c.check("GET", "/metrics", r)
+	if !strings.Contains(string(r.body), "dshd_http_requests_total") {
+		t.Errorf("the exposition lacks the HTTP series: %.300s", r.body)
 	}
 }

@@ -126,6 +126,11 @@ type Config struct {
 	// rate of every authenticated request, the session, stored-bytes and token quotas of
 	// creates and posts, and the operator's GET/PUT /v1/tenants/{id}/limits. Nil: no limits.
 	Quotas *pgstore.Quotas
+
+	// MetricsToken, when set, is the bearer token GET /metrics requires (Authorization: Bearer
+	// <token>; anything else answers 401). Empty: /metrics answers anyone who reaches it, so it
+	// must be kept off the public network (docs/observability.md).
+	MetricsToken string
 }
 
 func (c *Config) defaults() {
@@ -253,7 +258,7 @@ func (s *Server) routes() chi.Router {
 	})
 	r.Get("/healthz", handleHealth)
 	r.Get("/readyz", s.handleReady)
-	r.Method(http.MethodGet, "/metrics", s.metrics.handler())
+	r.Method(http.MethodGet, "/metrics", s.metricsGuard(s.metrics.handler()))
 	r.Get("/openapi.yaml", handleOpenAPI)
 	r.Method(http.MethodGet, "/", web.Handler())
 	r.Route("/v1", func(r chi.Router) {

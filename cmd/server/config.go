@@ -165,8 +165,8 @@ type Config struct {
 	// when OTEL_SDK_DISABLED=true).
 	TracesURL string
 	// MetricsModels (DSHD_METRICS_MODELS, comma-separated) are the model names that get their
-	// own gen_ai_request_model label value; any other reads "other". Default empty: the first
-	// 32 distinct names seen.
+	// own gen_ai_request_model label value besides DeepSeek's (telemetry.DefaultModels); any
+	// other reads "other". Default empty: only DeepSeek's.
 	MetricsModels []string
 
 	// TenantLimits are the server's default tenant limits (docs/usage-and-quotas.md), for every
@@ -176,6 +176,10 @@ type Config struct {
 	// DSHD_TENANT_MAX_SESSIONS, DSHD_TENANT_MAX_LOG_BYTES. Each defaults to 0: no limit.
 	// maxConcurrentTurns' default is DSHD_TENANT_MAX_TURNS (TenantMaxTurns, filled in by Run).
 	TenantLimits tenant.Limits
+
+	// MetricsToken (DSHD_METRICS_TOKEN), when set, is the bearer token GET /metrics requires.
+	// Default empty: /metrics answers anyone who reaches it (keep it off the public network).
+	MetricsToken string
 
 	// Webhooks are the settings of tenant webhooks (docs/webhooks.md).
 	Webhooks WebhookSettings
@@ -352,6 +356,7 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	if err := c.Webhooks.parse(env); err != nil {
 		return Config{}, err
 	}
+	c.MetricsToken = getenv("DSHD_METRICS_TOKEN")
 	return c, nil
 }
 

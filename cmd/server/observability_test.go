@@ -170,11 +170,18 @@ type series struct {
 
 func (m *Main) scrape(t *testing.T) scrape {
 	t.Helper()
-	resp, err := http.Get(m.URL() + "/metrics")
+	req, _ := http.NewRequest("GET", m.URL()+"/metrics", nil)
+	if m.Config.MetricsToken != "" {
+		req.Header.Set("Authorization", "Bearer "+m.Config.MetricsToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
 	out := scrape{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -255,7 +262,13 @@ func (s scrape) sum(name string, want map[string]string) (total float64, ok bool
 // run implies (docs/observability.md).
 func TestMetricsAfterScriptedRun(t *testing.T) {
 	t.Parallel()
-	m := newTestMain(t)
+	// The scripted model's name "m" is on the operator's list; the token guards /metrics.
+	m := newTestMain(t, func(c *Config) { c.MetricsModels, c.MetricsToken = []string{"m"}, "scrape" })
+	if resp, err := http.Get(m.URL() + "/metrics"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /metrics without the token: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	c, tenantID := newObsTenant(t, m)
 	model := map[string]any{"provider": "scripted", "model": "m"}
 	sid := c.session(map[string]any{"name": "p", "model": model})
@@ -290,12 +303,13 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 
 	// A crashed replica: another owner took the lease of a third session and opened a turn, then
 	// vanished. The sweeper wakes the session once the lease expires; this replica takes the lease
-	// over (a wake job) and repairs the turn.
+	// over (a wake job) and repairs the turn. The ghost's lease lasts long enough for its append
+	// whatever the machine's load, and is then expired at once.
 	csid := c.session(map[string]any{"name": "crash", "model": model})
 	st := pgstore.NewStore(m.pool, pgstore.StoreConfig{})
 	ghost := uuid.New()
 	ctx := context.Background()
-	if ok, _, err := st.LeaseAcquire(ctx, tenantID, uuid.MustParse(csid), ghost, time.Second); err != nil || !ok {
+	if ok, _, err := st.LeaseAcquire(ctx, tenantID, uuid.MustParse(csid), ghost, 30*time.Second); err != nil || !ok {
 		t.Fatalf("ghost lease: %v %v", ok, err)
 	}
 	if _, err := st.Journal(nil, tenantID, uuid.MustParse(csid), ghost).Append(ctx, func(eventlog.Head) ([]eventlog.NewEvent, error) {
@@ -303,6 +317,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	expireLease(t, m, csid)
 	c.waitTurns(csid, 1)
 	waitMetric(t, m, "dshd_crash_repairs_total", 1)
 
@@ -384,6 +399,15 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	}
 }
 
+// expireLease makes the run lease of session sid, whoever holds it, expired now.
+func expireLease(t *testing.T, m *Main, sid string) {
+	t.Helper()
+	if _, err := m.pool.Exec(context.Background(), `UPDATE session_counters
+		SET run_lease_until = now() - interval '1 second' WHERE session_id = $1`, uuid.MustParse(sid)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitMetric waits (a generous safety bound) until the sum of name's series is want.
 func waitMetric(t *testing.T, m *Main, name string, want float64) {
 	t.Helper()
@@ -425,7 +449,11 @@ func TestParseConfigTracing(t *testing.T) {
 		}
 	}
 	cfg, err := ParseConfig(func(k string) string { return map[string]string{"DSHD_METRICS_MODELS": "a, b"}[k] })
-	if err != nil || strings.Join(cfg.MetricsModels, "|") != "a|b" {
-		t.Errorf("DSHD_METRICS_MODELS: %v %v", cfg.MetricsModels, err)
+	if err != nil || strings.Join(cfg.MetricsModels, "|") != "a|b" || cfg.MetricsToken != "" {
+		t.Errorf("DSHD_METRICS_MODELS: %v %q %v", cfg.MetricsModels, cfg.MetricsToken, err)
+	}
+	cfg, err = ParseConfig(func(k string) string { return map[string]string{"DSHD_METRICS_TOKEN": "tok"}[k] })
+	if err != nil || cfg.MetricsToken != "tok" {
+		t.Errorf("DSHD_METRICS_TOKEN: %q %v", cfg.MetricsToken, err)
 	}
 }

@@ -184,6 +184,8 @@ func (m *Main) Run(ctx context.Context) error {
 		WebhookAllowPrivate: m.Config.Webhooks.AllowPrivate,
 		WebhookMaxEndpoints: m.Config.Webhooks.MaxEndpoints,
 		Quotas:              quotas,
+
+		MetricsToken: m.Config.MetricsToken,
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")

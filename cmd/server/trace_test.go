@@ -14,7 +14,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -178,6 +180,31 @@ func TestTraceOfToolTurns(t *testing.T) {
 return a + b;`
 	args, _ := json.Marshal(map[string]string{"code": program, "description": "echo twice"})
 	evs := c.post(sid, "tool:run_code args:"+url.QueryEscape(string(args)), 2)
+
+	// A turn whose lease another owner takes while its echo call waits for an approval: the
+	// worker loses the lease at the turn's next append (or renewal) and logs it, in the turn's
+	// trace.
+	asid := c.session(map[string]any{"name": "ask", "model": map[string]any{"provider": "scripted", "model": "m"},
+		"approval": map[string]any{"policy": "ask", "ask": []string{"echo"}}})
+	c.do("POST", "/v1/sessions/"+asid+"/messages", map[string]string{"content": "tools:1"}, 202, nil)
+	approval := c.waitApproval(asid)
+	if _, err := m.pool.Exec(context.Background(), `UPDATE session_counters SET run_owner = $2 WHERE session_id = $1`,
+		uuid.MustParse(asid), uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	// The decision makes the runner append (and hit the fence) at once; a renewal that came first
+	// has stopped the turn already, and the decision may then find it decided: either way the
+	// serve logs the loss.
+	b, _ := json.Marshal(map[string]string{"outcome": "rejected"})
+	req, _ := http.NewRequest("POST", m.URL()+"/v1/sessions/"+asid+"/approvals/"+approval, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	waitLog(t, logs, "lease lost while serving", asid)
 	// Code-mode sub-calls count as tool calls too: two native echo calls, two sub-calls.
 	sc := m.scrape(t)
 	if n, _ := sc.sum("gen_ai_execute_tool_duration_seconds_count", map[string]string{"gen_ai_tool_name": "echo", "error_type": ""}); n != 4 {
@@ -213,13 +240,23 @@ return a + b;`
 		}
 	}
 	turnSpans := map[int64]*tracepb.Span{}
+	var askTrace string // the trace of the turn that lost its lease
 	for _, s := range tree.children[""] {
+		if attrString(s, "dshd.session.id") == asid {
+			if s.Name == "dshd.turn" {
+				askTrace = hex.EncodeToString(s.TraceId)
+			} // else the repair of its open turn, when the sweeper came before Close
+			continue
+		}
 		if s.Name != "dshd.turn" {
 			t.Errorf("unexpected root span %q", s.Name)
 			continue
 		}
 		n, _ := attrInt(s, "dshd.turn")
 		turnSpans[n] = s
+	}
+	if askTrace == "" {
+		t.Fatal("no turn span of the session that lost its lease")
 	}
 	if len(turnSpans) != 2 {
 		t.Fatalf("turn spans %v of %d spans", turnSpans, len(spans))
@@ -303,21 +340,86 @@ return a + b;`
 			}
 		}
 	}
-	// The worker's log lines of the session's turns carry their turn's trace id and a span id.
-	ended := 0
+	// The worker's log lines of the sessions' turns carry their turn's trace id and a span id:
+	// the runner's "turn ended" of both turns of the first session, and the serve's "lease lost
+	// while serving" of the third, in the trace of the turn it was serving.
+	ended, lost := 0, 0
 	for _, l := range logs.lines() {
 		tid, _ := l["trace_id"].(string)
-		if l["session"] != sid || tid == "" {
-			continue
-		}
-		if !traceIDs[tid] || l["span_id"] == nil {
-			t.Errorf("log line %v: trace_id not of a turn", l)
-		}
-		if l["msg"] == "turn ended" {
-			ended++
+		msg, _ := l["msg"].(string)
+		switch {
+		case l["session"] == sid && workerLines[msg]:
+			if !traceIDs[tid] || l["span_id"] == nil {
+				t.Errorf("worker log line %v: trace_id not of a turn of the session", l)
+			}
+			if msg == "turn ended" {
+				ended++
+			}
+		case l["session"] == asid && msg == "crash repair closed an open turn":
+			if tid == "" || l["span_id"] == nil { // in the repair's own trace
+				t.Errorf("worker log line %v: no trace id", l)
+			}
+		case l["session"] == asid && workerLines[msg]:
+			if tid != askTrace || l["span_id"] == nil {
+				t.Errorf("worker log line %v: trace_id is not %s, the serving turn's", l, askTrace)
+			}
+			if msg == "lease lost while serving" {
+				lost++
+			}
 		}
 	}
-	if ended != 2 {
-		t.Errorf("%d 'turn ended' log lines with a trace id, want 2:\n%s", ended, logs.b.String())
+	if ended != 2 || lost != 1 {
+		t.Errorf("%d 'turn ended' (want 2) and %d 'lease lost while serving' (want 1) log lines:\n%s", ended, lost, logs.b.String())
+	}
+}
+
+// workerLines are the messages of the log lines the worker (its serve, the runner, the
+// scheduler and code mode) writes while it serves a session's turn: each must carry the turn's
+// trace id.
+var workerLines = map[string]bool{
+	"turn ended":                                true,
+	"lease lost while serving":                  true,
+	"serve failed; the session was handed over": true,
+	"serve failed":                              true,
+	"codemode: the sub-call log append failed":  true,
+	"lease renewed again":                       true,
+	"lease renewal failed; retrying":            true,
+	"model call failed, retrying":               true,
+	"crash repair closed an open turn":          true,
+}
+
+// waitApproval waits (a generous safety bound) for the session's pending approval and returns its id.
+func (c obsClient) waitApproval(sid string) string {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var list struct {
+			Items []struct{ ID string } `json:"items"`
+		}
+		c.do("GET", "/v1/sessions/"+sid+"/approvals", nil, 200, &list)
+		if len(list.Items) == 1 {
+			return list.Items[0].ID
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("session %s: no pending approval in 60s", sid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitLog waits (a generous safety bound) for a log line with msg keyed by session sid.
+func waitLog(t *testing.T, logs *lockedBuffer, msg, sid string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, l := range logs.lines() {
+			if l["msg"] == msg && l["session"] == sid {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q log line of session %s in 60s", msg, sid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -182,13 +182,14 @@ type Runner struct {
 	claimLost bool
 	// steps counts the steps of the running turn (metrics).
 	steps int
-	// spanCtx is the span context of the running or last traced turn, for the log lines of the
-	// worker serving it (SpanContext); read from other goroutines.
+	// spanCtx is the span context of the running or last traced (sampled) turn, for the log lines
+	// of the worker serving it (SpanContext); read from other goroutines.
 	spanCtx atomic.Pointer[trace.SpanContext]
 }
 
 // SpanContext returns the span context of the runner's running turn, or of its last one, and
-// false when none was traced. Safe for concurrent use.
+// false when none was traced and sampled (an unsampled span is not exported). Safe for
+// concurrent use.
 func (r *Runner) SpanContext() (trace.SpanContext, bool) {
 	if sc := r.spanCtx.Load(); sc != nil {
 		return *sc, true
@@ -277,8 +278,14 @@ func (r *Runner) startRoot(ctx context.Context, name string, turn int64) (contex
 	ctx, span := r.cfg.Tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithAttributes(
 		telemetry.AttrSession.String(r.cfg.SessionID), telemetry.AttrTenant.String(r.cfg.TenantID),
 		telemetry.AttrTurn.Int64(turn)))
-	sc := span.SpanContext()
-	r.spanCtx.Store(&sc)
+	// An unsampled turn's trace id leads nowhere: the worker's lines of it get none (and not the
+	// last sampled turn's either).
+	if telemetry.Sampled(span) {
+		sc := span.SpanContext()
+		r.spanCtx.Store(&sc)
+	} else {
+		r.spanCtx.Store(nil)
+	}
 	return ctx, span
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/scheduler"
@@ -124,14 +123,12 @@ func (e *stepEmitter) ToolResult(_ context.Context, c scheduler.Call, token int6
 		return fmt.Errorf("agentloop: tool/result for %s cites unknown call token %d", c.ID, token)
 	}
 	if e.r.cfg.Metrics != nil && int(token) < len(e.started) {
-		name, code := c.Name, ""
+		code := ""
 		if res.IsError {
 			code = toolErrorCode(res)
-			if code == fault.CodeUnknownTool {
-				name = "unknown" // a name the model made up: not a label value
-			}
 		}
-		e.r.cfg.Metrics.ToolCall(name, code, time.Since(e.started[token]))
+		// A name the model made up (UNKNOWN_TOOL) is recorded as "unknown" (telemetry.ToolName).
+		e.r.cfg.Metrics.ToolCall(c.Name, code, time.Since(e.started[token]))
 	}
 	msg := llm.NewToolResultMessage(e.r.newID(), c.ID, res.Content, res.IsError)
 	d := eventlog.ToolResult{Turn: e.turn, Step: e.step, Message: msg, Error: res.ErrorInfo(),

@@ -31,7 +31,7 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	started := time.Now()
 	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
 	start := eventlog.TurnStart{Turn: turn}
-	if span.IsRecording() {
+	if telemetry.Sampled(span) {
 		start.TraceID = span.SpanContext().TraceID().String()
 	}
 	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: start})

@@ -693,7 +693,7 @@ func (c *credentialModel) find(ctx context.Context) (tenant.CredentialSecret, er
 		return tenant.CredentialSecret{}, e
 	}
 	if ok, suppressed := c.a.credWarns.allow(c.tenantID.String()+"\x00"+c.ref, time.Now()); ok {
-		c.a.cfg.Logger.Warn("a tenant credential cannot be used", "tenant", c.tenantID, "err", err,
+		c.a.cfg.Logger.WarnContext(ctx, "a tenant credential cannot be used", "tenant", c.tenantID, "err", err,
 			"suppressed", suppressed, "every", credentialWarnEvery)
 	}
 	e := llm.NewError(llm.CodeInvalidCredential, "the preset's credential %q cannot be decrypted on this server", clip(c.ref))

@@ -58,7 +58,7 @@ func (d *dispatchLog) write() {
 		}
 		if _, err := d.rec.Commit(d.ctx, batch...); err != nil {
 			d.err = err
-			d.logger.Error("codemode: the sub-call log append failed", "err", err)
+			d.logger.ErrorContext(d.ctx, "codemode: the sub-call log append failed", "err", err) // in the call's trace
 		}
 	}
 }

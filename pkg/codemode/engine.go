@@ -63,6 +63,7 @@ func (m *mailbox) take() []settlement {
 // session is one run of a program in a fresh engine. Everything but fail and the fields it
 // sets is used from the engine's goroutine only.
 type session struct {
+	ctx  context.Context // the run signal: done when the run_code call was cancelled or timed out
 	cfg  *Config
 	host host
 	vm   *quickjs.VM
@@ -89,7 +90,7 @@ type session struct {
 // on `tools`. It returns when the program's main function has settled or the run failed; it
 // never leaves work running in the engine.
 func run(ctx context.Context, cfg *Config, js string, names []string, h host) outcome {
-	s := &session{cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{})}
+	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{})}
 	s.exec(ctx, js, names)
 	return s.outcome()
 }
@@ -118,11 +119,9 @@ func (s *session) exec(ctx context.Context, js string, names []string) {
 	})
 	defer wall.Stop()
 	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			s.fail(KindTimeout, "the run_code call timed out")
-			return
+		if e := ended(ctx); e != nil {
+			s.fail(e.kind, e.msg)
 		}
-		s.fail(KindAbort, "the run_code call was cancelled")
 	})
 	defer stop()
 	if !s.boot(js, names) {
@@ -374,8 +373,34 @@ func (s *session) done(status, text string) {
 	s.vm.Interrupt()
 }
 
-// outcome is what the run produced.
+// ended is the failure of a run whose call ended (its context is done): a timeout or an abort;
+// nil while the call runs.
+func ended(ctx context.Context) *runError {
+	switch {
+	case ctx.Err() == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &runError{kind: KindTimeout, msg: "the run_code call timed out"}
+	}
+	return &runError{kind: KindAbort, msg: "the run_code call was cancelled"}
+}
+
+// outcome is what the run produced. A run that failed after its call was cancelled (or timed
+// out) failed of that, whatever came first in the engine: the cancel aborts the in-flight
+// sub-calls, whose failures may reach the program, and make it throw, before the cancel's own
+// failure is recorded (context.AfterFunc runs on a goroutine of its own).
 func (s *session) outcome() outcome {
+	out := s.produced()
+	if out.err != nil {
+		if e := ended(s.ctx); e != nil {
+			out.err = e
+		}
+	}
+	return out
+}
+
+// produced is what the engine produced: the program's result or its failure.
+func (s *session) produced() outcome {
 	out := outcome{logs: s.logs}
 	if !s.finished {
 		out.err = s.reason.Load()

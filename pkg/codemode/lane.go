@@ -97,7 +97,7 @@ func (l *lane) classify(c *subCall) (m registry.Mode) {
 
 // start logs c's start and runs its prepare stage; a call to dispatch gets its goroutine.
 func (l *lane) start(c *subCall) {
-	c.ctx, c.span = telemetry.StartTool(l.b.ctx, c.in.Name, c.in.CallID)
+	c.ctx, c.span = telemetry.StartTool(l.b.ctx, c.in.CallID)
 	if l.b.metrics != nil {
 		c.started = time.Now()
 	}
@@ -142,7 +142,7 @@ func (l *lane) commitReady() {
 		if info := res.ErrorInfo(); info != nil {
 			code = info.Code
 		}
-		telemetry.EndTool(c.span, res.IsError, code)
+		telemetry.EndTool(c.span, c.in.Name, res.IsError, code)
 		if l.b.metrics != nil {
 			if res.IsError && code == "" {
 				code = "TOOL_ERROR"

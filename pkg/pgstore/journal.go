@@ -139,7 +139,7 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 			out, sent, err = j.appendLocked(ctx, build)
 		}
 		if err == nil {
-			r.done("append")
+			r.done(ctx, "append")
 			break
 		}
 		if !r.again(ctx, err, "append") {
@@ -253,7 +253,7 @@ func (j *Journal) committedAs(ctx context.Context, p appendParams) ([]eventlog.E
 	if p.Release && (owner == nil || j.owner == nil || *owner != *j.owner) {
 		j.released.Store(true)
 	}
-	j.store.logger.Info("eventlog: an append whose reply was lost had committed",
+	j.store.logger.InfoContext(ctx, "eventlog: an append whose reply was lost had committed",
 		"session", j.session, "seq", p.Head.Next, "events", len(p.Batch))
 	return j.adopt(p), nil
 }
@@ -362,12 +362,12 @@ func (r *retrier) again(ctx context.Context, err error, what string) bool {
 	}
 	if r.tries == 0 {
 		r.since = time.Now()
-		r.logger.Warn("eventlog: database unavailable; retrying", "what", what, "session", r.session,
+		r.logger.WarnContext(ctx, "eventlog: database unavailable; retrying", "what", what, "session", r.session,
 			"for", r.bound, "error", err)
 	}
 	r.tries++
 	if time.Since(r.since) >= r.bound {
-		r.logger.Error("eventlog: database unavailable; giving up", "what", what, "session", r.session,
+		r.logger.ErrorContext(ctx, "eventlog: database unavailable; giving up", "what", what, "session", r.session,
 			"after", time.Since(r.since).Round(time.Millisecond), "tries", r.tries, "error", err)
 		return false
 	}
@@ -383,12 +383,13 @@ func (r *retrier) again(ctx context.Context, err error, what string) bool {
 	}
 }
 
-// done logs the recovery of an operation that was retried, once it succeeded.
-func (r *retrier) done(what string) {
+// done logs the recovery of an operation that was retried, once it succeeded. Its lines, like
+// again's, are logged with the operation's context: a turn's carry its trace id.
+func (r *retrier) done(ctx context.Context, what string) {
 	if r.tries == 0 {
 		return
 	}
-	r.logger.Info("eventlog: database available again", "what", what, "session", r.session,
+	r.logger.InfoContext(ctx, "eventlog: database available again", "what", what, "session", r.session,
 		"after", time.Since(r.since).Round(time.Millisecond), "tries", r.tries)
 	r.tries, r.wait = 0, 0
 }
@@ -440,7 +441,7 @@ func (j *Journal) Since(ctx context.Context, after int64) ([]eventlog.Event, err
 			}
 			return nil, err
 		}
-		r.done("read")
+		r.done(ctx, "read")
 		out = append(out, page...)
 		if len(page) < readPage {
 			break

@@ -2,16 +2,17 @@ package pgstore
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Collectors returns the store's Prometheus collectors: the connection pool's statistics
-// (pgxpool.Stat) and the wake queue's depth by job state. Register them on the registry that
-// serves /metrics.
+// (pgxpool.Stat) and the wake queue's depth by job state (counted at most every QueueCountTTL).
+// Register them on the registry that serves /metrics.
 func (s *Store) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{&poolCollector{s: s}, &queueCollector{s: s}}
+	return []prometheus.Collector{&poolCollector{s: s}, &queueCollector{s: s, now: time.Now}}
 }
 
 var (
@@ -67,36 +68,71 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 // queueStates are the job states dshd_queue_jobs reports; each is reported, 0 when it has none.
 var queueStates = []string{"available", "scheduled", "retryable", "running"}
 
-// queueTimeout bounds the count query of one scrape.
+// queueTimeout bounds the count query.
 const queueTimeout = 2 * time.Second
 
-// queueCollector counts the turns queue's jobs at every scrape (one indexed query); a failed
-// query reports nothing for that scrape, so a scrape never fails for it.
-type queueCollector struct{ s *Store }
+// QueueCountTTL is how long a count of the turns queue serves the scrapes that follow it.
+// /metrics answers anyone who reaches it: without the cache every scrape would run a query on
+// river_job and hold one of the pool's few connections for it.
+const QueueCountTTL = 5 * time.Second
+
+// queueCollector reports the turns queue's jobs by state: one indexed count query at most every
+// QueueCountTTL, whatever the scrape rate, and one at a time (concurrent scrapes wait for the
+// query in flight and share its answer). A failed query reports nothing until the next one,
+// so a scrape never fails for it.
+type queueCollector struct {
+	s   *Store
+	now func() time.Time // time.Now; tests move it
+
+	mu     sync.Mutex // held across the query: the single flight
+	at     time.Time  // when counts were read (zero: never)
+	ok     bool       // the last query succeeded
+	counts map[string]int64
+}
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueJobsDesc }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), queueTimeout)
-	defer cancel()
-	rows, err := c.s.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job
-		WHERE queue = $1 AND state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY state`, QueueName)
-	if err != nil {
-		return
-	}
-	counts := map[string]int64{}
-	for rows.Next() {
-		var state string
-		var n int64
-		if rows.Scan(&state, &n) == nil {
-			counts[state] = n
-		}
-	}
-	rows.Close()
-	if rows.Err() != nil {
+	counts, ok := c.read()
+	if !ok {
 		return
 	}
 	for _, st := range queueStates {
 		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(counts[st]), st)
 	}
+}
+
+// read returns the cached counts, counting again when they are older than QueueCountTTL.
+func (c *queueCollector) read() (map[string]int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if !c.at.IsZero() && now.Sub(c.at) < QueueCountTTL && now.Sub(c.at) >= 0 {
+		return c.counts, c.ok
+	}
+	c.counts, c.ok = c.s.queueCounts()
+	c.at = now
+	return c.counts, c.ok
+}
+
+// queueCounts counts the turns queue's jobs by state.
+func (s *Store) queueCounts() (map[string]int64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), queueTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job
+		WHERE queue = $1 AND state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY state`, QueueName)
+	if err != nil {
+		return nil, false
+	}
+	defer rows.Close()
+	counts := map[string]int64{}
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, false
+		}
+		counts[state] = n
+	}
+	return counts, rows.Err() == nil
 }

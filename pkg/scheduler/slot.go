@@ -91,7 +91,7 @@ func (r *run) begin(i int) *slot {
 		return nil
 	}
 	sl.callSeq = seq
-	sl.ctx, sl.span = telemetry.StartTool(r.ctx, sl.call.Name, sl.call.ID)
+	sl.ctx, sl.span = telemetry.StartTool(r.ctx, sl.call.ID)
 	sl.prep, sl.result = r.prepare(sl.ctx, sl.call, r.input(i))
 	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
 		return nil
@@ -137,7 +137,7 @@ func (r *run) dispatch(sl *slot) {
 func (r *run) commit(sl *slot) {
 	if sl.dead {
 		if sl.span != nil {
-			telemetry.EndTool(sl.span, true, "NOT_DISPATCHED")
+			telemetry.EndTool(sl.span, sl.call.Name, true, "NOT_DISPATCHED")
 		}
 		return
 	}
@@ -150,7 +150,7 @@ func (r *run) commit(sl *slot) {
 		if info := res.ErrorInfo(); info != nil {
 			code = info.Code
 		}
-		telemetry.EndTool(sl.span, res.IsError, code)
+		telemetry.EndTool(sl.span, sl.call.Name, res.IsError, code)
 	}
 	if sl.broken {
 		r.fail(fmt.Errorf("scheduler: %w: Dispatch returned nil for call %q", ErrPipelineContract, sl.call.ID))

@@ -10,9 +10,10 @@ import (
 
 const codesError = codes.Error
 
-// LogHandler wraps h so that every record logged with a context that carries a span (a turn's,
-// or one the caller put there with trace.ContextWithSpanContext) gets trace_id and span_id
-// attributes: a person goes from a log line to its trace. Records without one are passed on as
+// LogHandler wraps h so that every record logged with a context that carries a sampled span (a
+// turn's, or one the caller put there with trace.ContextWithSpanContext) gets trace_id and
+// span_id attributes: a person goes from a log line to its trace. Records without one, or with a
+// span that was not sampled (not exported: its trace id would lead nowhere), are passed on as
 // they are.
 func LogHandler(h slog.Handler) slog.Handler {
 	if _, ok := h.(*logHandler); ok {
@@ -25,7 +26,7 @@ type logHandler struct{ slog.Handler }
 
 func (l *logHandler) Handle(ctx context.Context, r slog.Record) error {
 	if ctx != nil {
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsSampled() {
 			r = r.Clone()
 			r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 		}

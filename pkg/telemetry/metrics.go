@@ -13,18 +13,25 @@
 package telemetry
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dshd/dshd/pkg/fault"
 )
+
+// DefaultModels are the model names that always get their own gen_ai_request_model label
+// value: DeepSeek's models (the default provider's).
+var DefaultModels = []string{"deepseek-chat", "deepseek-reasoner"}
 
 // Options configure NewMetrics. The zero value is valid.
 type Options struct {
-	// Models, when set, are the model names that get their own gen_ai_request_model label
-	// value; any other is "other". Empty: the first MaxModels distinct names seen.
+	// Models are model names that get their own gen_ai_request_model label value besides
+	// DefaultModels; any other name is "other". The list is the operator's (DSHD_METRICS_MODELS),
+	// never learned from traffic: tenants choose their presets' model names, and a tenant must
+	// not be able to fill the label set with made-up names and push the others' into "other".
 	Models []string
-	// MaxModels bounds the model label values when Models is empty. Default 32.
-	MaxModels int
 	// MaxTools bounds the tool-name label values. Default 256.
 	MaxTools int
 }
@@ -79,14 +86,11 @@ const OperationChat = "chat"
 
 // NewMetrics defines every series and registers it on reg.
 func NewMetrics(reg prometheus.Registerer, o Options) *Metrics {
-	if o.MaxModels <= 0 {
-		o.MaxModels = 32
-	}
 	if o.MaxTools <= 0 {
 		o.MaxTools = 256
 	}
 	m := &Metrics{
-		models:    NewBound(o.MaxModels, o.Models...),
+		models:    NewBound(0, append(slices.Clone(DefaultModels), o.Models...)...),
 		providers: NewBound(16),
 		tools:     NewBound(o.MaxTools),
 		codes:     NewBound(64),
@@ -203,18 +207,32 @@ func (m *Metrics) ModelTokens(provider, model string, input, output int) {
 	m.tokenUsage.WithLabelValues(OperationChat, p, mo, "output").Observe(float64(output))
 }
 
-// ToolCall records one tool call of the agent loop; errCode is empty when it succeeded.
+// ToolCall records one tool call of the agent loop; errCode is empty when it succeeded. A call of
+// a name the registry does not know (UNKNOWN_TOOL) is recorded as "unknown" (ToolName).
 func (m *Metrics) ToolCall(tool, errCode string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	t := m.tools.Of(tool)
+	t := m.tools.Of(ToolName(tool, errCode))
 	code := ""
 	if errCode != "" {
 		code = m.codes.Of(errCode)
 		m.toolErrs.WithLabelValues(t, code).Inc()
 	}
 	m.toolDur.WithLabelValues(t, code).Observe(d.Seconds())
+}
+
+// UnknownTool is the tool name of metrics and spans for a call of a name the registry does not
+// know: the model made it up, so it is no label value and no span name.
+const UnknownTool = "unknown"
+
+// ToolName is the name metrics and spans give a tool call of name whose result has errCode
+// (empty on success): UnknownTool for a name the registry does not know, name otherwise.
+func ToolName(name, errCode string) string {
+	if errCode == fault.CodeUnknownTool {
+		return UnknownTool
+	}
+	return name
 }
 
 // TurnEnded records a finished turn: its end reason, the error code of an error ending, its

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,67 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.StreamFirstEvent(time.Second)
 }
 
+// TestModelLabelsAreTheOperators: by default only DeepSeek's models have their own label value;
+// made-up names, however many and however early, read "other", and the operator's list adds
+// names. A tenant cannot squat the label set.
+func TestModelLabelsAreTheOperators(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, Options{})
+	for i := range 100 {
+		m.ModelCall("openai", "junk-"+strconv.Itoa(i), "", time.Second)
+	}
+	m.ModelCall("deepseek", "deepseek-chat", "", time.Second)
+	m.ModelCall("deepseek", "deepseek-reasoner", "", time.Second)
+	if n := modelCalls(t, reg, Other); n != 100 {
+		t.Errorf("%v junk calls read other, want 100", n)
+	}
+	if n := testutil.CollectAndCount(m.opDuration); n != 3 {
+		t.Errorf("%d duration series, want 3 (other, deepseek-chat, deepseek-reasoner)", n)
+	}
+	listed := NewMetrics(prometheus.NewRegistry(), Options{Models: []string{"gpt-x"}})
+	if listed.models.Of("gpt-x") != "gpt-x" || listed.models.Of("deepseek-chat") != "deepseek-chat" || listed.models.Of("junk") != Other {
+		t.Error("the operator's list does not add to the default models")
+	}
+}
+
+// modelCalls counts the calls of gen_ai_client_operation_duration_seconds with model label mo.
+func modelCalls(t *testing.T, reg *prometheus.Registry, mo string) (n uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gen_ai_client_operation_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labelModel && l.GetValue() == mo {
+					n += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestLogLinesOnlyOfSampledSpans: a line logged under a span that was not sampled (not exported)
+// carries no trace id, which would lead nowhere.
+func TestLogLinesOnlyOfSampledSpans(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	ctx, span := Tracer(tp).Start(context.Background(), "dshd.turn")
+	defer span.End()
+	if !span.SpanContext().IsValid() || Sampled(span) {
+		t.Fatalf("span context %v: want valid and not sampled", span.SpanContext())
+	}
+	var buf bytes.Buffer
+	slog.New(LogHandler(slog.NewJSONHandler(&buf, nil))).InfoContext(ctx, "unsampled")
+	if strings.Contains(buf.String(), "trace_id") {
+		t.Errorf("a line of an unsampled span has a trace id: %s", buf.String())
+	}
+}
+
 // TestMetricsRecord checks a few series' values and that a model beyond the bound reads "other".
 func TestMetricsRecord(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -61,6 +123,7 @@ func TestMetricsRecord(t *testing.T) {
 	m.ModelCall("deepseek", "known", "", time.Second)
 	m.ModelCall("deepseek", "tenant-made-up", "RATE_LIMIT", time.Second)
 	m.ToolCall("echo", "INVALID_ARGS", time.Millisecond)
+	m.ToolCall("made_up", "UNKNOWN_TOOL", time.Millisecond)
 	if n := testutil.ToFloat64(m.modelErrs.WithLabelValues("deepseek", "RATE_LIMIT")); n != 1 {
 		t.Errorf("model errors %v", n)
 	}
@@ -71,6 +134,7 @@ func TestMetricsRecord(t *testing.T) {
 # HELP dshd_tool_errors_total Tool calls that ended with a failure result, by tool and error code (TOOL_ERROR when the tool gave none).
 # TYPE dshd_tool_errors_total counter
 dshd_tool_errors_total{error_type="INVALID_ARGS",gen_ai_tool_name="echo"} 1
+dshd_tool_errors_total{error_type="UNKNOWN_TOOL",gen_ai_tool_name="unknown"} 1
 `)); err != nil {
 		t.Error(err)
 	}
@@ -94,7 +158,7 @@ dshd_tool_errors_total{error_type="INVALID_ARGS",gen_ai_tool_name="echo"} 1
 // with the span's context.
 func TestSpansAndLogLines(t *testing.T) {
 	ctx := context.Background()
-	if c, s := StartTool(ctx, "echo", "c1"); c != ctx || s.IsRecording() {
+	if c, s := StartTool(ctx, "c1"); c != ctx || s.IsRecording() {
 		t.Fatal("a span was started without a recording parent")
 	}
 	rec := tracetest.NewSpanRecorder()
@@ -102,8 +166,10 @@ func TestSpansAndLogLines(t *testing.T) {
 	ctx, root := Tracer(tp).Start(ctx, "dshd.turn")
 	cctx, chat := StartChat(ctx, "scripted", "m")
 	EndChat(chat, 3, 4, "stop", "")
-	_, tool := StartTool(ctx, "echo", "c1")
-	EndTool(tool, true, "")
+	_, tool := StartTool(ctx, "c1")
+	EndTool(tool, "echo", true, "")
+	_, made := StartTool(ctx, "c2")
+	EndTool(made, "made_up_by_the_model", true, "UNKNOWN_TOOL")
 
 	var buf bytes.Buffer
 	log := slog.New(LogHandler(slog.NewJSONHandler(&buf, nil))).With("session", "s")
@@ -112,7 +178,7 @@ func TestSpansAndLogLines(t *testing.T) {
 	root.End()
 
 	spans := rec.Ended()
-	if len(spans) != 3 {
+	if len(spans) != 4 {
 		t.Fatalf("%d spans", len(spans))
 	}
 	byName := map[string]sdktrace.ReadOnlySpan{}
@@ -130,6 +196,17 @@ func TestSpansAndLogLines(t *testing.T) {
 	}
 	if attrs["gen_ai.tool.name"] != "echo" || attrs["gen_ai.tool.call.id"] != "c1" || attrs["error.type"] != "TOOL_ERROR" {
 		t.Errorf("tool span attributes %v", attrs)
+	}
+	// A name the registry does not know is the model's: the span is "execute_tool unknown", as
+	// the metrics' label, and the made-up name is nowhere on it.
+	unknown, ok := byName["execute_tool unknown"]
+	if !ok {
+		t.Fatalf("no execute_tool unknown span in %v", spans)
+	}
+	for _, kv := range unknown.Attributes() {
+		if strings.Contains(kv.Value.Emit(), "made_up") {
+			t.Errorf("the unknown tool's span carries the made-up name: %s=%s", kv.Key, kv.Value.Emit())
+		}
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	var first, second map[string]any
@@ -169,8 +246,8 @@ func TestNoTracingAllocatesNothing(t *testing.T) {
 	n := testing.AllocsPerRun(100, func() {
 		c, s := StartChat(ctx, "p", "m")
 		EndChat(s, 1, 2, "stop", "")
-		c, s = StartTool(c, "echo", "id")
-		EndTool(s, true, "X")
+		c, s = StartTool(c, "id")
+		EndTool(s, "echo", true, "X")
 		_, s = StartChild(c, "dshd.step", trace.SpanKindInternal)
 		s.End()
 	})

@@ -60,13 +60,15 @@ func StartChild(ctx context.Context, name string, kind trace.SpanKind) (context.
 }
 
 // StartTool starts the execute_tool span of a tool call under the span of ctx (a step, or the
-// run_code call of a code-mode sub-call).
-func StartTool(ctx context.Context, name, callID string) (context.Context, trace.Span) {
+// run_code call of a code-mode sub-call). The span is named, and gets its gen_ai.tool.name, when
+// it ends (EndTool): a name the registry does not know is the model's invention, and becomes
+// UnknownTool there as in the metrics, never a span name.
+func StartTool(ctx context.Context, callID string) (context.Context, trace.Span) {
 	if parent := trace.SpanFromContext(ctx); !parent.IsRecording() {
 		return ctx, parent
 	}
-	ctx, span := StartChild(ctx, "execute_tool "+name, trace.SpanKindInternal)
-	span.SetAttributes(AttrOperation.String("execute_tool"), AttrToolName.String(name), AttrToolCallID.String(callID))
+	ctx, span := StartChild(ctx, "execute_tool", trace.SpanKindInternal)
+	span.SetAttributes(AttrOperation.String("execute_tool"), AttrToolCallID.String(callID))
 	return ctx, span
 }
 
@@ -96,11 +98,15 @@ func EndChat(span trace.Span, input, output int, finish, errCode string) {
 	span.End()
 }
 
-// EndTool ends a tool span; errCode is the failure's code, empty when the call succeeded.
-func EndTool(span trace.Span, failed bool, errCode string) {
+// EndTool ends the span of a call of the tool name; errCode is the failure's code, empty when
+// the call succeeded. The span is named "execute_tool <ToolName(name, errCode)>".
+func EndTool(span trace.Span, name string, failed bool, errCode string) {
 	if !span.IsRecording() {
 		return
 	}
+	tool := ToolName(name, errCode)
+	span.SetName("execute_tool " + tool)
+	span.SetAttributes(AttrToolName.String(tool))
 	if failed {
 		if errCode == "" {
 			errCode = "TOOL_ERROR"
@@ -109,6 +115,12 @@ func EndTool(span trace.Span, failed bool, errCode string) {
 		span.SetStatus(codesError, errCode)
 	}
 	span.End()
+}
+
+// Sampled reports whether span is a sampled span: one that is exported, so that its trace id
+// leads somewhere. Only a sampled span's trace id goes on events and log lines.
+func Sampled(span trace.Span) bool {
+	return span.SpanContext().IsSampled()
 }
 
 // TraceConfig configures the OTLP/HTTP trace exporter.

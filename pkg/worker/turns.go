@@ -80,13 +80,22 @@ func jitter(d time.Duration) time.Duration {
 //
 // from is the seq before which no cancel is for this serve (a post's own append), or unknownSeq
 // to read the head.
+//
+// A failure is logged here, with the trace of the turn it served (a wake job's failure is also
+// logged by River, which retries it).
 func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UUID, sess *eventlog.Session, from int64) error {
 	r, j, done, err := w.runner(ctx, a, owner, sess)
 	if err != nil {
 		w.release(a, owner)
+		if ctx.Err() == nil {
+			w.s.cfg.Logger.WarnContext(ctx, "serve failed", "session", a.SessionID, "reason", a.Reason, "err", err)
+		}
 		return err
 	}
 	keep, err := w.serveWith(ctx, a, owner, r, j, from)
+	if err != nil {
+		w.s.cfg.Logger.WarnContext(r.TraceContext(ctx), "serve failed", "session", a.SessionID, "reason", a.Reason, "err", err)
+	}
 	if keep {
 		w.cache.put(a.SessionID, r, j, done)
 	} else {

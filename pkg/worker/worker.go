@@ -333,13 +333,12 @@ func (s *Service) mayServeNow() bool {
 }
 
 // serveNow serves a session whose lease a post took, on a goroutine of its own under the service's
-// context. A failure is logged; the lease then expires and the sweeper wakes the session.
+// context. A failure is logged (by serveSession, in the trace of the turn it served); the lease
+// then expires and the sweeper wakes the session.
 func (s *Service) serveNow(a TurnArgs, owner uuid.UUID, sess eventlog.Session, from int64) {
 	s.direct.Add(1)
 	go func() {
 		defer s.direct.Done()
-		if err := s.turns.serveSession(s.base, a, owner, &sess, from); err != nil {
-			s.cfg.Logger.Warn("serving a posted message failed", "session", a.SessionID, "err", err)
-		}
+		_ = s.turns.serveSession(s.base, a, owner, &sess, from)
 	}()
 }
