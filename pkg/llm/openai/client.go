@@ -175,14 +175,16 @@ func (c *Client) stream(ctx context.Context, req llm.Request) (llm.Stream, error
 			}
 			if e.err.Err != nil {
 				// The message is generic (it reaches the tenant); the cause is for the operator.
-				c.cfg.Logger.Warn("llm call failed", "attempts", attempt, "err", maskKey(e.err, c.cfg.APIKey), "cause", e.err.Err)
+				c.cfg.Logger.WarnContext(ctx, "llm call failed", "attempts", attempt, "err", maskKey(e.err, c.cfg.APIKey),
+					"cause", c.redact(e.err.Err))
 			}
 			return nil, e.err
 		}
 		if isAttempt && e.err.Err != nil {
-			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", maskKey(err, c.cfg.APIKey), "cause", e.err.Err)
+			c.cfg.Logger.DebugContext(ctx, "llm retry", "attempt", attempt, "wait", wait, "err", maskKey(err, c.cfg.APIKey),
+				"cause", c.redact(e.err.Err))
 		} else {
-			c.cfg.Logger.Debug("llm retry", "attempt", attempt, "wait", wait, "err", maskKey(err, c.cfg.APIKey))
+			c.cfg.Logger.DebugContext(ctx, "llm retry", "attempt", attempt, "wait", wait, "err", maskKey(err, c.cfg.APIKey))
 		}
 		if serr := c.cfg.SleepFunc(ctx, wait); serr != nil {
 			return nil, readError(ctx, ctx, serr, "waiting to retry")
@@ -317,4 +319,14 @@ func asAttemptError(err error) error {
 		return &attemptError{err: e}
 	}
 	return err
+}
+
+// redact returns the text of an underlying error for a log line, with the client's key and
+// anything that looks like a key masked, as in the errors themselves.
+func (c *Client) redact(err error) string {
+	msg := maskKeys(err.Error())
+	if c.cfg.APIKey != "" {
+		msg = redactKey(msg, c.cfg.APIKey)
+	}
+	return msg
 }
