@@ -92,6 +92,7 @@ func TestREADMEExamples(t *testing.T) {
 		"204\n204\n", "event: turn/end", "Done after 1 steps and 4 tool results.", `"messageId":`,
 		`"cancelled":true`, `"system":"You are an AI agent running on dshd.`, `"name":"todo_write"`,
 		`"status":"cancelled"`, `"toolErrors":1`, `"streamUrl":"/v1/sessions/`, `"usage":{"inputTokens":`,
+		`"groupBy":"session"`, `"name":"dashboard"`, `"scopes":["read"]`, `"secret":"dshd_`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("README examples output lacks %q", want)
