@@ -534,7 +534,12 @@ func TestTurnResourcesMatchTheLog(t *testing.T) {
 	a3 := e.postText(t, sid, `tool:sleep args:{"ms":60000}`)
 	waitUntil(t, "the sleep to run", func() bool {
 		s, l := e.sessionOf(t, sid), e.listedOf(t, sid)
-		tr := e.turnOf(t, sid, 3)
+		r := e.do(t, "GET", "/v1/sessions/"+sid+"/turns/3", e.keyA, nil)
+		if r.status == http.StatusNotFound { // the post is accepted; its turn has not started yet
+			return false
+		}
+		var tr turnView
+		r.want(t, 200).json(t, &tr)
 		return s.Status == "running" && s.Turn != nil && *s.Turn == 3 && l.Status == "running" && tr.Status == "running" &&
 			tr.Usage.ToolCalls == 1 && tr.EndedAt == nil
 	})
