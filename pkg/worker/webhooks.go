@@ -183,6 +183,9 @@ func (d *Deliverer) Expire(ctx context.Context) (int64, error) {
 		if n < int64(d.cfg.ExpireBatch) {
 			break
 		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 	}
 	var deleted int64
 	for {
