@@ -15,7 +15,7 @@ import (
 )
 
 // Tenant webhooks (docs/webhooks.md): a tenant's endpoints (webhook_endpoints) and the outbox of
-// their deliveries (webhook_deliveries, migration 00010), which the append statement fills
+// their deliveries (webhook_deliveries, migrations 00010 and 00016), which the append statement fills
 // (derived.go: hookRows) and the delivery worker (pkg/worker) drains: it claims due deliveries
 // with WebhookClaim, attempts them, and records each outcome with WebhookRecord.
 
