@@ -317,7 +317,7 @@ func TestWebhookRetentionKeepsUp(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Exec(ctx, `RESET enable_seqscan`) //nolint:errcheck
+	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
 	rows, err := conn.Query(ctx, `EXPLAIN SELECT id FROM webhook_deliveries
 		WHERE (delivered_at IS NOT NULL OR failed_at IS NOT NULL)
 			AND coalesce(delivered_at, failed_at) < now() - 3600000 * interval '1 millisecond' LIMIT 4`)
