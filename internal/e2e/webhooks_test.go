@@ -304,3 +304,115 @@ func TestWebhookDeliverySurvivesACrash(t *testing.T) {
 		}
 	}
 }
+
+// stuckReceiver answers no delivery until released (or the request ends), counting those in
+// flight, the most at once and all it saw.
+type stuckReceiver struct {
+	release chan struct{}
+
+	mu                       sync.Mutex
+	inFlight, most, requests int
+}
+
+func (s *stuckReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests++
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.release:
+	case <-r.Context().Done():
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *stuckReceiver) state() (inFlight, most, requests int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight, s.most, s.requests
+}
+
+// TestWebhookHangingEndpointDoesNotDelayAnotherTenant: on two replicas with two delivery workers
+// each, a tenant's endpoint that never answers (within a timeout far longer than the test) has
+// older deliveries queued than it has workers; it holds two attempts across the cluster (the
+// bound per endpoint), and another tenant's events are delivered, signed, meanwhile.
+func TestWebhookHangingEndpointDoesNotDelayAnotherTenant(t *testing.T) {
+	t.Parallel()
+	stuck := &stuckReceiver{release: make(chan struct{})}
+	stuckSrv := httptest.NewServer(stuck)
+	t.Cleanup(stuckSrv.Close)
+	t.Cleanup(func() { close(stuck.release) }) // first: the hanging requests end
+	var mu sync.Mutex
+	var secret string
+	got := map[string]string{} // webhook-id -> type, of the other tenant's receiver
+	bad := 0
+	okSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		var p webhookPayload
+		if webhook.Verify(secret, r.Header, body, time.Now(), webhook.DefaultTolerance) != nil || json.Unmarshal(body, &p) != nil {
+			bad++
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		got[p.ID] = p.Type
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(okSrv.Close)
+	c := newClusterOn(t, 2, 10*time.Second, "", "DSHD_WEBHOOK_ALLOW_HTTP=1", "DSHD_WEBHOOK_ALLOW_PRIVATE=1",
+		"DSHD_WEBHOOK_WORKERS=2", "DSHD_WEBHOOK_TIMEOUT=10m", "DSHD_WEBHOOK_POLL=50ms")
+	first, second := c.replicas[0], c.replicas[1]
+	ctx := t.Context()
+	events := []string{"turn.completed", "session.idle"}
+
+	mustJSON(t, first.call(ctx, "POST", "/v1/webhooks", c.key, map[string]any{"url": stuckSrv.URL, "events": events}), 201, nil)
+	for range 3 { // six deliveries to the hanging endpoint, more than the cluster's four workers
+		sid := c.sessionCreate(t)
+		if _, err := first.postMessage(ctx, c.key, sid, "say:hello", "followup"); err != nil {
+			t.Fatal(err)
+		}
+		first.waitEvents(t, c.key, sid, 60*time.Second, func(evs []storedEvent) bool { return len(turnEnds(evs)) == 1 })
+	}
+	if err := waitFor(60*time.Second, func() (bool, error) {
+		n, _, _ := stuck.state()
+		return n == 2, nil
+	}); err != nil {
+		t.Fatalf("the hanging endpoint never held two attempts: %v", err)
+	}
+
+	other := c.otherTenant(t)
+	var ep struct{ Secret string }
+	mustJSON(t, second.call(ctx, "POST", "/v1/webhooks", other.key, map[string]any{"url": okSrv.URL, "events": events}), 201, &ep)
+	mu.Lock()
+	secret = ep.Secret
+	mu.Unlock()
+	if _, err := second.postMessage(ctx, other.key, other.sid, "say:hello", "followup"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(60*time.Second, func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 2, nil
+	}); err != nil {
+		t.Fatalf("the other tenant's events were not delivered beside the hanging endpoint: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	inFlight, most, requests := stuck.state()
+	if bad != 0 || inFlight != 2 || most != 2 || requests != 2 {
+		t.Fatalf("%d bad deliveries; the hanging endpoint: %d in flight, at most %d, %d requests (want 2, 2, 2)",
+			bad, inFlight, most, requests)
+	}
+	for id, typ := range got {
+		if !strings.HasPrefix(id, other.sid+":") || !slices.Contains(events, typ) {
+			t.Fatalf("delivered %s (%s)", id, typ)
+		}
+	}
+}

@@ -13,8 +13,12 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("198.51.100.0/24"), // documentation
 	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
 	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and broadcast
+	netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated; ::127.0.0.1 reaches loopback on some stacks)
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT)
 	netip.MustParsePrefix("100::/64"),        // discard
+	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments, Teredo (2001::/32) included
 	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated, still routed inside some networks)
 }
 
 // embedsIPv4 are IPv6 ranges that carry an IPv4 address in their last 32 bits (NAT64), which
@@ -26,8 +30,10 @@ var embedsIPv4 = []netip.Prefix{
 
 // PublicAddr reports whether a is a public unicast address: not loopback, private (RFC 1918,
 // fc00::/7), link-local (169.254.0.0/16, fe80::/10), unspecified, multicast, carrier-grade NAT,
-// reserved or documentation space. IPv4-mapped and NAT64 addresses are judged by their IPv4
-// address; 6to4 (2002::/16) by the IPv4 address it embeds.
+// reserved or documentation space, nor IPv4-compatible (::/96), IPv4-translated
+// (::ffff:0:0:0/96), site-local (fec0::/10) or in the IETF protocol assignments of 2001::/23
+// (Teredo included). IPv4-mapped and NAT64 addresses are judged by their IPv4 address; 6to4
+// (2002::/16) by the IPv4 address it embeds.
 func PublicAddr(a netip.Addr) bool {
 	a = a.Unmap()
 	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||

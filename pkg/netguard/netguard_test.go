@@ -27,6 +27,34 @@ func TestPublicAddr(t *testing.T) {
 	}
 }
 
+// TestPublicAddrRefusesIPv6Forms: the IPv6 forms that embed or reach a private IPv4 address, or
+// are not globally routable, are refused; public neighbours of those ranges are not.
+func TestPublicAddrRefusesIPv6Forms(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr   string
+		public bool
+		why    string
+	}{
+		{"::127.0.0.1", false, "IPv4-compatible loopback (::/96)"},
+		{"::8.8.8.8", false, "IPv4-compatible, deprecated (::/96)"},
+		{"::ffff:0:7f00:1", false, "IPv4-translated loopback (::ffff:0:0:0/96)"},
+		{"::ffff:0:a00:1", false, "IPv4-translated private (::ffff:0:0:0/96)"},
+		{"fec0::1", false, "site-local (fec0::/10)"},
+		{"feff:ffff::1", false, "site-local, last of fec0::/10"},
+		{"2001::1", false, "Teredo (2001::/32)"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", false, "Teredo"},
+		{"2001:1ff::1", false, "IETF protocol assignments, last of 2001::/23"},
+		{"2001:200::1", true, "public, just after 2001::/23"},
+		{"2001:4860:4860::8888", true, "public"},
+		{"::ffff:8.8.8.8", true, "IPv4-mapped public"},
+	} {
+		if got := netguard.PublicAddr(netip.MustParseAddr(tc.addr)); got != tc.public {
+			t.Errorf("PublicAddr(%s) = %v, want %v (%s)", tc.addr, got, tc.public, tc.why)
+		}
+	}
+}
+
 func TestCheckURL(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -46,6 +74,8 @@ func TestCheckURL(t *testing.T) {
 		{"https://127.0.0.1/x", false, false, "not a public address"},
 		{"https://[::1]:8443/x", false, false, "not a public address"},
 		{"https://169.254.169.254/latest", false, false, "not a public address"},
+		{"https://[::127.0.0.1]/x", false, false, "not a public address"},
+		{"https://[2001::1]/x", false, false, "not a public address"},
 		{"https://10.0.0.1/x", false, true, ""},
 		{"http://127.0.0.1:9/x", true, true, ""},
 	} {

@@ -68,7 +68,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 			SELECT gen_random_uuid(), id, tenant_id, gen_random_uuid()::text, 'turn.completed', '{}' FROM webhook_endpoints`); err != nil {
 			t.Fatal(err)
 		}
-		got, err := h.WebhookClaim(ctx, 10, time.Minute, 5)
+		got, err := h.WebhookClaim(ctx, 10, time.Minute, 5, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,7 +51,7 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 	sess := newSession(t, st, tenant)
 	endedTurn(t, st, tenant, sess.ID, 1)
 
-	claimed, err := w.WebhookClaim(ctx, 10, time.Minute, 3)
+	claimed, err := w.WebhookClaim(ctx, 10, time.Minute, 3, 1)
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
@@ -64,7 +64,7 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 	if err := json.Unmarshal(a.Body, &body); err != nil || body.ID != a.EventID || body.Type != a.EventType {
 		t.Fatalf("body %s: %v", a.Body, err)
 	}
-	if again, err := w.WebhookClaim(ctx, 10, time.Minute, 3); err != nil || len(again) != 0 {
+	if again, err := w.WebhookClaim(ctx, 10, time.Minute, 3, 1); err != nil || len(again) != 0 {
 		t.Fatalf("a leased delivery was claimed again: %v %v", again, err)
 	}
 
@@ -80,13 +80,13 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 	if wait := time.Until(*log[0].NextAttemptAt); wait < 50*time.Minute || wait > 70*time.Minute {
 		t.Fatalf("next attempt in %v, want an hour", wait)
 	}
-	if again, err := w.WebhookClaim(ctx, 10, time.Minute, 3); err != nil || len(again) != 0 {
+	if again, err := w.WebhookClaim(ctx, 10, time.Minute, 3, 1); err != nil || len(again) != 0 {
 		t.Fatalf("a delivery waiting for its retry was claimed: %v %v", again, err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now()`); err != nil { // the hour passes
 		t.Fatal(err)
 	}
-	claimed, err = w.WebhookClaim(ctx, 10, time.Minute, 3)
+	claimed, err = w.WebhookClaim(ctx, 10, time.Minute, 3, 1)
 	if err != nil || len(claimed) != 1 || claimed[0].Attempt != 2 {
 		t.Fatalf("second claim: %+v %v", claimed, err)
 	}
@@ -102,7 +102,7 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 		d.DeliveredAt == nil || d.NextAttemptAt != nil {
 		t.Fatalf("delivered %+v", d)
 	}
-	if again, err := w.WebhookClaim(ctx, 10, 0, 3); err != nil || len(again) != 0 {
+	if again, err := w.WebhookClaim(ctx, 10, 0, 3, 1); err != nil || len(again) != 0 {
 		t.Fatalf("a delivered delivery was claimed: %v %v", again, err)
 	}
 	// A delivered one may be delivered again on request, with a fresh schedule.
@@ -113,7 +113,7 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 	if _, err := w.WebhookRedeliver(ctx, tenant, ep.ID, log[0].ID); !errors.Is(err, pgstore.ErrDeliveryPending) {
 		t.Fatalf("redeliver a pending delivery: %v", err)
 	}
-	if claimed, err = w.WebhookClaim(ctx, 10, time.Minute, 3); err != nil || len(claimed) != 1 || claimed[0].Attempt != 1 {
+	if claimed, err = w.WebhookClaim(ctx, 10, time.Minute, 3, 1); err != nil || len(claimed) != 1 || claimed[0].Attempt != 1 {
 		t.Fatalf("claim after redeliver: %+v %v", claimed, err)
 	}
 }
@@ -132,14 +132,14 @@ func TestWebhookGivesUp(t *testing.T) {
 	}
 	sess := newSession(t, st, tenant)
 	endedTurn(t, st, tenant, sess.ID, 1)
-	c, err := w.WebhookClaim(ctx, 10, 0, 2) // a zero lease: as if the replica died at once
+	c, err := w.WebhookClaim(ctx, 10, 0, 2, 1) // a zero lease: as if the replica died at once
 	if err != nil || len(c) != 1 || c[0].Attempt != 1 {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
-	if c, err = w.WebhookClaim(ctx, 10, 0, 2); err != nil || len(c) != 1 || c[0].Attempt != 2 {
+	if c, err = w.WebhookClaim(ctx, 10, 0, 2, 1); err != nil || len(c) != 1 || c[0].Attempt != 2 {
 		t.Fatalf("claim after the lease: %+v %v", c, err)
 	}
-	if c, err = w.WebhookClaim(ctx, 10, 0, 2); err != nil || len(c) != 0 {
+	if c, err = w.WebhookClaim(ctx, 10, 0, 2, 1); err != nil || len(c) != 0 {
 		t.Fatalf("a third attempt of two: %+v %v", c, err)
 	}
 	log := deliveryLog(t, w, tenant, ep.ID)
@@ -148,7 +148,7 @@ func TestWebhookGivesUp(t *testing.T) {
 	}
 
 	endedTurn(t, st, tenant, sess.ID, 2)
-	c, err = w.WebhookClaim(ctx, 10, time.Minute, 2)
+	c, err = w.WebhookClaim(ctx, 10, time.Minute, 2, 1)
 	if err != nil || len(c) != 1 {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
@@ -185,7 +185,7 @@ func TestWebhookConcurrentClaimsShareNothing(t *testing.T) {
 	for range 6 {
 		wg.Go(func() {
 			for {
-				c, err := w.WebhookClaim(ctx, 3, time.Minute, 5)
+				c, err := w.WebhookClaim(ctx, 3, time.Minute, 5, 100)
 				if err != nil {
 					t.Error(err)
 					return

@@ -212,8 +212,9 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 			-- session.idle to the tenant's subscribed endpoints (the outbox, derived.go: hookRows
 			-- writes the same event, with the same id, when an append releases)
 			INSERT INTO webhook_deliveries (id, endpoint_id, tenant_id, event_id, event_type, payload)
+			-- ($4: the time as the append path writes it, Go's RFC 3339 UTC form to the millisecond)
 			SELECT gen_random_uuid(), e.id, $2, ev.id, '`+WebhookSessionIdle+`',
-				json_build_object('id', ev.id, 'type', '`+WebhookSessionIdle+`', 'createdAt', now(),
+				json_build_object('id', ev.id, 'type', '`+WebhookSessionIdle+`', 'createdAt', $4::json,
 					'data', json_build_object('sessionId', $1::uuid, 'seq', cur.last_seq))
 			FROM cur CROSS JOIN LATERAL (SELECT $1::text || ':' || cur.last_seq || ':`+WebhookSessionIdle+`' AS id) ev
 				JOIN webhook_endpoints e ON e.tenant_id = $2 AND e.disabled_at IS NULL
@@ -221,7 +222,7 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 			WHERE cur.idle
 			ON CONFLICT (endpoint_id, event_id) DO NOTHING
 		)
-		SELECT cur.idle FROM cur`, sessionID, tenantID, owner).Scan(&released)
+		SELECT cur.idle FROM cur`, sessionID, tenantID, owner, hookTime(time.Now())).Scan(&released)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, eventlog.ErrLeaseLost
 	}

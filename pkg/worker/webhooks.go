@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -26,10 +27,21 @@ type WebhookConfig struct {
 	// attempt leaves the delivery to another one after it. It must exceed the sender's timeout.
 	// Default 40 s.
 	Lease time.Duration
-	// Retention is how long delivered and failed deliveries stay in the delivery log. Default
-	// 7 days.
+	// Retention is how long delivered and failed deliveries stay in the delivery log, and how
+	// long a delivery may stay pending before it fails. Default 7 days.
 	Retention time.Duration
-	Logger    *slog.Logger
+	// EndpointConcurrency bounds the attempts in flight to one endpoint, across replicas, so an
+	// endpoint that hangs holds that many workers, not all of them. Default 2.
+	EndpointConcurrency int
+	// EndpointFailures is how many failed attempts in a row back an endpoint off: its deliveries
+	// then wait as a failed attempt does (the schedule's doubling waits, from the first), and
+	// each further failure of an attempt made after the backoff backs it off longer; a success
+	// ends it. Default 5.
+	EndpointFailures int
+	// ExpireBatch bounds the rows one retention pass changes; passes repeat until one changes
+	// fewer. Default 10000.
+	ExpireBatch int
+	Logger      *slog.Logger
 }
 
 func (c *WebhookConfig) defaults() {
@@ -48,18 +60,40 @@ func (c *WebhookConfig) defaults() {
 	if c.Retention <= 0 {
 		c.Retention = 7 * 24 * time.Hour
 	}
+	if c.EndpointConcurrency <= 0 {
+		c.EndpointConcurrency = 2
+	}
+	if c.EndpointFailures <= 0 {
+		c.EndpointFailures = 5
+	}
+	if c.ExpireBatch <= 0 {
+		c.ExpireBatch = 10000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
+// endpointBackoff returns how long an endpoint with failures failed attempts in a row (this one
+// included) is backed off: 0 below the bound, then the schedule's waits from the first.
+func (c *WebhookConfig) endpointBackoff(failures int) time.Duration {
+	if failures < c.EndpointFailures {
+		return 0
+	}
+	unbounded := webhook.Schedule{Base: c.Schedule.Base, Max: c.Schedule.Max, Attempts: math.MaxInt}
+	wait, _ := unbounded.Next(failures - c.EndpointFailures + 1)
+	return wait
+}
+
 // Deliverer drains the webhook outbox on this replica (docs/webhooks.md): it claims due
-// deliveries (pgstore.Webhooks.WebhookClaim, which every replica may run at once), attempts
-// each with the Sender, at most Workers at a time, and records the outcome: delivered on a 2xx
-// answer, otherwise due again after the schedule's wait, or failed after its last attempt. A
-// delivery is a row, so it survives restarts; one whose attempt never recorded (the replica
-// died) is claimed again after Lease. Deliveries are therefore at least once, each with its
-// event's stable webhook-id.
+// deliveries (pgstore.Webhooks.WebhookClaim, which every replica may run at once), at most
+// EndpointConcurrency in flight per endpoint, attempts each with the Sender, at most Workers at a
+// time, and records the outcome: delivered on a 2xx answer, otherwise due again after the
+// schedule's wait, or failed after its last attempt; an endpoint that failed EndpointFailures
+// times in a row is backed off. A delivery is a row, so it survives restarts; one whose attempt
+// never recorded (the replica died) is claimed again after Lease. Deliveries are therefore at
+// least once, each with its event's stable webhook-id. Every ten minutes it applies the
+// retention (Expire).
 type Deliverer struct {
 	cfg    WebhookConfig
 	hooks  *pgstore.Webhooks
@@ -120,7 +154,7 @@ func (d *Deliverer) loop(ctx, attemptCtx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-expire.C:
-			if _, err := d.hooks.WebhookExpire(ctx, d.cfg.Retention, 10000); err != nil && ctx.Err() == nil {
+			if _, err := d.Expire(ctx); err != nil && ctx.Err() == nil {
 				d.cfg.Logger.Warn("webhook delivery log expiry failed", "err", err)
 			}
 			continue
@@ -136,6 +170,36 @@ func (d *Deliverer) loop(ctx, attemptCtx context.Context) {
 	}
 }
 
+// Expire applies the retention: deliveries pending for longer than Retention fail, and delivered
+// and failed ones that settled longer than Retention ago are deleted, in passes of ExpireBatch
+// rows repeated until a pass changes fewer, so the outbox keeps up with any rate of events. It
+// returns how many deliveries it deleted.
+func (d *Deliverer) Expire(ctx context.Context) (int64, error) {
+	for {
+		n, err := d.hooks.WebhookAbandon(ctx, d.cfg.Retention, d.cfg.ExpireBatch)
+		if err != nil {
+			return 0, err
+		}
+		if n < int64(d.cfg.ExpireBatch) {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
+	var deleted int64
+	for {
+		n, err := d.hooks.WebhookExpire(ctx, d.cfg.Retention, d.cfg.ExpireBatch)
+		deleted += n
+		if err != nil || n < int64(d.cfg.ExpireBatch) {
+			return deleted, err
+		}
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+	}
+}
+
 // claim claims as many due deliveries as there are free slots and starts their attempts. It
 // reports whether there may be more due at once (it filled every free slot).
 func (d *Deliverer) claim(ctx, attemptCtx context.Context) bool {
@@ -143,7 +207,7 @@ func (d *Deliverer) claim(ctx, attemptCtx context.Context) bool {
 	if free == 0 {
 		return false // a freed slot wakes the loop
 	}
-	claimed, err := d.hooks.WebhookClaim(ctx, free, d.cfg.Lease, d.cfg.Schedule.Attempts)
+	claimed, err := d.hooks.WebhookClaim(ctx, free, d.cfg.Lease, d.cfg.Schedule.Attempts, d.cfg.EndpointConcurrency)
 	if err != nil {
 		// The database is away (an outage): say so once in a while, not at every poll.
 		if ctx.Err() == nil && time.Since(d.warned) > 30*time.Second {
@@ -188,6 +252,9 @@ func (d *Deliverer) attempt(ctx context.Context, a pgstore.WebhookAttempt) {
 	if !o.Delivered {
 		wait, again := d.cfg.Schedule.Next(a.Attempt)
 		o.RetryIn, o.GiveUp = wait, !again || a.Disabled
+		if !a.Disabled {
+			o.EndpointBackoff = d.cfg.endpointBackoff(a.EndpointFailures + 1)
+		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -199,6 +266,7 @@ func (d *Deliverer) attempt(ctx context.Context, a pgstore.WebhookAttempt) {
 	case !recorded:
 		log.Info("webhook outcome not recorded: the delivery was claimed again or is gone")
 	case !o.Delivered:
-		log.Info("webhook attempt failed", "status", res.Status, "error", res.Err, "giveUp", o.GiveUp)
+		log.Info("webhook attempt failed", "status", res.Status, "error", res.Err, "giveUp", o.GiveUp,
+			"endpointBackoff", o.EndpointBackoff)
 	}
 }
