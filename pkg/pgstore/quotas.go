@@ -391,6 +391,16 @@ func (q *Quotas) standing(ctx context.Context, tenantID uuid.UUID, sessions, byt
 	return s, translate(err, "read quota standing")
 }
 
+// ForkBounds returns the tenant's quotas that bound a fork in its transaction (Store.ForkWithin);
+// none for a nil Quotas.
+func (q *Quotas) ForkBounds(ctx context.Context, tenantID uuid.UUID) (ForkBounds, error) {
+	if q == nil {
+		return ForkBounds{}, nil
+	}
+	l, err := q.Effective(ctx, tenantID)
+	return ForkBounds{MaxSessions: l.MaxSessions, MaxLogBytes: l.MaxLogBytes}, err
+}
+
 // What a quota check is for.
 const (
 	ForSession = iota // creating or forking a session: sessions and stored bytes

@@ -437,3 +437,57 @@ func TestUsageQueries(t *testing.T) {
 		t.Fatalf("a bad cursor: %v", err)
 	}
 }
+
+// TestForkWithinBounds: concurrent forks checked against the stored-bytes quota in their own
+// transactions never take the tenant past it (of six, exactly the two that fit are made), and a
+// fork past the session quota is refused; refused forks leave no child.
+func TestForkWithinBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, tn := newStore(t, pgstore.StoreConfig{})
+	q := pgstore.NewQuotas(pool, pgstore.QuotasConfig{})
+	src := newSession(t, st, tn)
+	for turn := 1; turn <= 3; turn++ {
+		if _, err := appendEvents(st, ctx, tn, src.ID, usageTurn(turn, 10, 3)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s0, err := q.Standing(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each child holds the source's bytes and a session/end-seed: two fit, a third does not.
+	maxBytes := s0.LogBytes*3 + s0.LogBytes/2
+	var made, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.ForkWithin(ctx, tn, src.ID, nil, nil, pgstore.ForkBounds{MaxLogBytes: &maxBytes})
+			switch {
+			case err == nil:
+				made.Add(1)
+			case fault.Code(err) == fault.QuotaExceeded:
+				refused.Add(1)
+			default:
+				t.Errorf("fork: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	s1, err := q.Standing(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made.Load() != 2 || refused.Load() != 4 || s1.Sessions != 3 || s1.LogBytes > maxBytes {
+		t.Fatalf("%d forks made, %d refused: %+v, quota %d bytes (the source holds %d)", made.Load(), refused.Load(), s1, maxBytes, s0.LogBytes)
+	}
+	three := int64(3)
+	if _, err := st.ForkWithin(ctx, tn, src.ID, nil, nil, pgstore.ForkBounds{MaxSessions: &three}); fault.Code(err) != fault.QuotaExceeded {
+		t.Fatalf("a fork past the session quota: %v", err)
+	}
+	if s, err := q.Standing(ctx, tn); err != nil || s != s1 {
+		t.Fatalf("refused forks left %+v, was %+v (%v)", s, s1, err)
+	}
+}
