@@ -83,9 +83,9 @@ const DefaultLimitsTTL = time.Second
 // again (the database is unavailable): requests keep their limits instead of all failing.
 const StaleLimitsFor = time.Minute
 
-// quotaTimeout bounds the limiter's and the limits' statements. They are not cut by the
-// request's context: pgx closes a connection whose query is cancelled, so clients that abort
-// requests would cost the pool a connection, and PostgreSQL a new backend, every time.
+// quotaTimeout bounds the limiter's, the limits' and the quota checks' statements. They are not
+// cut by the request's context: pgx closes a connection whose query is cancelled, so clients
+// that abort requests would cost the pool a connection, and PostgreSQL a new backend, every time.
 const quotaTimeout = 3 * time.Second
 
 // maxCachedLimits is how many tenants' limits (and refusals) the process holds before it drops
@@ -387,7 +387,9 @@ func (q *Quotas) standing(ctx context.Context, tenantID uuid.UUID, sessions, byt
 		cols[2] = tokensOfDaySQL
 		args = append(args, q.now().UTC().Format(time.DateOnly))
 	}
-	err := q.pool.QueryRow(ctx, "SELECT "+strings.Join(cols, ", "), args...).Scan(&s.Sessions, &s.LogBytes, &s.TokensToday)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), quotaTimeout) // see quotaTimeout
+	defer cancel()
+	err := q.pool.QueryRow(qctx, "SELECT "+strings.Join(cols, ", "), args...).Scan(&s.Sessions, &s.LogBytes, &s.TokensToday)
 	return s, translate(err, "read quota standing")
 }
 
