@@ -303,18 +303,18 @@ func (q *Quotas) RateTake(ctx context.Context, tenantID uuid.UUID, perSecond flo
 		return RateDecision{}, translate(err, "rate limit")
 	}
 	d := RateDecision{Allowed: took != nil, Limit: burst}
-	var at int64
+	var cur int64 // the tenant's tat after this decision
 	switch {
 	case d.Allowed:
-		at = *took
+		cur = *took
 	case tat != nil && max(*tat, now)+t-now > tol:
-		at = *tat // refused by the row as read
+		cur = *tat // refused by the row as read
 	default:
 		// Refused under the lock: another request took the last token after the read. The tat
 		// that refuses is at least the smallest one that does.
-		at = now + tol - t + 1
+		cur = now + tol - t + 1
 	}
-	ahead := max(at-now, 0) // µs of requests queued ahead of now
+	ahead := max(cur-now, 0) // µs of requests queued ahead of now
 	d.Remaining = int(max((tol-ahead)/t, 0))
 	d.Reset = time.Duration(ahead) * time.Microsecond
 	if !d.Allowed {
