@@ -115,7 +115,11 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 // fork forks the session and copies its workspace to the child; when the copy fails the child is
 // deleted again (a child without its source's files would diverge from its log unnoticed).
 func (rs sessionResource) fork(r *http.Request, f forkRequest) (eventlog.Session, error) {
-	sess, err := rs.s.cfg.Log.Fork(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil)
+	bounds, err := rs.s.cfg.Quotas.ForkBounds(r.Context(), tenantID(r)) // checked again in the fork's transaction
+	if err != nil {
+		return eventlog.Session{}, err
+	}
+	sess, err := rs.s.cfg.Log.ForkWithin(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
 	if err != nil || rs.s.cfg.Workspaces == nil {
 		return sess, err
 	}

@@ -238,11 +238,28 @@ func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10)
 }
 
+// ratePolicy is the RateLimit-Policy of a rate of perSecond requests a second with burst:
+// "Q;w=W;burst=B", Q requests in a window of W seconds, W the smallest whole number of seconds
+// (at least one) in which the rate makes whole requests (20/s: 20;w=1; 0.2/s: 1;w=5; 2.5/s:
+// 5;w=2). A rate that makes none within an hour is shown over the window of its burst, its
+// requests rounded down (never more than the limiter allows).
+func ratePolicy(perSecond float64, burst int) string {
+	for w := 1.0; w <= 3600; w++ {
+		if q := perSecond * w; q >= 1 && math.Abs(q-math.Round(q)) < 1e-9*q {
+			return fmt.Sprintf("%.0f;w=%.0f;burst=%d", math.Round(q), w, burst)
+		}
+	}
+	w := math.Ceil(float64(burst) / perSecond)
+	return fmt.Sprintf("%.0f;w=%.0f;burst=%d", max(math.Floor(perSecond*w), 1), w, burst)
+}
+
 // rateLimit applies the tenant's request rate (tenant.Limits.RequestsPerSecond and Burst) to
 // every authenticated request, on all replicas together (pgstore.Quotas.RateTake: one statement,
 // only for a tenant that has a rate). Every answer under a rate carries the RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset headers (draft-ietf-httpapi-ratelimit-headers-07) and
-// RateLimit-Policy; a refused request answers 429 rate_limited with Retry-After.
+// RateLimit-Policy; a refused request answers 429 rate_limited with Retry-After. A refusal the
+// replica remembers (pgstore.Quotas.RateTake) costs no statement: a flood of refused requests
+// does not reach the database.
 func (s *Server) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Quotas == nil {
@@ -269,7 +286,7 @@ func (s *Server) rateLimit(next http.Handler) http.Handler {
 		h.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
 		h.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
 		h.Set("RateLimit-Reset", seconds(d.Reset))
-		h.Set("RateLimit-Policy", fmt.Sprintf("%d;w=%s", d.Limit, seconds(time.Duration(float64(burst)/rate*float64(time.Second)))))
+		h.Set("RateLimit-Policy", ratePolicy(rate, d.Limit))
 		if !d.Allowed {
 			writeError(w, r, &fault.Error{Code: CodeRateLimited, Err: fault.Wait(d.RetryAfter),
 				Message: fmt.Sprintf("the tenant may make %s requests a second (bursts of %d); retry after %v",

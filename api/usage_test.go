@@ -149,7 +149,7 @@ func TestRequestRate(t *testing.T) {
 		r := e.do(t, "GET", "/v1/tools", e.keyA, nil).want(t, 200)
 		reset, _ := strconv.Atoi(r.header.Get("RateLimit-Reset"))
 		if r.header.Get("RateLimit-Limit") != "2" || r.header.Get("RateLimit-Remaining") != strconv.Itoa(1-i) ||
-			reset < 5*i+1 || reset > 5*(i+1) || r.header.Get("RateLimit-Policy") != "2;w=10" {
+			reset < 5*i+1 || reset > 5*(i+1) || r.header.Get("RateLimit-Policy") != "1;w=5;burst=2" {
 			t.Fatalf("request %d: headers %v", i, r.header)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,9 +241,12 @@ func TestUsageEqualsTheLogs(t *testing.T) {
 }
 
 // TestRateLimitAcrossReplicas: a tenant limited to 20 requests a second with a burst of 10
-// hammers both replicas at once for 3 s: the requests allowed on both together are within 10% of
-// the burst plus the rate over the measured time, and every refusal is a 429 rate_limited problem
-// with Retry-After and the RateLimit headers. Health and metrics are never limited.
+// hammers both replicas at once for 3 s: the requests allowed on both together never exceed the
+// burst plus the rate over the measured time (each replica refuses from its own memory of a
+// refusal, which must never allow more than the database), and are at least 90% of the rate over
+// it; every refusal is a 429 rate_limited problem with Retry-After and the RateLimit headers. A
+// rare 503 unavailable (a slow database on a loaded machine) is tolerated, up to 2% of the
+// requests. Health and metrics are never limited.
 func TestRateLimitAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 2, 3*time.Second)
@@ -260,7 +264,7 @@ func TestRateLimitAcrossReplicas(t *testing.T) {
 	}
 	time.Sleep(time.Duration(float64(burst)/rate*float64(time.Second)) + 100*time.Millisecond)
 
-	var ok, limited atomic.Int64
+	var ok, limited, unavailable atomic.Int64
 	var bad atomic.Value
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
@@ -288,6 +292,8 @@ func TestRateLimitAcrossReplicas(t *testing.T) {
 						rp.header.Get("RateLimit-Limit") != "10" || rp.header.Get("RateLimit-Reset") == "" {
 						bad.Store(fmt.Sprintf("a 429 %s with headers %v", rp.body, rp.header))
 					}
+				case rp.status == http.StatusServiceUnavailable && strings.Contains(string(rp.body), `"unavailable"`):
+					unavailable.Add(1)
 				default:
 					bad.Store(fmt.Sprintf("status %d: %s", rp.status, rp.body))
 				}
@@ -299,11 +305,16 @@ func TestRateLimitAcrossReplicas(t *testing.T) {
 	if v := bad.Load(); v != nil {
 		t.Fatal(v)
 	}
-	n := float64(ok.Load())
-	hi, lo := (rate*elapsed+burst)*1.1, rate*elapsed*0.9
-	t.Logf("%v allowed, %d refused in %.2fs (rate %v, burst %d: %.0f to %.0f)", n, limited.Load(), elapsed, rate, burst, lo, hi)
-	if n > hi || n < lo || limited.Load() == 0 {
+	// The GCRA allows at most burst + rate·D in any D; the limiter's decisions were all made
+	// between start and now. A 503 may have been allowed: it counts for the lower bound only.
+	n, un := float64(ok.Load()), float64(unavailable.Load())
+	hi, lo := rate*elapsed+burst, rate*elapsed*0.9
+	t.Logf("%v allowed, %d refused, %v unavailable in %.2fs (rate %v, burst %d: %.0f to %.0f)", n, limited.Load(), un, elapsed, rate, burst, lo, hi)
+	if n > hi || n+un < lo || limited.Load() == 0 {
 		t.Fatalf("%v requests allowed on two replicas in %.2fs at %v/s with a burst of %d: want %.0f to %.0f", n, elapsed, rate, burst, lo, hi)
+	}
+	if all := n + un + float64(limited.Load()); un > all*0.02 {
+		t.Fatalf("%v of %v requests answered 503 unavailable", un, all)
 	}
 	for _, path := range []string{"/healthz", "/metrics"} {
 		for range 3 * burst {
@@ -315,25 +326,27 @@ func TestRateLimitAcrossReplicas(t *testing.T) {
 }
 
 // TestTokenQuotaStopsTheNextTurn: with a daily token quota of 1, the turn that starts under it
-// runs, and the next one, already queued, ends at once with TOKEN_QUOTA_EXCEEDED without a model
-// call (mockllm saw one request); a post after that answers 429 quota_exceeded with Retry-After.
+// runs, and the next one, queued while the first waits 3 s for its model, ends at once with
+// TOKEN_QUOTA_EXCEEDED without a model call (mockllm saw one request); a post after that answers
+// 429 quota_exceeded with Retry-After.
 func TestTokenQuotaStopsTheNextTurn(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 2, 3*time.Second)
 	h := c.hostedTenant(t, "quota")
-	h.setLimits(t, c.replicas[0], map[string]any{"tokensPerDay": 1})
+	// A generous request rate comes with the quota: its RateLimit-Limit header shows when the other
+	// replica applies the new limits (a replica reads a tenant's limits as one value, so the header
+	// means the quota is applied there too).
+	h.setLimits(t, c.replicas[0], map[string]any{"tokensPerDay": 1, "requestsPerSecond": 1000, "burst": 999})
 	r := c.replicas[1]
 	if err := waitFor(5*time.Second, func() (bool, error) { // the other replica applies it within a second
-		var l struct{ Effective struct{ TokensPerDay *int64 } }
-		err := r.call(t.Context(), "GET", "/v1/tenants/"+h.id+"/limits", adminToken, nil).decode(200, &l)
-		return err == nil && l.Effective.TokensPerDay != nil, err
+		rp := r.call(t.Context(), "GET", "/v1/tools", h.key, nil)
+		return rp.err == nil && rp.header.Get("RateLimit-Limit") == "999", rp.err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // the replica's cached limits of the tenant are at most a second old
 	sid := h.session(t, r)
 	before := mockRequests(t, c)
-	first, err := r.postMessage(t.Context(), h.key, sid, "latency:300 say:one%20two%20three", "followup")
+	first, err := r.postMessage(t.Context(), h.key, sid, "latency:3000 say:one%20two%20three", "followup")
 	if err != nil {
 		t.Fatal(err)
 	}

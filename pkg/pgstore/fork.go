@@ -59,17 +59,57 @@ func (e *ForkError) Error() string { return fmt.Sprintf("eventlog: fork: %s: %s"
 // another tenant's source), SESSION_NOT_LIVE (the tenant's own source was deleted),
 // INVALID_BOUNDARY (not a seq of the source), OPEN_TURN (the prefix ends inside an open turn).
 func (s *Store) Fork(ctx context.Context, tenantID, sourceID uuid.UUID, boundary *int64, childID *uuid.UUID) (eventlog.Session, error) {
+	return s.ForkWithin(ctx, tenantID, sourceID, boundary, childID, ForkBounds{})
+}
+
+// ForkBounds are the tenant's quotas a fork is checked against in its own transaction (nil: no
+// bound), from Quotas.ForkBounds.
+type ForkBounds struct {
+	MaxSessions *int64 // live sessions
+	MaxLogBytes *int64 // stored bytes of the live sessions' logs
+}
+
+// ForkWithin is Fork, refused with a quota_exceeded fault when the child would take the tenant
+// past one of b's bounds. The check runs after the copy, in the fork's transaction, and the
+// tenant's bounded forks take a transaction lock of the tenant first: concurrent forks are
+// decided one after the other, so forks alone never pass the bounds (a fork copies its source's
+// bytes, so it is what a soft check would let pass the most). Other writes (creates, appends) do
+// not take the lock: with them the bounds stay soft.
+func (s *Store) ForkWithin(ctx context.Context, tenantID, sourceID uuid.UUID, boundary *int64, childID *uuid.UUID, b ForkBounds) (eventlog.Session, error) {
 	child := uuid.New()
 	if childID != nil {
 		child = *childID
 	}
+	bounded := b.MaxSessions != nil || b.MaxLogBytes != nil
 	var out eventlog.Session
 	err := s.inTx(ctx, "fork", func(tx pgx.Tx) error {
+		if bounded {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('dshd forks ' || $1::text, 0))`, tenantID); err != nil {
+				return err
+			}
+		}
 		var err error
-		out, err = s.fork(ctx, tx, tenantID, sourceID, boundary, child)
-		return err
+		if out, err = s.fork(ctx, tx, tenantID, sourceID, boundary, child); err != nil || !bounded {
+			return err
+		}
+		return forkWithin(ctx, tx, tenantID, b)
 	})
 	return out, err
+}
+
+// forkWithin refuses a fork (in its transaction, after the copy) that took the tenant past b.
+func forkWithin(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, b ForkBounds) error {
+	var sessions, bytes int64
+	err := tx.QueryRow(ctx, `SELECT `+liveSessionsSQL+`, `+liveBytesSQL, tenantID).Scan(&sessions, &bytes)
+	switch {
+	case err != nil:
+		return err
+	case b.MaxSessions != nil && sessions > *b.MaxSessions:
+		return fault.New(fault.QuotaExceeded, "the fork would make %d live sessions of the tenant, its quota is %d: delete one first", sessions, *b.MaxSessions)
+	case b.MaxLogBytes != nil && bytes > *b.MaxLogBytes:
+		return fault.New(fault.QuotaExceeded, "the fork would take the logs of the tenant's live sessions to %d bytes, its quota is %d: delete sessions first", bytes, *b.MaxLogBytes)
+	}
+	return nil
 }
 
 func (s *Store) fork(ctx context.Context, tx pgx.Tx, tenantID, sourceID uuid.UUID, boundary *int64, child uuid.UUID) (eventlog.Session, error) {

@@ -3,13 +3,17 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
@@ -17,49 +21,122 @@ import (
 	"github.com/dshd/dshd/pkg/tenant"
 )
 
-// TestRateTakeIsAGCRA: a burst is allowed at once with RateLimit numbers counting down, the next
-// request is refused with the wait until one is allowed, and a refusal takes nothing: once that
-// wait has passed a request is allowed again. Tenants do not share a limiter.
+// statements counts the statements a pool sends (a pgx tracer).
+type statements struct{ n atomic.Int64 }
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// countedPool opens another pool on url whose statements are counted.
+func countedPool(t *testing.T, url string) (*pgxpool.Pool, *statements) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &statements{}
+	cfg.ConnConfig.Tracer = st
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, st
+}
+
+// rateRow is a tenant's tenant_rates row: its tat and the transaction that last wrote it.
+func rateRow(t *testing.T, pool *pgxpool.Pool, tn uuid.UUID) string {
+	t.Helper()
+	var xmin string
+	var tat int64
+	if err := pool.QueryRow(context.Background(), `SELECT xmin::text, tat_us FROM tenant_rates WHERE tenant_id = $1`, tn).Scan(&xmin, &tat); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("xmin %s tat %d", xmin, tat)
+}
+
+// TestRateTakeIsAGCRA: a burst is allowed at once with RateLimit numbers counting down; the next
+// request is refused by the database with the wait until one is allowed, and that refusal writes
+// nothing; the process remembers it, so the tenant's next requests within the wait are refused
+// without a statement (unless the rate changed). Tenants do not share a limiter. Once the wait has
+// passed, a request is allowed again.
 func TestRateTakeIsAGCRA(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, pool, tn := newStore(t, pgstore.StoreConfig{})
-	other := newTenant(t, pool)
-	q := pgstore.NewQuotas(pool, pgstore.QuotasConfig{})
-	const rate, burst = 2.0, 4 // slow enough that the test's own pace does not refill a request
+	other, quick := newTenant(t, pool), newTenant(t, pool)
+	counted, stmts := countedPool(t, pool.Config().ConnString())
+	q := pgstore.NewQuotas(counted, pgstore.QuotasConfig{})
+	const rate, burst = 0.1, 4 // a request every 10 s: the test's own pace cannot refill one
 	for i := range burst {
 		d, err := q.RateTake(ctx, tn, rate, burst)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !d.Allowed || d.Limit != burst || d.Remaining != burst-1-i || d.Reset <= 0 || d.Reset > time.Duration(i+1)*time.Second/2 {
+		if !d.Allowed || d.Limit != burst || d.Remaining != burst-1-i || d.Reset <= 0 || d.Reset > time.Duration(i+1)*10*time.Second {
 			t.Fatalf("request %d of the burst: %+v", i, d)
 		}
 	}
+	row := rateRow(t, pool, tn)
+	n := stmts.n.Load()
 	d, err := q.RateTake(ctx, tn, rate, burst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter > time.Second/2 {
-		t.Fatalf("past the burst: %+v", d)
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter > 10*time.Second || stmts.n.Load() != n+1 {
+		t.Fatalf("past the burst: %+v after %d statements", d, stmts.n.Load()-n)
+	}
+	if got := rateRow(t, pool, tn); got != row {
+		t.Fatalf("a refusal wrote the row: %s, was %s", got, row)
+	}
+	for range 3 {
+		again, err := q.RateTake(ctx, tn, rate, burst)
+		if err != nil || again.Allowed || again.RetryAfter <= 0 || again.RetryAfter > d.RetryAfter || again.Reset <= 0 || again.Limit != burst {
+			t.Fatalf("a remembered refusal: %+v %v (the first: %+v)", again, err, d)
+		}
+	}
+	if got := stmts.n.Load(); got != n+1 {
+		t.Fatalf("remembered refusals ran %d statements", got-n-1)
+	}
+	if d, err := q.RateTake(ctx, tn, 2*rate, burst); err != nil || d.Allowed || stmts.n.Load() != n+2 {
+		t.Fatalf("another rate is decided by the database (and the row still refuses): %+v %v", d, err)
 	}
 	if d, err := q.RateTake(ctx, other, rate, burst); err != nil || !d.Allowed || d.Remaining != burst-1 {
 		t.Fatalf("another tenant: %+v %v", d, err)
 	}
+	if got := rateRow(t, pool, tn); got != row {
+		t.Fatalf("refusals wrote the row: %s, was %s", got, row)
+	}
+
+	// A request a second, one at once: the wait is at most a second; once it has passed, the
+	// remembered refusal is over and the database allows one again.
+	if d, err := q.RateTake(ctx, quick, 1, 1); err != nil || !d.Allowed {
+		t.Fatalf("quick: %+v %v", d, err)
+	}
+	d, err = q.RateTake(ctx, quick, 1, 1)
+	if err != nil || d.Allowed || d.RetryAfter > time.Second {
+		t.Fatalf("quick, again at once: %+v %v", d, err)
+	}
 	time.Sleep(d.RetryAfter + 20*time.Millisecond)
-	if d, err := q.RateTake(ctx, tn, rate, burst); err != nil || !d.Allowed {
+	if d, err := q.RateTake(ctx, quick, 1, 1); err != nil || !d.Allowed {
 		t.Fatalf("after the wait: %+v %v", d, err)
 	}
 }
 
 // TestRateTakeHoldsUnderConcurrency: limiters of two "replicas" (two Quotas over two pools of one
-// database) hammered by many goroutines allow, together, the burst plus the rate over the measured
-// time, within 10%.
+// database, each remembering its refusals) hammered by many goroutines allow, together, never
+// more than the burst plus the rate over the measured time, and not less than 90% of the rate.
 func TestRateTakeHoldsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, pool, tn := newStore(t, pgstore.StoreConfig{})
-	qs := []*pgstore.Quotas{pgstore.NewQuotas(pool, pgstore.QuotasConfig{}), pgstore.NewQuotas(pool, pgstore.QuotasConfig{})}
+	p1, s1 := countedPool(t, pool.Config().ConnString())
+	p2, s2 := countedPool(t, pool.Config().ConnString())
+	qs := []*pgstore.Quotas{pgstore.NewQuotas(p1, pgstore.QuotasConfig{}), pgstore.NewQuotas(p2, pgstore.QuotasConfig{})}
 	const rate, burst = 50.0, 10
 	var allowed, refused atomic.Int64
 	start := time.Now()
@@ -80,15 +157,60 @@ func TestRateTakeHoldsUnderConcurrency(t *testing.T) {
 				} else {
 					refused.Add(1)
 				}
+				time.Sleep(500 * time.Microsecond) // remembered refusals take no time at all
 			}
 		}(qs[i%2])
 	}
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
-	hi, lo := (rate*elapsed+burst)*1.1, rate*elapsed*0.9
-	if n := float64(allowed.Load()); n > hi || n < lo || refused.Load() == 0 {
+	hi, lo := rate*elapsed+burst, rate*elapsed*0.9
+	n := float64(allowed.Load())
+	t.Logf("%v allowed, %d refused in %.2fs, %d statements", n, refused.Load(), elapsed, s1.n.Load()+s2.n.Load())
+	if n > hi || n < lo || refused.Load() == 0 {
 		t.Fatalf("%v allowed (%d refused) in %.2fs at %v/s with a burst of %d: want %.0f to %.0f",
 			n, refused.Load(), elapsed, rate, burst, lo, hi)
+	}
+}
+
+// TestLimitsCacheSharesReadsAndServesStale: concurrent misses of a tenant's limits share one
+// read; while the database is unreachable, limits read before are served (stale), and a tenant
+// whose limits were never read fails with unavailable.
+func TestLimitsCacheSharesReadsAndServesStale(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct := pgtest.Pool(t)
+	tn, unread := newTenant(t, direct), newTenant(t, direct)
+	rps := 3.0
+	if err := pgstore.NewQuotas(direct, pgstore.QuotasConfig{}).LimitsSet(ctx, tn, tenant.Limits{RequestsPerSecond: &rps}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := pgtest.NewProxy(t, direct.Config().ConnString())
+	pool, stmts := countedPool(t, proxy.URL())
+	q := pgstore.NewQuotas(pool, pgstore.QuotasConfig{LimitsTTL: 100 * time.Millisecond})
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if l, err := q.Effective(ctx, tn); err != nil || l.RequestsPerSecond == nil || *l.RequestsPerSecond != 3 {
+				t.Errorf("effective: %+v %v", l, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := stmts.n.Load(); n != 1 {
+		t.Fatalf("50 concurrent misses ran %d statements, want 1", n)
+	}
+	time.Sleep(150 * time.Millisecond)
+	proxy.Down()
+	if l, err := q.Effective(ctx, tn); err != nil || l.RequestsPerSecond == nil || *l.RequestsPerSecond != 3 {
+		t.Fatalf("stale limits during an outage: %+v %v", l, err)
+	}
+	if _, err := q.Effective(ctx, unread); !errors.Is(err, fault.ErrUnavailable) {
+		t.Fatalf("limits never read, during an outage: %v", err)
 	}
 }
 
@@ -313,5 +435,59 @@ func TestUsageQueries(t *testing.T) {
 	}
 	if _, err := st.Usage(ctx, pgstore.UsageQuery{Tenant: tn, From: from, To: to, GroupBy: pgstore.UsageByTurn, Cursor: "nope"}); fault.Code(err) != fault.Invalid {
 		t.Fatalf("a bad cursor: %v", err)
+	}
+}
+
+// TestForkWithinBounds: concurrent forks checked against the stored-bytes quota in their own
+// transactions never take the tenant past it (of six, exactly the two that fit are made), and a
+// fork past the session quota is refused; refused forks leave no child.
+func TestForkWithinBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, pool, tn := newStore(t, pgstore.StoreConfig{})
+	q := pgstore.NewQuotas(pool, pgstore.QuotasConfig{})
+	src := newSession(t, st, tn)
+	for turn := 1; turn <= 3; turn++ {
+		if _, err := appendEvents(st, ctx, tn, src.ID, usageTurn(turn, 10, 3)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s0, err := q.Standing(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each child holds the source's bytes and a session/end-seed: two fit, a third does not.
+	maxBytes := s0.LogBytes*3 + s0.LogBytes/2
+	var made, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.ForkWithin(ctx, tn, src.ID, nil, nil, pgstore.ForkBounds{MaxLogBytes: &maxBytes})
+			switch {
+			case err == nil:
+				made.Add(1)
+			case fault.Code(err) == fault.QuotaExceeded:
+				refused.Add(1)
+			default:
+				t.Errorf("fork: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	s1, err := q.Standing(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made.Load() != 2 || refused.Load() != 4 || s1.Sessions != 3 || s1.LogBytes > maxBytes {
+		t.Fatalf("%d forks made, %d refused: %+v, quota %d bytes (the source holds %d)", made.Load(), refused.Load(), s1, maxBytes, s0.LogBytes)
+	}
+	three := int64(3)
+	if _, err := st.ForkWithin(ctx, tn, src.ID, nil, nil, pgstore.ForkBounds{MaxSessions: &three}); fault.Code(err) != fault.QuotaExceeded {
+		t.Fatalf("a fork past the session quota: %v", err)
+	}
+	if s, err := q.Standing(ctx, tn); err != nil || s != s1 {
+		t.Fatalf("refused forks left %+v, was %+v (%v)", s, s1, err)
 	}
 }

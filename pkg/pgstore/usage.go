@@ -75,11 +75,20 @@ const usageSums = `count(*)::bigint,
 	coalesce(sum(u.model_errors), 0)::bigint`
 
 // usageStart is the time a usage row counts at: its turn's start (a row always has one unless
-// its turn/start was never appended, then its day).
-const usageStart = `coalesce(u.started_at, u.day::timestamptz)`
+// its turn/start was never appended, then its UTC day's start). It is the expression of the
+// usage_turns_tenant_start index (migration 00015), which pages of turns seek by.
+const usageStart = `coalesce(u.started_at, u.day::timestamp AT TIME ZONE 'UTC')`
+
+// usageColumns are usageSums for one row: a page of turns reads rows, one per turn, in index
+// order, without an aggregate.
+const usageColumns = `1::bigint,
+	coalesce((extract(epoch FROM u.ended_at - u.started_at) * 1000)::bigint, 0)::bigint,
+	u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_miss_tokens, u.reasoning_tokens,
+	u.model_calls, u.tool_calls, u.tool_errors, u.model_errors`
 
 // usageRange selects the tenant's rows whose turn started in [$2, $3): the day bounds ($4, $5,
-// the UTC days of from and to) let the (tenant_id, day) index find them.
+// the UTC days of from and to) let the (tenant_id, day) index find them, when no page's index
+// (migration 00015) serves better.
 const usageRange = `u.tenant_id = $1 AND u.day >= $4::date AND u.day <= $5::date
 	AND ` + usageStart + ` >= $2 AND ` + usageStart + ` < $3`
 
@@ -148,7 +157,7 @@ func (s *Store) Usage(ctx context.Context, q UsageQuery) (UsagePage, error) {
 	case UsageByTurn:
 		paged = true
 		var (
-			at   int64 = -1 << 62
+			at   int64 = -62135596800_000000 // 0001-01-01
 			sess       = uuid.Nil
 			turn int   = -1
 		)
@@ -157,11 +166,13 @@ func (s *Store) Usage(ctx context.Context, q UsageQuery) (UsagePage, error) {
 			return UsagePage{}, fault.New(fault.Invalid, "cursor is not a cursor of this listing")
 		}
 		args = append(args, at, sess, turn, q.Limit+1)
-		atSQL := `(extract(epoch FROM ` + usageStart + `) * 1000000)::bigint`
-		sql = `SELECT ` + atSQL + `, u.session_id, u.turn, u.started_at, u.ended_at, u.end_kind, ` + usageSums + `
+		// (session, turn) is the key of usage_turns: a turn is one row. The cursor's start is in
+		// µs, compared as a time so that the index on usageStart seeks to it.
+		sql = `SELECT (extract(epoch FROM ` + usageStart + `) * 1000000)::bigint, u.session_id, u.turn,
+			u.started_at, u.ended_at, u.end_kind, ` + usageColumns + `
 			FROM usage_turns u WHERE ` + usageRange + `
-			AND (` + atSQL + `, u.session_id, u.turn) > ($6::bigint, $7::uuid, $8::int)
-			GROUP BY u.session_id, u.turn ORDER BY 1, u.session_id, u.turn LIMIT $9`
+			AND (` + usageStart + `, u.session_id, u.turn) > ('epoch'::timestamptz + $6::bigint * interval '1 microsecond', $7::uuid, $8::int)
+			ORDER BY ` + usageStart + `, u.session_id, u.turn LIMIT $9`
 		scan = func(r pgx.Rows, row *UsageRow) error {
 			row.Turn = new(int)
 			return sums(r, row, &row.at, &row.SessionID, row.Turn, &row.StartedAt, &row.EndedAt, &row.EndKind)
@@ -170,7 +181,10 @@ func (s *Store) Usage(ctx context.Context, q UsageQuery) (UsagePage, error) {
 	default:
 		return UsagePage{}, fault.New(fault.Invalid, "groupBy must be one of %s", strings.Join(UsageGroupings, ", "))
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	// A page is planned for its own range and cursor each time (the unnamed statement): a generic
+	// plan, which a cached prepared statement gets after five runs, cannot tell a narrow range
+	// from the whole history, and for sessions it picks the start index and sorts every row.
+	rows, err := s.pool.Query(ctx, sql, append([]any{pgx.QueryExecModeCacheDescribe}, args...)...)
 	if err != nil {
 		return UsagePage{}, translate(err, "read usage")
 	}
