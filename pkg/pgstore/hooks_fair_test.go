@@ -219,13 +219,7 @@ func TestWebhookEndpointBackoff(t *testing.T) {
 // the same attempt number, not the same token).
 func TestWebhookFencingSurvivesRedelivery(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _, tenant := newStore(t, pgstore.StoreConfig{})
-	w := st.Webhooks()
-	ep, err := w.WebhookCreate(ctx, tenant, "https://hooks.example.com/a", pgstore.WebhookEventTypes, "", []byte("k"), 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st, _, tenant, w, ep := newHookEndpoint(t)
 	sess := newSession(t, st, tenant)
 	endedTurn(t, st, tenant, sess.ID, 1)
 	stalled, err := w.WebhookClaim(ctx, 10, 0, 5, 1) // its lease runs out at once
@@ -262,13 +256,7 @@ func TestWebhookFencingSurvivesRedelivery(t *testing.T) {
 // older than the retention fail (and go at a later pass), newer ones stay.
 func TestWebhookRetentionKeepsUp(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
-	w := st.Webhooks()
-	ep, err := w.WebhookCreate(ctx, tenant, "https://hooks.example.com/a", pgstore.WebhookEventTypes, "", []byte("k"), 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, pool, tenant, w, ep := newHookEndpoint(t)
 	ids := queueDeliveries(t, pool, tenant, ep.ID, 12)
 	if _, err := pool.Exec(ctx, `UPDATE webhook_deliveries SET created_at = now() - interval '3 hours'`); err != nil {
 		t.Fatal(err)

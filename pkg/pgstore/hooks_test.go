@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
@@ -17,6 +18,19 @@ import (
 
 // endedTurn appends a whole turn n to the session: one turn.completed for every subscribed
 // endpoint.
+// newHookEndpoint is a store of a fresh tenant with one endpoint subscribed to every event.
+func newHookEndpoint(t *testing.T) (context.Context, *pgstore.Store, *pgxpool.Pool, uuid.UUID, *pgstore.Webhooks, pgstore.WebhookEndpoint) {
+	t.Helper()
+	ctx := context.Background()
+	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
+	w := st.Webhooks()
+	ep, err := w.WebhookCreate(ctx, tenant, "https://hooks.example.com/a", pgstore.WebhookEventTypes, "", []byte("k"), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, st, pool, tenant, w, ep
+}
+
 func endedTurn(t *testing.T, st *pgstore.Store, tenant, session uuid.UUID, n int) {
 	t.Helper()
 	if _, err := appendEvents(st, context.Background(), tenant, session, turnStartEv(n),
@@ -123,13 +137,7 @@ func TestWebhookClaimRetryAndDeliver(t *testing.T) {
 // of being attempted once more. A failed one may be redelivered.
 func TestWebhookGivesUp(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, _, tenant := newStore(t, pgstore.StoreConfig{})
-	w := st.Webhooks()
-	ep, err := w.WebhookCreate(ctx, tenant, "https://hooks.example.com/a", pgstore.WebhookEventTypes, "", []byte("k"), 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st, _, tenant, w, ep := newHookEndpoint(t)
 	sess := newSession(t, st, tenant)
 	endedTurn(t, st, tenant, sess.ID, 1)
 	c, err := w.WebhookClaim(ctx, 10, 0, 2, 1) // a zero lease: as if the replica died at once
@@ -322,13 +330,7 @@ func TestWebhookEndpoints(t *testing.T) {
 // stay whatever their age.
 func TestWebhookExpire(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	st, pool, tenant := newStore(t, pgstore.StoreConfig{})
-	w := st.Webhooks()
-	ep, err := w.WebhookCreate(ctx, tenant, "https://hooks.example.com/a", pgstore.WebhookEventTypes, "", []byte("k"), 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st, pool, tenant, w, ep := newHookEndpoint(t)
 	sess := newSession(t, st, tenant)
 	for n := 1; n <= 3; n++ {
 		endedTurn(t, st, tenant, sess.ID, n)
