@@ -45,16 +45,24 @@ import (
 // until, when not nil, ends the stream right after the first event for which it returns true
 // (a message's stream ends with the turn that served it). release gives back the stream's place
 // (reserveStream) when the stream ends.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, until func(eventlog.Event) bool, release func()) {
+//
+// known, when not negative, is a committed seq of the session that the caller read or wrote in
+// this request after it checked the tenant's session (a message's stream: the message's own
+// seq): the tail starts there, and the session is not read again. Negative: the stream reads the
+// session (its tenant, that it is live, its last seq).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, known int64, until func(eventlog.Event) bool, release func()) {
 	ctx := r.Context()
 	tenant := tenantID(r)
-	sess, err := s.cfg.Log.SessionGet(ctx, tenant, id)
-	if err != nil {
-		release()
-		writeError(w, r, err)
-		return
+	if known < 0 {
+		sess, err := s.cfg.Log.SessionGet(ctx, tenant, id)
+		if err != nil {
+			release()
+			writeError(w, r, err)
+			return
+		}
+		known = sess.LastSeq
 	}
-	t := s.tails.acquire(tenant, id, sess.LastSeq)
+	t := s.tails.acquire(tenant, id, known)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

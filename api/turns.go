@@ -100,7 +100,9 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 	}
 	if acceptsEventStream(r) {
 		t := &turnWatch{messageID: posted.MessageID, inject: req.Mode == worker.ModeInject}
-		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, t.observe, release)
+		// The session was read (runnable) and the message committed in this request: the stream
+		// starts its tail at the later of the two seqs, without reading the session again.
+		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, max(sess.LastSeq, posted.Seq), t.observe, release)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rs.messageAccepted(r, id, req.Mode, posted))

@@ -239,6 +239,13 @@ func Follow(ctx context.Context, j Journal, cursor func() int64, fn func([]Event
 		if err := j.Wait(ctx, after); err != nil {
 			return err
 		}
+		if cursor() > after {
+			// The cursor moved while Wait waited (a batch handed over in process, the caller's
+			// own append): the wake-up may be for what it covers. Wait again from the new
+			// cursor, which returns at once when there is more after it, rather than read a
+			// page that may well be empty.
+			continue
+		}
 		// The read is not cut by ctx but bounded: a store may lose a connection to a cancelled
 		// query (pgx closes it), and a follower that stops as it reads is common.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followReadTimeout)

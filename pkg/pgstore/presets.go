@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
@@ -22,6 +23,8 @@ import (
 type Presets struct {
 	pool  *pgxpool.Pool
 	rules preset.Rules
+
+	versions versionCache // pinned versions read before: they never change
 }
 
 // NewPresets returns the preset store over pool; it validates every write with rules.
@@ -124,10 +127,87 @@ func (s *Presets) PresetGet(ctx context.Context, tenantID, id uuid.UUID) (preset
 
 // PresetVersionGet returns one version of preset id, also after the preset was deleted (a
 // session keeps using the version it pinned), or preset.ErrNotFound.
+//
+// A version is written once and never changed (a preset's update adds a version, its deletion
+// keeps them), so a version this process read before is not read again: every turn of a session
+// needs its pinned version. The stored row is kept, not the decoded preset, so that no two
+// callers share its maps and slices.
 func (s *Presets) PresetVersionGet(ctx context.Context, tenantID, id uuid.UUID, version int) (preset.Preset, error) {
-	row := s.pool.QueryRow(ctx, presetSelect+`AND v.version = $3
-		WHERE p.id = $1 AND p.tenant_id = $2`, id, tenantID, version)
-	return scanOne(row)
+	key := versionKey{tenant: tenantID, id: id, version: version}
+	if r, ok := s.versions.get(key); ok {
+		return r.decode()
+	}
+	var r versionRow
+	err := s.pool.QueryRow(ctx, presetSelect+`AND v.version = $3
+		WHERE p.id = $1 AND p.tenant_id = $2`, id, tenantID, version).Scan(&r.id, &r.version, &r.created, &r.updated, &r.body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return preset.Preset{}, preset.ErrNotFound
+	}
+	if err != nil {
+		return preset.Preset{}, dbError(err, "preset: get")
+	}
+	p, err := r.decode()
+	if err == nil {
+		s.versions.put(key, r)
+	}
+	return p, err
+}
+
+// versionKey names a preset version of a tenant.
+type versionKey struct {
+	tenant, id uuid.UUID
+	version    int
+}
+
+// versionRow is a stored preset version, as read.
+type versionRow struct {
+	id               uuid.UUID
+	version          int
+	created, updated time.Time
+	body             []byte
+}
+
+func (r versionRow) decode() (preset.Preset, error) {
+	p := preset.Preset{ID: r.id, Version: r.version, CreatedAt: r.created, UpdatedAt: r.updated}
+	if err := json.Unmarshal(r.body, &p.Body); err != nil {
+		return preset.Preset{}, fmt.Errorf("preset %s version %d: stored body: %w", p.ID, p.Version, err)
+	}
+	p.Body.Normalize() // bodies written before a field existed get its default
+	return p, nil
+}
+
+// Bounds of versionCache: past either, it starts again empty.
+const (
+	versionCacheEntries = 4096
+	versionCacheBytes   = 32 << 20
+)
+
+// versionCache keeps the preset versions a process read, bounded by versionCacheEntries and
+// versionCacheBytes of bodies. Safe for concurrent use; the zero value is empty.
+type versionCache struct {
+	mu    sync.Mutex
+	m     map[versionKey]versionRow
+	bytes int
+}
+
+func (c *versionCache) get(k versionKey) (versionRow, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[k]
+	return r, ok
+}
+
+func (c *versionCache) put(k versionKey, r versionRow) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	if c.m == nil || len(c.m) >= versionCacheEntries || c.bytes+len(r.body) > versionCacheBytes {
+		c.m, c.bytes = map[versionKey]versionRow{}, 0
+	}
+	c.m[k] = r
+	c.bytes += len(r.body)
 }
 
 // PresetDelete deletes preset id: it disappears from reads and lists, and no new session can
@@ -182,16 +262,11 @@ func scanOne(row pgx.Row) (preset.Preset, error) {
 }
 
 func scan(row pgx.Row) (preset.Preset, error) {
-	var p preset.Preset
-	var body []byte
-	if err := row.Scan(&p.ID, &p.Version, &p.CreatedAt, &p.UpdatedAt, &body); err != nil {
+	var r versionRow
+	if err := row.Scan(&r.id, &r.version, &r.created, &r.updated, &r.body); err != nil {
 		return preset.Preset{}, err
 	}
-	if err := json.Unmarshal(body, &p.Body); err != nil {
-		return preset.Preset{}, fmt.Errorf("preset %s version %d: stored body: %w", p.ID, p.Version, err)
-	}
-	p.Body.Normalize() // bodies written before a field existed get its default
-	return p, nil
+	return r.decode()
 }
 
 // A cursor is the (created_at, id) of the last item of a page, base64url("<unix µs>.<uuid>").

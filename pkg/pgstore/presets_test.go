@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/pgstore"
@@ -169,4 +170,58 @@ func body(t *testing.T, js string) preset.Body {
 		t.Fatalf("bad test JSON %s: %v", js, err)
 	}
 	return b
+}
+
+// A pinned version read once is served again without the database (every turn of a session reads
+// its version), but still only to its tenant, and never as a value shared with the caller before.
+func TestPresetVersionReadOnceServedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tenants := pgstore.NewTenants(pool)
+	a, _, err := tenants.TenantCreate(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := tenants.TenantCreate(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pgstore.NewPresets(pool, preset.Rules{})
+	p, err := s.PresetCreate(ctx, a.ID, body(t, `{"name":"one","model":{"provider":"scripted","model":"m1"},"tools":{"allow":["read"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PresetUpdate(ctx, a.ID, p.ID, body(t, `{"name":"two","model":{"provider":"scripted","model":"m2"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.PresetVersionGet(ctx, a.ID, p.ID, 1)
+	if err != nil || first.Name != "one" || len(first.Tools.Allow) != 1 {
+		t.Fatalf("PresetVersionGet(1) = %+v, %v", first, err)
+	}
+	// The caller owns what it was given.
+	first.Name = "changed"
+	first.Tools.Allow[0] = "changed"
+	if _, err := s.PresetVersionGet(ctx, b.ID, p.ID, 1); !errors.Is(err, preset.ErrNotFound) {
+		t.Fatalf("another tenant's read of a version read before: %v; want ErrNotFound", err)
+	}
+	if err := s.PresetDelete(ctx, a.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close() // from here on only what was read before can be served
+	again, err := s.PresetVersionGet(ctx, a.ID, p.ID, 1)
+	if err != nil || again.Name != "one" || again.Version != 1 || again.Model.Model != "m1" ||
+		len(again.Tools.Allow) != 1 || again.Tools.Allow[0] != "read" || !again.CreatedAt.Equal(p.CreatedAt) {
+		t.Fatalf("version 1 read again = %+v, %v; want it as stored", again, err)
+	}
+	if _, err := s.PresetVersionGet(ctx, a.ID, p.ID, 2); err == nil {
+		t.Fatal("version 2, never read, was served without the database")
+	}
+	if _, err := s.PresetVersionGet(ctx, b.ID, p.ID, 1); errors.Is(err, preset.ErrNotFound) || err == nil {
+		t.Fatalf("another tenant's read must go to the database (closed): %v", err)
+	}
 }
