@@ -30,15 +30,7 @@ func bwrapOrSkip(t *testing.T) *sandbox.Bwrap {
 // provider needs.
 func workspaces(t *testing.T, owner *sandbox.Owner) *sandbox.Workspaces {
 	t.Helper()
-	root, err := os.MkdirTemp("", "dshd-sandbox-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: root, Owner: owner})
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: sandboxtest.WorkspaceRoot(t), Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}

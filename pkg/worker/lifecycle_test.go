@@ -78,6 +78,13 @@ func TestTenantTurnCap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.MaxTenantTurns = 1 })
+	wantOneTurnAtATime(t, e, r)
+}
+
+// wantOneTurnAtATime runs a turn in one session of the tenant and posts to a second session
+// while the first runs, and fails unless the second turn started after the first one ended.
+func wantOneTurnAtATime(t *testing.T, e *env, r *replica) {
+	t.Helper()
 	first, second := e.session(), e.session()
 	post(t, r, e.tenant, first, `tool:sleep args:{"ms":800,"text":"z"}`, worker.ModeFollowup)
 	e.waitFor(r.hub, first, eventlog.TypeToolCall)

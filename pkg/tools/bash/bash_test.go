@@ -24,15 +24,7 @@ type env struct {
 
 func newEnv(t *testing.T, shell sandbox.Provider, owner *sandbox.Owner) *env {
 	t.Helper()
-	root, err := os.MkdirTemp("", "dshd-bash-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: root, Owner: owner})
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: sandboxtest.WorkspaceRoot(t), Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
