@@ -162,11 +162,7 @@ func TestCODE6_SubSchedulerFollowsTheNativeRules(t *testing.T) {
 		var order []string
 		for range 3 {
 			order = append(order, <-g.started)
-			select {
-			case s := <-g.started:
-				t.Fatalf("%s started while %s ran", s, order[len(order)-1])
-			case <-time.After(20 * time.Millisecond):
-			}
+			g.wantNoStart(t, "while "+order[len(order)-1]+" ran")
 			g.release <- struct{}{}
 		}
 		if res := <-done; strings.Join(order, "") != "abc" || text(res.Content) != "abc" || g.maxRunning() != 1 {
@@ -188,11 +184,7 @@ func TestCODE6_SubSchedulerFollowsTheNativeRules(t *testing.T) {
 		}()
 		<-g.started
 		<-g.started
-		select {
-		case s := <-g.started:
-			t.Fatalf("%s started beyond the cap", s)
-		case <-time.After(20 * time.Millisecond):
-		}
+		g.wantNoStart(t, "beyond the cap")
 		for range 5 {
 			g.release <- struct{}{}
 		}
@@ -218,11 +210,7 @@ func TestCODE6_SubSchedulerFollowsTheNativeRules(t *testing.T) {
 		if s := <-g.started; s != "x" {
 			t.Fatalf("then %s started, want x", s)
 		}
-		select {
-		case s := <-g.started:
-			t.Fatalf("%s started while the exclusive call ran", s)
-		case <-time.After(20 * time.Millisecond):
-		}
+		g.wantNoStart(t, "while the exclusive call ran")
 		g.release <- struct{}{}
 		if s := <-g.started; s != "p3" {
 			t.Fatalf("then %s, want p3", s)

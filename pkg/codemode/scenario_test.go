@@ -156,11 +156,7 @@ func TestScenario33_SubCallConcurrency(t *testing.T) {
 	}
 	<-g.started
 	<-g.started
-	select {
-	case s := <-g.started:
-		t.Fatalf("%s started beyond maxParallelSubCalls 2", s)
-	case <-time.After(20 * time.Millisecond):
-	}
+	g.wantNoStart(t, "beyond maxParallelSubCalls 2")
 	for range 4 {
 		g.release <- struct{}{}
 	}

@@ -1,6 +1,7 @@
 package codemode_test
 
 import (
+	"time"
 	"context"
 	"encoding/json"
 	"sync"
@@ -57,6 +58,17 @@ func (g *gate) tool(t testing.TB, name string, parallel bool) *registry.Tool {
 		t.Fatal(err)
 	}
 	return tl
+}
+
+// wantNoStart fails the test when another gated call starts within a short while: the calls
+// started so far are all the scheduler may run now (what follows the name says why).
+func (g *gate) wantNoStart(t testing.TB, why string) {
+	t.Helper()
+	select {
+	case s := <-g.started:
+		t.Fatalf("%s started %s", s, why)
+	case <-time.After(20 * time.Millisecond):
+	}
 }
 
 func (g *gate) maxRunning() int {
