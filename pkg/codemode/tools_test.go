@@ -1,12 +1,12 @@
 package codemode_test
 
 import (
-	"time"
 	"context"
 	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
