@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/secretbox"
@@ -434,8 +435,35 @@ func (w *Webhooks) WebhookRecord(ctx context.Context, a WebhookAttempt, o Webhoo
 	if !o.Delivered && o.EndpointBackoff > 0 {
 		backoff = o.EndpointBackoff.Milliseconds()
 	}
+	// The record locks the endpoint's row (its failures and backoff), then the deliveries it
+	// pushes back; a concurrent record of the same endpoint locked its own delivery first, so each
+	// transaction takes the endpoint's row before anything else: records of one endpoint then
+	// follow each other instead of deadlocking. A deadlock with a claim is retried (the statement
+	// is fenced by the claim token, so it applies at most once).
 	var n int
-	err := w.s.pool.QueryRow(ctx, `
+	var err error
+	for try := 0; ; try++ {
+		n, err = w.record(ctx, a, status, lastErr, o, backoff)
+		var pgErr *pgconn.PgError
+		if try < 3 && errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001") {
+			continue
+		}
+		break
+	}
+	if err != nil {
+		return false, dbError(err, "webhook: record")
+	}
+	return n == 1, nil
+}
+
+// record runs WebhookRecord's statement in a transaction that locks the endpoint's row first.
+func (w *Webhooks) record(ctx context.Context, a WebhookAttempt, status *int, lastErr *string, o WebhookOutcome, backoff int64) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR UPDATE`, a.EndpointID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
 		WITH rec AS (
 			UPDATE webhook_deliveries SET last_status = $3, last_error = $4, claim_token = NULL,
 				delivered_at = CASE WHEN $5 THEN now() END,
@@ -458,11 +486,9 @@ func (w *Webhooks) WebhookRecord(ctx context.Context, a WebhookAttempt, o Webhoo
 				AND d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at < ep.backoff_until
 		)
 		SELECT count(*) FROM rec`,
-		a.ID, a.Token, status, lastErr, o.Delivered, o.GiveUp, o.RetryIn.Milliseconds(), backoff).Scan(&n)
-	if err != nil {
-		return false, dbError(err, "webhook: record")
-	}
-	return n == 1, nil
+			a.ID, a.Token, status, lastErr, o.Delivered, o.GiveUp, o.RetryIn.Milliseconds(), backoff).Scan(&n)
+	})
+	return n, err
 }
 
 // WebhookExpire deletes delivered and failed deliveries that settled more than age ago, at most
