@@ -156,8 +156,9 @@ func TestIssue9Finding5SlowReaderIsDropped(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if took := time.Since(start); got >= n*(16<<10) || took > 15*time.Second {
-		t.Fatalf("the slow reader got %d bytes in %s before its stream ended; want it dropped early", got, took)
+	// Dropped by its lag, not by a clock: it got far less than the turn before its stream ended.
+	if got >= n*(16<<10) {
+		t.Fatalf("the slow reader got %d bytes in %s before its stream ended; want it dropped early", got, time.Since(start))
 	}
 	for i := range n {
 		if f := fast.next(t); f.id != strconv.Itoa(i+2) {
