@@ -316,6 +316,66 @@ func TestDocsNameRealTests(t *testing.T) {
 	}
 }
 
+// section returns the text of the markdown section of doc under heading (up to the next heading
+// of the same or a higher level).
+func section(t *testing.T, doc, heading string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(doc, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("no section %q", heading)
+	}
+	level := strings.Repeat("#", strings.Count(strings.Fields(heading)[0], "#"))
+	if i := regexp.MustCompile(`(?m)^#{1,` + strconv.Itoa(len(level)) + `} `).FindStringIndex(rest); i != nil {
+		rest = rest[:i[0]]
+	}
+	return rest
+}
+
+// TestReadmeLayoutNamesEveryPackage: the README's "Layout" names every Go package directory of
+// the repository, a sub-package by its path or by its last element (`openai` under `pkg/llm`).
+func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
+	r := readRepo(t)
+	layout := section(t, r.files["README.md"], "## Layout")
+	dirs := map[string]bool{}
+	for f := range r.files {
+		if strings.HasSuffix(f, ".go") && !strings.HasSuffix(f, "_test.go") {
+			if d := filepath.Dir(f); d != "." {
+				dirs[d] = true
+			}
+		}
+	}
+	for d := range dirs {
+		if !strings.Contains(layout, "`"+d+"`") && !strings.Contains(layout, "`"+d+"/") &&
+			!strings.Contains(layout, "`"+filepath.Base(d)+"`") {
+			t.Errorf("README.md \"Layout\" does not name %s", d)
+		}
+	}
+}
+
+// TestReadmeFollowsEveryKind: the README's browser example listens to every event kind of
+// docs/events.md's table "All kinds at a glance", so its "every event once" holds.
+func TestReadmeFollowsEveryKind(t *testing.T) {
+	r := readRepo(t)
+	table := section(t, r.files["docs/events.md"], "## All kinds at a glance")
+	_, types, ok := strings.Cut(r.files["README.md"], "const TYPES = [")
+	if !ok {
+		t.Fatal("README.md has no TYPES list")
+	}
+	types, _, _ = strings.Cut(types, "];")
+	kinds := 0
+	for _, row := range regexp.MustCompile(`(?m)^\| ([^|]+) \|`).FindAllStringSubmatch(table, -1) {
+		for _, k := range regexp.MustCompile("`([a-z-]+/[a-z/-]+)`").FindAllStringSubmatch(row[1], -1) {
+			kinds++
+			if !strings.Contains(types, "'"+k[1]+"'") {
+				t.Errorf("README.md's TYPES leaves out %s", k[1])
+			}
+		}
+	}
+	if kinds < 20 {
+		t.Fatalf("read %d kinds from docs/events.md; the table moved?", kinds)
+	}
+}
+
 // moduleRoot returns the directory of go.mod.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
