@@ -376,6 +376,42 @@ func TestReadmeFollowsEveryKind(t *testing.T) {
 	}
 }
 
+// TestArchitectureShowsTheLayers: the layer table of docs/architecture.md section 1 has exactly
+// the ranks of layers (imports_test.go): every entry in a row of its rank, and every package the
+// table names (a backquoted path under pkg/, cmd/ or internal/, or ".", "web", "migrations",
+// "api") at the rank layers gives it.
+func TestArchitectureShowsTheLayers(t *testing.T) {
+	r := readRepo(t)
+	table := section(t, r.files["docs/architecture.md"], "## 1. Packages and layers")
+	shown := map[string]int{}
+	for _, row := range regexp.MustCompile(`(?m)^\| *([0-9]+) \| ([^|]+) \|`).FindAllStringSubmatch(table, -1) {
+		rank, _ := strconv.Atoi(row[1])
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(row[2], -1) {
+			p := m[1]
+			if p == "." || p == "web" || p == "migrations" || p == "api" ||
+				strings.HasPrefix(p, "pkg/") || strings.HasPrefix(p, "cmd/") || strings.HasPrefix(p, "internal/") {
+				shown[p] = rank
+			}
+		}
+	}
+	want := map[string]int{}
+	for _, l := range layers {
+		for _, p := range l.pkgs {
+			want[p] = l.rank
+			if got, ok := shown[p]; !ok {
+				t.Errorf("docs/architecture.md's layer table leaves out %s (rank %d)", p, l.rank)
+			} else if got != l.rank {
+				t.Errorf("docs/architecture.md shows %s at rank %d; imports_test.go has %d", p, got, l.rank)
+			}
+		}
+	}
+	for p, rank := range shown {
+		if _, ok := want[p]; !ok {
+			t.Errorf("docs/architecture.md shows %s at rank %d; imports_test.go has no such entry", p, rank)
+		}
+	}
+}
+
 // moduleRoot returns the directory of go.mod.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
