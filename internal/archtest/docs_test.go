@@ -20,11 +20,12 @@ var (
 	ruleID = regexp.MustCompile(`\b(` + families + `)-([0-9]+)(?:(?:\.\.|–)([0-9]+))?\b`)
 	// ruleTest is a test named after a rule (TestSES14_...).
 	ruleTest = regexp.MustCompile(`\bTest(` + families + `)([0-9]+)_`)
-	// extensionID is one of dshd's extensions (E1): a capital E and a number standing alone.
-	extensionID = regexp.MustCompile(`(?:^|[^\w.\\-])(E[0-9]+)\b`)
+	// extensionID is one of dshd's extensions (E1): a capital E and a number standing alone (not
+	// part of a word, a number, an escape or a colour such as #E0).
+	extensionID = regexp.MustCompile(`(?:^|[^\w.\\#-])(E[0-9]+)\b`)
 	// sectionID is a section-style id (B8, B1-B9); docs/rules.md has no such ids, so citing one
 	// refers to a document outside the repository.
-	sectionID = regexp.MustCompile(`(?:^|[^\w.\\-])B([0-9]+)(?:-B?([0-9]+))?\b`)
+	sectionID = regexp.MustCompile(`(?:^|[^\w.\\#-])B([0-9]+)(?:-B?([0-9]+))?\b`)
 	// rulesDocID is whatever follows "docs/rules.md" as the id it cites ("docs/rules.md, tool-fs").
 	rulesDocID = regexp.MustCompile(`docs/rules\.md,? ([a-z][a-z0-9]*(?:-[a-z0-9]+)+)\b`)
 	// scenarioRef is a scenario cited by number in prose ("scenario 8", "scenarios 20 to 25").
