@@ -1,4 +1,4 @@
-// Package api is the HTTP surface of dshd (docs/architecture.md section 4): a chi router with API-key
+// Package api is the HTTP surface of dshd (docs/architecture.md section 2): a chi router with API-key
 // authentication, problem+json errors mapped in one table (errors.go), request logs and
 // Prometheus metrics, presets, sessions, event pages and live SSE streams of the session log.
 //

@@ -4,7 +4,7 @@
 -- Every row carries its tenant; every query filters by it. The per-session counter row in
 -- session_counters is what makes seq gapless: an append locks it with
 -- UPDATE ... SET last_seq = last_seq + n RETURNING in the appending transaction, so commit order
--- equals seq order (docs/architecture.md section 6).
+-- equals seq order (docs/architecture.md section 3).
 
 -- +goose Up
 CREATE TABLE tenants (

@@ -79,7 +79,7 @@ type Config struct {
 	// (the offline first run uses it); a hosted deployment may turn it off.
 	ScriptedModel bool
 	// ToolTimeout (DSHD_TOOL_TIMEOUT, a Go duration) bounds every tool that sets no timeout of its
-	// own (SPEC extension E2). Default 10m.
+	// own (extension E2, docs/rules.md). Default 10m.
 	ToolTimeout time.Duration
 	// WorkspaceRoot (DSHD_WORKSPACE_ROOT) holds the sessions' workspaces, <root>/<session id>;
 	// setting it adds the workspace tools (bash, read, write, edit, glob, grep, web_fetch).

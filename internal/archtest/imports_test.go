@@ -25,9 +25,8 @@ const module = "github.com/dshd/dshd"
 // layers is the rank of each module package. Imports point down: a package may import (in its
 // non-test files) only module packages of a lower rank, so packages of one rank never import
 // each other. An exact name wins over a "/..." pattern, a longer pattern over a shorter one. A
-// module package that matches no entry fails the test: give it a rank here. Entries for packages
-// that do not exist yet (pkg/fault, pkg/pgstore, pkg/codemode, pkg/approval) say
-// where they go.
+// module package that matches no entry fails the test: give it a rank here. The table of
+// docs/architecture.md section 1 shows the same ranks; change both together.
 var layers = []struct {
 	rank int
 	pkgs []string

@@ -267,9 +267,10 @@ type stagedContext struct {
 	h *handle
 }
 
-// headerInForce is the header in force for the next request: the one this runner staged, while
-// it is not written yet, else the last one in the log (another runner may have written a newer
-// one since this runner's was committed). nil when there is none.
+// headerInForce is the header in force (SES-13) for the next request: the one this runner
+// staged, while it is not written yet, else the last one in the log, as the mirror folded it
+// (another runner may have written a newer one since this runner's was committed). nil when
+// there is none. It is the one implementation of the header in force.
 func (r *Runner) headerInForce() *eventlog.ModelHeader {
 	if s := r.stagedHeader; s != nil && s.h.seq < 0 {
 		return &s.m

@@ -12,7 +12,7 @@ import (
 	"github.com/dshd/dshd/pkg/scheduler"
 )
 
-// runTools runs the step's tool calls through the scheduler (B8) and reports whether a committed
+// runTools runs the step's tool calls through the scheduler (SCHED-1..9) and reports whether a committed
 // result concluded the turn. An aborted step is reported through ctx, not as an error.
 func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Block) (bool, error) {
 	calls := make([]scheduler.Call, len(blocks))

@@ -87,7 +87,7 @@ type Config struct {
 	// retry. Tests point it at cmd/mockllm through ModelHosts instead of replacing it.
 	OpenAIFunc func(openai.Config) llm.Provider
 	// DefaultToolTimeoutMs bounds the body of every tool that sets no TimeoutMs of its own
-	// (SPEC extension E2): past it the call ends with a timeout result. Default
+	// (extension E2, docs/rules.md): past it the call ends with a timeout result. Default
 	// DefaultToolTimeoutMs (10 minutes); negative leaves such tools unbounded.
 	DefaultToolTimeoutMs int
 	// Loop is the base agent loop configuration (chunk window, retry backoff, clock, logger);

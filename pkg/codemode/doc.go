@@ -1,4 +1,4 @@
-// Package codemode is dshd's code mode (docs/rules.md B4, CODE-1..13, extension E3): the reserved
+// Package codemode is dshd's code mode (docs/rules.md CODE-1..13, extension E3): the reserved
 // `run_code` tool, the TypeScript SDK the model programs against, and the sandbox that runs the
 // programs.
 //

@@ -84,17 +84,3 @@ func (h ModelHeader) Equal(o ModelHeader) bool {
 	b, errB := marshalPayload(o.Canonical())
 	return errA == nil && errB == nil && bytes.Equal(a, b)
 }
-
-// HeaderInForce returns the header of the last request/header event of events, the header in
-// force (SES-13), and false when there is none.
-func HeaderInForce(events []Event) (ModelHeader, bool) {
-	for i := len(events) - 1; i >= 0; i-- {
-		if events[i].Type != TypeRequestHeader {
-			continue
-		}
-		if d, err := Decode[RequestHeader](events[i]); err == nil {
-			return d.Header, true
-		}
-	}
-	return ModelHeader{}, false
-}

@@ -408,14 +408,6 @@ func TestSES13_RequestHeader(t *testing.T) {
 	if x.Equal(z) || x.Equal(eventlog.ModelHeader{Config: cfg, Tools: x.Tools, System: "s"}) {
 		t.Fatal("markers or system are ignored")
 	}
-	l := eventlog.NewLog(nil)
-	et.MustAppend(t, l, et.TurnStart(1),
-		et.Raw("request/header", `{"header":{"config":{"provider":"p","model":"m1"},"system":""},"reason":"initial"}`),
-		et.Raw("request/header", `{"header":{"config":{"provider":"p","model":"m2"},"tools":[]},"reason":"change"}`))
-	h, ok := eventlog.HeaderInForce(l.Events())
-	if !ok || h.Config.Model != "m2" || len(h.Tools) != 0 {
-		t.Fatalf("header in force = %+v, %v", h, ok)
-	}
 }
 
 func TestSES16_SessionHeader(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package kernel is dshd's plugin kernel (docs/rules.md B13, extension E4): typed hooks with
+// Package kernel is dshd's plugin kernel (docs/rules.md KRN-1..7, extension E4): typed hooks with
 // waterfall, serial and emit dispatch, scoped listeners (SCP-7), idempotent disposers, and
 // plugins composed statically at boot in dependency order with rollback on failure. There is no
 // hot reload.

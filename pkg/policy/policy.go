@@ -1,10 +1,10 @@
 // Package policy makes the tool pipeline's hook points declarative: a preset's `policies` block
-// (docs/architecture.md section 4) of pre-execute rules, guards and post-execute rules, and the policy
+// (the README's "Tool policies") of pre-execute rules, guards and post-execute rules, and the policy
 // webhooks a preset may name. It defines the block's JSON shape (Policies, which pkg/preset
 // embeds), checks it (Check, for preset validation), compiles it (Compile) and installs it on a
 // preset's registry scope (Set.Install), where each rule yields exactly the results of the
 // pipeline rules it stands for: a deny or a guard the PIPE-5 failure `Error: <reason>` with
-// {ToolDeniedError, TOOL_DENIED} (SPEC extension E1), an ask the approval path (APR-1), a block
+// {ToolDeniedError, TOOL_DENIED} (extension E1, docs/rules.md), an ask the approval path (APR-1), a block
 // the PIPE-15 failure whose content is the feedback.
 //
 // Rules: every rule names the tools it applies to (`["*"]` for all) and may match the call's

@@ -1,5 +1,5 @@
-// Package preset defines agent presets (docs/architecture.md section 4), their defaults and validation, and
-// stores them, versioned, in PostgreSQL.
+// Package preset defines agent presets (the README's "Trying it with curl" shows one), their
+// defaults and validation; pkg/pgstore stores them, versioned, in PostgreSQL.
 //
 // A preset is a named, tenant-owned agent configuration. Every update writes a new immutable
 // version; a session pins the version it was created with and reads it with PresetVersionGet,

@@ -1,4 +1,4 @@
-// Package promptasm assembles and renders the system prompt of one model step (docs/rules.md B12,
+// Package promptasm assembles and renders the system prompt of one model step (docs/rules.md
 // PRM-1 to PRM-10, and the presentation hooks of PRS-3 and PRS-4).
 //
 // A Registry holds prompt registrations in layers: the global layer (scope key "") and one layer

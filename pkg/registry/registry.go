@@ -1,6 +1,7 @@
-// Package registry is dshd's scoped tool registry and tool execution pipeline (docs/rules.md B1-B9):
-// layers with shadowing, restrictions and presentation modes, guards, the Define DSL with its
-// own SCH validator, and the prepare / dispatch / finalize / finish stages the scheduler drives.
+// Package registry is dshd's scoped tool registry and tool execution pipeline (the REG, SCH,
+// SCP, PRS, GRD, PIPE, RES and APR rules of docs/rules.md): layers with shadowing, restrictions
+// and presentation modes, guards, the Define DSL with its own SCH validator, and the prepare /
+// dispatch / finalize / finish stages the scheduler drives.
 package registry
 
 import (

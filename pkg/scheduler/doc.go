@@ -1,4 +1,4 @@
-// Package scheduler runs one assistant step's tool calls (docs/rules.md B8, SCHED-1 to SCHED-9).
+// Package scheduler runs one assistant step's tool calls (docs/rules.md SCHED-1 to SCHED-9).
 //
 // The scheduler owns ordering and concurrency; the tool pipeline (pkg/registry) owns everything
 // that happens to one call. It never imports the session log: it reports through an [Emitter]

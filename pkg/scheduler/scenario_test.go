@@ -11,7 +11,8 @@ import (
 	"github.com/dshd/dshd/pkg/registry"
 )
 
-// docs/rules.md section (f), scenarios 20 to 25, through the real registry.
+// Scenarios 20 to 25 of docs/rules.md (the scheduler: SCHED-2, SCHED-4, SCHED-6, LOOP-6), through
+// the real registry.
 
 func TestScenario20_SlowEarlierCallHoldsBackFastLaterCommit(t *testing.T) {
 	t.Parallel()
