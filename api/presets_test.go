@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -131,5 +133,35 @@ func TestPresetListPagination(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Fatalf("saw %d of %d presets", len(seen), len(want))
+	}
+}
+
+// TestFinding1_LargePresetIsRefusedOverHTTP: the preset of issue 9's finding 1 (20,000 prompt
+// variables, 269 KB) is answered 400 at create and at PUT, with a detail that names the limit and
+// does not echo the body, and no version is written.
+func TestFinding1_LargePresetIsRefusedOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	vars := make(map[string]string, 20000)
+	for i := range 20000 {
+		vars[fmt.Sprintf("v%d", i)] = "value-" + strconv.Itoa(i)
+	}
+	big := map[string]any{"name": "big", "model": map[string]string{"provider": "scripted", "model": "m"},
+		"prompt": map[string]any{"variables": vars}}
+	p := e.do(t, "POST", "/v1/presets", e.keyA, big).wantProblem(t, http.StatusBadRequest, "invalid_request")
+	if !strings.Contains(p.Detail, "prompt.variables") || !strings.Contains(p.Detail, "at most 256") || len(p.Detail) > 1024 {
+		t.Fatalf("create detail %q; want the variables' limit, briefly", p.Detail)
+	}
+	var v1 presetOut
+	e.do(t, "POST", "/v1/presets", e.keyA, minimalPreset).want(t, http.StatusCreated).json(t, &v1)
+	path := "/v1/presets/" + v1.ID.String()
+	p = e.do(t, "PUT", path, e.keyA, big).wantProblem(t, http.StatusBadRequest, "invalid_request")
+	if !strings.Contains(p.Detail, "at most 256") || len(p.Detail) > 1024 {
+		t.Fatalf("PUT detail %q; want the variables' limit, briefly", p.Detail)
+	}
+	var cur presetOut
+	e.do(t, "GET", path, e.keyA, nil).want(t, http.StatusOK).json(t, &cur)
+	if cur.Version != 1 {
+		t.Fatalf("a refused PUT wrote version %d", cur.Version)
 	}
 }
