@@ -150,7 +150,7 @@ func runProgram(t *testing.T, c *cluster, sid string, turn int, program string) 
 	if ends := turnEnds(this); len(ends) != 1 || ends[0].kind != "completed" {
 		t.Fatalf("turn %d ends %+v, want completed\n%s", turn, ends, describe(this))
 	}
-	if err := dispatchOrder(this); err != nil {
+	if err := dispatchOrder(this, 2); err != nil {
 		t.Fatalf("stored log: %v\n%s", err, describe(this))
 	}
 	f.waitFor(len(evs), 30*time.Second)
@@ -166,7 +166,7 @@ func runProgram(t *testing.T, c *cluster, sid string, turn int, program string) 
 			t.Fatalf("streamed event %d is %s #%d %s, stored %s #%d %s", i, streamed[i].Type, streamed[i].Seq, streamed[i].Data, ev.Type, ev.Seq, ev.Data)
 		}
 	}
-	if err := dispatchOrder(streamed[first:len(evs)]); err != nil {
+	if err := dispatchOrder(streamed[first:len(evs)], 2); err != nil {
 		t.Fatalf("stream: %v", err)
 	}
 	return this
@@ -199,10 +199,10 @@ func historyToolResults(t *testing.T, r *replica, key, sid string) []string {
 	return out
 }
 
-// dispatchOrder checks that the events of one turn hold exactly one run_code call whose two
+// dispatchOrder checks that the events of one turn hold exactly one run_code call whose n
 // sub-calls each log tool/code-dispatch-start, then tool/code-dispatch, all before the outer
-// tool/result, with sub-call ids <outer>:code:1 and <outer>:code:2.
-func dispatchOrder(evs []storedEvent) error {
+// tool/result, with sub-call ids <outer>:code:1 to <outer>:code:<n>.
+func dispatchOrder(evs []storedEvent, n int) error {
 	var outer string
 	started, settled := map[string]int{}, map[string]int{}
 	result := -1
@@ -230,11 +230,11 @@ func dispatchOrder(evs []storedEvent) error {
 	if outer == "" || result < 0 {
 		return fmt.Errorf("no run_code call with a result (call %q, result at %d)", outer, result)
 	}
-	if len(started) != 2 || len(settled) != 2 {
-		return fmt.Errorf("sub-calls started %v and settled %v, want two of each", started, settled)
+	if len(started) != n || len(settled) != n {
+		return fmt.Errorf("sub-calls started %v and settled %v, want %d of each", started, settled, n)
 	}
-	for n := 1; n <= 2; n++ {
-		id := fmt.Sprintf("%s:code:%d", outer, n)
+	for k := 1; k <= n; k++ {
+		id := fmt.Sprintf("%s:code:%d", outer, k)
 		s, okS := started[id]
 		d, okD := settled[id]
 		if !okS || !okD || s > d || d > result {
