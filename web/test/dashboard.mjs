@@ -547,6 +547,12 @@ await step('phone-viewport', async () => {
   check(overflow2 <= 0, `the session list is ${overflow2}px wider than the phone`);
   const status = await page.locator(`table.sessions tr[data-id="${sessionId}"] .badge`).innerText();
   check(status === 'idle', `listed status ${status}`);
+  // The list refreshes itself; a keyboard user's focus on a row's link stays there.
+  const link = page.locator(`table.sessions tr[data-id="${sessionId}"] a`);
+  await tabTo(link, { max: 80 });
+  await page.waitForResponse((r) => r.url().includes('/v1/sessions?limit=100'));
+  await page.waitForFunction(() => true); // let the refresh's rendering run
+  check(await link.evaluate((el) => el === document.activeElement), `the list's refresh moved focus to ${await focused()}`);
 });
 await page.setViewportSize({ width: 1280, height: 900 });
 
@@ -603,6 +609,30 @@ if (unlistedPage) {
     await other.close();
   });
 }
+
+await step('run-code-card', async () => {
+  // The keyboard-made `code` preset: one run_code program whose two sub-calls nest in its card.
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.getByLabel('Preset').selectOption({ label: 'keyboard-preset (v1)' });
+  await page.getByRole('button', { name: 'New session' }).click();
+  await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+  await until('the stream to be live', async () => (await page.locator('#conn').innerText()) === 'live');
+  const program = 'const [a, b] = await Promise.all([tools.echo({text: "x"}), tools.wait({ms: 1500, text: "y"})]);\nreturn a + " " + b;';
+  await send(`tool:run_code args:${encodeURIComponent(JSON.stringify({ code: program, description: 'Two calls' }))}`);
+  const card = turn(1).locator('article.tool', { hasText: 'run_code' });
+  const subs = card.locator('ul.subcalls > li.subcall');
+  // The sub-calls show while the program runs, before the outer result.
+  await until('both sub-calls in the running card', async () => (await subs.count()) === 2 &&
+    (await card.locator('.tool-state .badge.running').count()) === 1);
+  await until('the program to succeed', async () => (await card.locator('.tool-state .badge.ok').count()) === 1);
+  check((await card.locator('.tool-result .result').innerText()) === 'x y', 'the run_code card lacks its result');
+  const names = await subs.locator('.tool-head .mono').allInnerTexts();
+  check(names.join() === 'echo,wait', `sub-calls ${names}`);
+  check(await subs.locator('.sub-state .badge.ok').count() === 2, 'a sub-call did not succeed');
+  check((await subs.nth(1).locator('pre').first().innerText()).includes('"ms": 1500'), 'a sub-call lacks its arguments');
+  await turnEnded(1, 'completed');
+  await a11y('session view with a run_code card', { tab: false });
+});
 
 await step('signed-out', async () => {
   await page.getByRole('button', { name: 'Sign out' }).click();
