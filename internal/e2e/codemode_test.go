@@ -35,7 +35,7 @@ func TestCodeModeOverHTTP(t *testing.T) {
 		}
 		// Two parallel-safe `wait` calls: if the sub-scheduler ran them one after the other, the
 		// first would settle before the second started.
-		evs := runProgram(t, c, sid, 1, `const [a, b] = await Promise.all([tools.wait({ms: 300, text: "one"}), tools.wait({ms: 300, text: "two"})]);
+		evs := runProgram(t, c, sid, 1, `const [a, b] = await Promise.all([tools.wait({ms: 1000, text: "one"}), tools.wait({ms: 1000, text: "two"})]);
 console.log("saw " + a);
 return b;`)
 		if err := overlapped(evs); err != nil {

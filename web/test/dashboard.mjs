@@ -4,10 +4,13 @@
 // the dashboard the way a person would: sign in, create and edit a preset with a prompt preview,
 // open a session, watch an answer stream in after a tool call, answer approvals, reload the page
 // mid-turn, cut the network mid-turn, cancel a running tool, filter the timeline, fork, read the
-// turns and the history, and use a phone-sized viewport. A page of another origin follows the
-// session with a stream token (DSHD_CORS_PAGE, listed in the server's DSHD_CORS_ORIGINS) and one
-// of an unlisted origin is refused (DSHD_CORS_UNLISTED_PAGE). Every step leaves a screenshot in
-// DSHD_ARTIFACTS (default ./artifacts); the page may log no console error.
+// turns and the history, and use a phone-sized viewport. On every view it checks that each control
+// has an accessible name and is reached by Tab with no trap; it creates a preset with the
+// keyboard alone, and runs a run_code program whose card nests its sub-calls. A page of another
+// origin follows the session with a stream token (DSHD_CORS_PAGE, listed in the server's
+// DSHD_CORS_ORIGINS) and one of an unlisted origin is refused (DSHD_CORS_UNLISTED_PAGE). Every
+// step leaves a screenshot in DSHD_ARTIFACTS (default ./artifacts); the page may log no console
+// error.
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
