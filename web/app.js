@@ -233,7 +233,11 @@ function presetEditor(id) {
   const preview = h('div', { class: 'preview', 'aria-live': 'polite' });
   const title = h('h1', {}, id ? 'Edit preset' : 'New preset');
 
-  function sectionRow(s = { name: '', order: 0, text: '' }) {
+  // A row added with its Add button takes the focus on its first field; a removed row gives it
+  // back to the Add button, so keyboard focus never falls to the page.
+  const addSection = h('button', { type: 'button', onclick: () => sectionRow(undefined, true) }, 'Add section');
+  const addVariable = h('button', { type: 'button', onclick: () => variableRow('', '', true) }, 'Add variable');
+  function sectionRow(s = { name: '', order: 0, text: '' }, focus = false) {
     const n = h('input', { type: 'text', value: s.name, required: true, dataset: { k: 'name' } });
     const o = h('input', { type: 'number', value: s.order ?? 0, step: 'any', dataset: { k: 'order' } });
     const t = h('textarea', { rows: 2, dataset: { k: 'text' } });
@@ -244,16 +248,18 @@ function presetEditor(id) {
       h('div', { class: 'row' }, h('div', { class: 'grow' }, field('Section name', n)), field('Order', o)),
       field('Section text', t),
       h('label', { class: 'inline', for: (c.id = nextId('f')) }, c, 'Complete (replaces the assembled prompt)'),
-      h('button', { type: 'button', class: 'danger', onclick: () => card.remove() }, 'Remove section'));
+      h('button', { type: 'button', class: 'danger', onclick: () => { card.remove(); addSection.focus(); } }, 'Remove section'));
     sections.append(card);
+    if (focus) n.focus();
   }
-  function variableRow(k = '', v = '') {
+  function variableRow(k = '', v = '', focus = false) {
     const kn = h('input', { type: 'text', value: k, pattern: '[a-z][a-z0-9_]*', dataset: { k: 'key' } });
     const vv = h('input', { type: 'text', value: v, dataset: { k: 'value' } });
     const row = h('div', { class: 'row var-row' }, h('div', { class: 'grow' }, field('Variable name', kn)),
       h('div', { class: 'grow' }, field('Value', vv)),
-      h('button', { type: 'button', class: 'danger', onclick: () => row.remove() }, 'Remove'));
+      h('button', { type: 'button', class: 'danger', onclick: () => { row.remove(); addVariable.focus(); } }, 'Remove variable'));
     variables.append(row);
+    if (focus) kn.focus();
   }
 
   function fill(p) {
@@ -343,10 +349,8 @@ function presetEditor(id) {
     h('fieldset', {}, h('legend', {}, 'Tools'), field('Mode', mode),
       h('p', { class: 'hint' }, 'Allowed tools: none checked means all.'), toolsBox),
     h('fieldset', {}, h('legend', {}, 'Prompt'), field('Persona', persona),
-      h('h2', {}, 'Sections'), sections,
-      h('button', { type: 'button', onclick: () => sectionRow() }, 'Add section'),
-      h('h2', {}, 'Variables'), variables,
-      h('button', { type: 'button', onclick: () => variableRow() }, 'Add variable')),
+      h('h2', {}, 'Sections'), sections, addSection,
+      h('h2', {}, 'Variables'), variables, addVariable),
     field('Policies (JSON)', policies, 'Merged into the preset: approval ({"policy":"ask","ask":["echo"],"timeoutMs":60000}), limits ({"maxSteps":20}) and any other preset field. Saving replaces the whole preset (PUT) with a new version.'),
     h('div', { class: 'row' },
       h('button', { type: 'submit', class: 'primary' }, 'Save'),
@@ -399,6 +403,27 @@ function sessionList() {
     presetSel.replaceChildren(...list.map((p) => h('option', { value: p.id }, `${p.name} (v${p.version})`)));
     if (!list.length) presetSel.append(h('option', { value: '' }, 'create a preset first'));
   });
+  // A row is kept (with its link, so keyboard focus stays on it) while its session is listed;
+  // only its cells change.
+  const rows = new Map();
+  function sessionRow(s) {
+    let tr = rows.get(s.id);
+    if (!tr) {
+      tr = h('tr', { dataset: { id: s.id } }, h('td', {}, h('a', { href: `#/sessions/${s.id}`, class: 'mono' }, shortId(s.id))));
+      rows.set(s.id, tr);
+    }
+    const cells = [
+      h('td', {}, badge(s.status || 'idle'), s.turn ? ` turn ${s.turn}` : ''),
+      h('td', {}, names[s.presetId] || (s.presetId ? shortId(s.presetId) : '—'), s.parentSession ? ' (fork)' : ''),
+      h('td', { class: 'num hide-narrow' }, s.lastTurn ?? ''),
+      h('td', { class: 'num hide-narrow' }, s.lastSeq + 1),
+      h('td', {}, new Date(s.createdAt).toLocaleString())];
+    const shown = [...tr.children].slice(1);
+    if (shown.length !== cells.length || shown.some((td, i) => td.outerHTML !== cells[i].outerHTML)) {
+      tr.replaceChildren(tr.firstChild, ...cells);
+    }
+    return tr;
+  }
   let stopped = false;
   let timer;
   async function load() {
@@ -406,14 +431,14 @@ function sessionList() {
     if (navigator.onLine) {
       await guard(async () => {
         const page = await api('GET', '/v1/sessions?limit=100');
-        body.replaceChildren(...page.items.map((s) => h('tr', { dataset: { id: s.id } },
-          h('td', {}, h('a', { href: `#/sessions/${s.id}`, class: 'mono' }, shortId(s.id))),
-          h('td', {}, badge(s.status || 'idle'), s.turn ? ` turn ${s.turn}` : ''),
-          h('td', {}, names[s.presetId] || (s.presetId ? shortId(s.presetId) : '—'), s.parentSession ? ' (fork)' : ''),
-          h('td', { class: 'num hide-narrow' }, s.lastTurn ?? ''),
-          h('td', { class: 'num hide-narrow' }, s.lastSeq + 1),
-          h('td', {}, new Date(s.createdAt).toLocaleString()))));
-        if (!page.items.length) body.append(h('tr', {}, h('td', { colspan: 6 }, 'No sessions yet.')));
+        const next = page.items.map(sessionRow);
+        if (next.length !== body.children.length || next.some((tr, i) => body.children[i] !== tr)) {
+          // Moving the rows blurs a focused link: it gets the focus back.
+          const active = document.activeElement;
+          body.replaceChildren(...next);
+          if (!page.items.length) body.append(h('tr', {}, h('td', { colspan: 6 }, 'No sessions yet.')));
+          if (active && active !== document.activeElement && body.contains(active)) active.focus();
+        }
       });
     }
     if (!stopped) timer = setTimeout(load, 2000);

@@ -4,10 +4,13 @@
 // the dashboard the way a person would: sign in, create and edit a preset with a prompt preview,
 // open a session, watch an answer stream in after a tool call, answer approvals, reload the page
 // mid-turn, cut the network mid-turn, cancel a running tool, filter the timeline, fork, read the
-// turns and the history, and use a phone-sized viewport. A page of another origin follows the
-// session with a stream token (DSHD_CORS_PAGE, listed in the server's DSHD_CORS_ORIGINS) and one
-// of an unlisted origin is refused (DSHD_CORS_UNLISTED_PAGE). Every step leaves a screenshot in
-// DSHD_ARTIFACTS (default ./artifacts); the page may log no console error.
+// turns and the history, and use a phone-sized viewport. On every view it checks that each control
+// has an accessible name and is reached by Tab with no trap; it creates a preset with the
+// keyboard alone, and runs a run_code program whose card nests its sub-calls. A page of another
+// origin follows the session with a stream token (DSHD_CORS_PAGE, listed in the server's
+// DSHD_CORS_ORIGINS) and one of an unlisted origin is refused (DSHD_CORS_UNLISTED_PAGE). Every
+// step leaves a screenshot in DSHD_ARTIFACTS (default ./artifacts); the page may log no console
+// error.
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -117,6 +120,120 @@ async function timelineIsExact() {
   return seqs.length;
 }
 
+// ----- accessibility: names and the keyboard
+
+// The roles of controls that must have an accessible name.
+const CONTROL_ROLES = new Set(['button', 'checkbox', 'combobox', 'textbox', 'searchbox', 'spinbutton', 'radio', 'switch',
+  'slider', 'listbox', 'tab', 'link', 'menuitem', 'DisclosureTriangle']);
+
+// unnamedControls asks Chromium's accessibility tree (the names a screen reader announces) for
+// every control of the page without a name, and checks the DOM the same way: every visible
+// input, select, textarea and button has a label, an aria-label(ledby) or (a button) its text.
+async function unnamedControls() {
+  const cdp = await context.newCDPSession(page);
+  const out = [];
+  let controls = 0;
+  try {
+    const { nodes } = await cdp.send('Accessibility.getFullAXTree');
+    for (const n of nodes) {
+      if (n.ignored || !CONTROL_ROLES.has(n.role?.value)) continue;
+      controls++;
+      if ((n.name?.value || '').trim()) continue;
+      let what = `role ${n.role.value}`;
+      if (n.backendDOMNodeId) {
+        const { node } = await cdp.send('DOM.describeNode', { backendNodeId: n.backendDOMNodeId }).catch(() => ({}));
+        if (node) what += ` <${node.localName} ${(node.attributes || []).join(' ')}>`;
+      }
+      out.push(what);
+    }
+  } finally {
+    await cdp.detach().catch(() => {});
+  }
+  out.push(...await page.evaluate(() => [...document.querySelectorAll('input, select, textarea, button')]
+    .filter((el) => el.checkVisibility() && el.type !== 'hidden')
+    .filter((el) => {
+      const byId = (el.getAttribute('aria-labelledby') || '').split(/\s+/).filter(Boolean)
+        .map((id) => document.getElementById(id)?.textContent.trim()).join('');
+      const labels = [...(el.labels || [])].map((l) => l.textContent.trim()).join('');
+      const own = el.tagName === 'BUTTON' ? el.textContent.trim() : '';
+      return !(byId || labels || (el.getAttribute('aria-label') || '').trim() || own);
+    })
+    .map((el) => `DOM ${el.outerHTML.slice(0, 160)}`)));
+  return { unnamed: out, controls };
+}
+
+// focusables lists the visible controls in the page's Tab order (tabindex -1 and disabled ones
+// are left out), as short descriptions.
+async function focusables() {
+  return page.evaluate(() => [...document.querySelectorAll('a[href], button, input, select, textarea, summary, [tabindex]')]
+    .filter((el) => el.checkVisibility() && !el.disabled && el.tabIndex >= 0 && el.type !== 'hidden')
+    .map((el) => el.dataset.a11y || (el.dataset.a11y = `${el.tagName.toLowerCase()}#${Math.random().toString(36).slice(2, 8)}`)));
+}
+
+// focused describes the focused element (as focusables names it), or 'body'.
+const focused = () => page.evaluate(() => {
+  const el = document.activeElement;
+  if (!el || el === document.body) return 'body';
+  return el.dataset.a11y || (el.dataset.a11y = `${el.tagName.toLowerCase()}#${Math.random().toString(36).slice(2, 8)}`);
+});
+
+// tabCycle presses Tab from the top of the page until focus comes back where it started: every
+// visible control must be reached, and no Tab may leave focus where it was (a keyboard trap).
+async function tabCycle(view) {
+  const want = await focusables();
+  await page.evaluate(() => { document.activeElement?.blur(); window.getSelection()?.removeAllRanges(); });
+  await page.locator('body').evaluate((b) => b.focus());
+  const seen = [];
+  let prev = await focused();
+  for (let i = 0; i < want.length * 2 + 10; i++) {
+    await page.keyboard.press('Tab');
+    const now = await focused();
+    check(now !== prev || now === 'body', `${view}: Tab left focus on ${now} (a keyboard trap)`);
+    if (now !== 'body' && now === seen[0]) break;
+    if (now !== 'body') seen.push(now);
+    prev = now;
+  }
+  const missed = want.filter((w) => !seen.includes(w));
+  check(missed.length === 0, `${view}: Tab never reached ${missed.length} of ${want.length} controls: ${missed.join(', ')}`);
+  check(seen.length > 0, `${view}: Tab reached nothing`);
+  // Shift+Tab walks the same controls back.
+  const k = Math.min(5, seen.length - 1);
+  await page.locator(`[data-a11y="${seen[k]}"]`).focus();
+  const back = [];
+  for (let i = 0; i < k; i++) {
+    await page.keyboard.press('Shift+Tab');
+    back.push(await focused());
+  }
+  const expected = seen.slice(0, k).reverse();
+  check(back.join() === expected.join(), `${view}: Shift+Tab went ${back} after Tab went ${seen.slice(0, k + 1)}`);
+}
+
+// a11y checks a view: every control named, every control reachable by Tab, and no trap.
+async function a11y(view, { tab = true } = {}) {
+  const { unnamed, controls } = await unnamedControls();
+  check(controls > 0, `${view}: the accessibility tree has no controls`);
+  check(unnamed.length === 0, `${view}: controls without an accessible name:\n  ${unnamed.join('\n  ')}`);
+  if (tab) await tabCycle(view);
+  console.log(`  ${view}: all ${controls} controls are named${tab ? ' and reached by Tab' : ''}`);
+}
+
+// tabTo presses Tab (Shift+Tab when back) until the locator's element has focus: the way a
+// keyboard user reaches a field. It fails if the element is not reached within max presses.
+async function tabTo(locator, { back = false, max = 40 } = {}) {
+  for (let i = 0; i < max; i++) {
+    if (await locator.evaluate((el) => el === document.activeElement)) return;
+    await page.keyboard.press(back ? 'Shift+Tab' : 'Tab');
+  }
+  throw new Error(`Tab did not reach ${locator} in ${max} presses (focus on ${await focused()})`);
+}
+
+// typeInto replaces the focused field's text by typing, as a person would.
+async function typeInto(text) {
+  await page.keyboard.press('Control+A');
+  await page.keyboard.press('Delete');
+  await page.keyboard.type(text);
+}
+
 let sessionId;
 
 await step('sign-in', async () => {
@@ -124,6 +241,7 @@ await step('sign-in', async () => {
   const key = page.getByLabel('API key');
   await key.waitFor();
   await shot('sign-in-form');
+  await a11y('sign-in');
   await key.fill(apiKey);
   await key.press('Enter');
   await page.getByRole('heading', { name: 'Sessions' }).waitFor();
@@ -131,7 +249,11 @@ await step('sign-in', async () => {
 
 await step('preset-created', async () => {
   await page.getByRole('link', { name: 'Presets' }).click();
+  await page.getByRole('heading', { name: 'Presets' }).waitFor();
+  await a11y('presets list');
   await page.getByRole('link', { name: 'New preset' }).click();
+  await page.getByLabel('echo', { exact: true }).waitFor(); // the tool catalogue is in
+  await a11y('preset editor');
   await page.getByLabel('Name', { exact: true }).fill('browser-test');
   await page.getByLabel('Provider').selectOption('scripted');
   await page.getByLabel('Model', { exact: true }).fill('default');
@@ -145,6 +267,7 @@ await step('preset-created', async () => {
   await page.getByLabel('echo', { exact: true }).check();
   await page.getByLabel('sleep', { exact: true }).check();
   await page.getByLabel('Policies (JSON)').fill(JSON.stringify({ approval: { policy: 'ask', ask: ['echo'], timeoutMs: 120000 }, limits: { maxSteps: 20 } }));
+  await a11y('preset editor with a section and a variable');
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('heading', { name: 'Edit preset browser-test (version 1)' }).waitFor();
 });
@@ -166,8 +289,79 @@ await step('preset-preview', async () => {
   check(pol.approval.ask[0] === 'echo' && pol.limits.maxSteps === 20, `policies ${JSON.stringify(pol)}`);
 });
 
+await step('preset-from-the-keyboard', async () => {
+  // Only the keyboard: Tab and Shift+Tab to the fields, typing, Space on check boxes, Enter on
+  // buttons and links.
+  await tabTo(page.getByRole('link', { name: 'Presets' }), { back: true, max: 80 });
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'Presets' }).waitFor();
+  await tabTo(page.getByRole('link', { name: 'New preset' }));
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'New preset' }).waitFor();
+  await page.getByLabel('echo', { exact: true }).waitFor();
+  const name = page.getByLabel('Name', { exact: true });
+  check(await name.evaluate((el) => el === document.activeElement), 'the new preset form does not start at its name');
+  await page.keyboard.type('keyboard-preset');
+  await tabTo(page.getByLabel('Provider'));
+  await page.keyboard.type('scripted'); // a closed select picks the option whose text is typed
+  await tabTo(page.getByLabel('Model', { exact: true }));
+  await typeInto('default');
+  await tabTo(page.getByLabel('Mode', { exact: true }));
+  await page.keyboard.type('code');
+  for (const tool of ['echo', 'wait']) {
+    await tabTo(page.getByLabel(tool, { exact: true }));
+    await page.keyboard.press('Space');
+  }
+  await tabTo(page.getByLabel('Persona'));
+  await page.keyboard.type('You are typed from the keyboard.');
+  await tabTo(page.getByRole('button', { name: 'Add section' }));
+  await page.keyboard.press('Enter');
+  // The new row's first field has focus; its fields follow in Tab order.
+  const sectionName = page.getByLabel('Section name');
+  check(await sectionName.evaluate((el) => el === document.activeElement), `Add section left focus on ${await focused()}`);
+  await page.keyboard.type('style');
+  await tabTo(page.getByLabel('Section text'));
+  await page.keyboard.type('Answer {{who}}.');
+  // A removed row hands focus back to its Add button, not to the page.
+  await tabTo(page.getByRole('button', { name: 'Add section' }));
+  await page.keyboard.press('Enter');
+  await tabTo(page.getByRole('button', { name: 'Remove section' }).nth(1));
+  await page.keyboard.press('Space');
+  check(await page.getByRole('button', { name: 'Add section' }).evaluate((el) => el === document.activeElement), `Remove section left focus on ${await focused()}`);
+  check(await page.getByLabel('Section name').count() === 1, 'the second section was not removed');
+  // Back to the first section's Complete box with Shift+Tab, on and off again.
+  const complete = page.getByLabel('Complete (replaces the assembled prompt)');
+  await tabTo(complete, { back: true });
+  await page.keyboard.press('Space');
+  check(await complete.isChecked(), 'Space did not check Complete');
+  await page.keyboard.press('Space');
+  check(!(await complete.isChecked()), 'Space did not uncheck Complete');
+  await tabTo(page.getByRole('button', { name: 'Add variable' }));
+  await page.keyboard.press('Enter');
+  check(await page.getByLabel('Variable name').evaluate((el) => el === document.activeElement), `Add variable left focus on ${await focused()}`);
+  await page.keyboard.type('who');
+  await tabTo(page.getByLabel('Value', { exact: true }));
+  await page.keyboard.type('briefly');
+  await tabTo(page.getByLabel('Policies (JSON)'));
+  await typeInto('{"limits":{"maxSteps":7}}');
+  await a11y('preset editor filled from the keyboard');
+  await tabTo(page.getByLabel('Policies (JSON)'));
+  await tabTo(page.getByRole('button', { name: 'Save' }));
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'Edit preset keyboard-preset (version 1)' }).waitFor();
+  const list = await apiCall('GET', '/v1/presets?limit=500');
+  const p = list.items.find((x) => x.name === 'keyboard-preset');
+  check(p && p.model.provider === 'scripted' && p.model.model === 'default' && p.tools.mode === 'code' &&
+    JSON.stringify(p.tools.allow) === '["echo","wait"]' && p.prompt.persona === 'You are typed from the keyboard.' &&
+    p.prompt.sections.length === 1 && p.prompt.sections[0].name === 'style' && p.prompt.sections[0].text === 'Answer {{who}}.' &&
+    !p.prompt.sections[0].complete && p.prompt.variables.who === 'briefly' && p.limits.maxSteps === 7,
+  `the preset typed from the keyboard: ${JSON.stringify(p)}`);
+});
+
 await step('session-opened', async () => {
   await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.locator('table.sessions').waitFor();
+  await a11y('sessions list');
   await page.getByLabel('Preset').selectOption({ label: 'browser-test (v2)' });
   await page.getByRole('button', { name: 'New session' }).click();
   await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
@@ -327,11 +521,12 @@ await step('forked', async () => {
 });
 
 await step('keyboard-and-labels', async () => {
-  // Every visible control has a label; tabs move with the arrow keys.
-  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea')]
-    .filter((el) => el.offsetParent !== null && !el.labels?.length && !el.getAttribute('aria-label'))
-    .map((el) => el.outerHTML));
-  check(unlabelled.length === 0, `unlabelled controls: ${unlabelled}`);
+  // Every control of every tab of the session view has a name; Tab reaches every control of the
+  // chat with no trap; tabs move with the arrow keys.
+  for (const name of ['Timeline', 'Turns', 'History', 'Prompt', 'Chat']) {
+    await page.getByRole('tab', { name }).click();
+    await a11y(`session view, ${name} tab`, { tab: name === 'Chat' });
+  }
   await page.getByRole('tab', { name: 'Chat' }).focus();
   await page.keyboard.press('ArrowRight');
   check(await page.getByRole('tab', { name: 'Timeline' }).getAttribute('aria-selected') === 'true', 'ArrowRight did not select the next tab');
@@ -355,6 +550,12 @@ await step('phone-viewport', async () => {
   check(overflow2 <= 0, `the session list is ${overflow2}px wider than the phone`);
   const status = await page.locator(`table.sessions tr[data-id="${sessionId}"] .badge`).innerText();
   check(status === 'idle', `listed status ${status}`);
+  // The list refreshes itself; a keyboard user's focus on a row's link stays there.
+  const link = page.locator(`table.sessions tr[data-id="${sessionId}"] a`);
+  await tabTo(link, { max: 80 });
+  await page.waitForResponse((r) => r.url().includes('/v1/sessions?limit=100'));
+  await page.waitForFunction(() => true); // let the refresh's rendering run
+  check(await link.evaluate((el) => el === document.activeElement), `the list's refresh moved focus to ${await focused()}`);
 });
 await page.setViewportSize({ width: 1280, height: 900 });
 
@@ -411,6 +612,30 @@ if (unlistedPage) {
     await other.close();
   });
 }
+
+await step('run-code-card', async () => {
+  // The keyboard-made `code` preset: one run_code program whose two sub-calls nest in its card.
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.getByLabel('Preset').selectOption({ label: 'keyboard-preset (v1)' });
+  await page.getByRole('button', { name: 'New session' }).click();
+  await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+  await until('the stream to be live', async () => (await page.locator('#conn').innerText()) === 'live');
+  const program = 'const [a, b] = await Promise.all([tools.echo({text: "x"}), tools.wait({ms: 1500, text: "y"})]);\nreturn a + " " + b;';
+  await send(`tool:run_code args:${encodeURIComponent(JSON.stringify({ code: program, description: 'Two calls' }))}`);
+  const card = turn(1).locator('article.tool', { hasText: 'run_code' });
+  const subs = card.locator('ul.subcalls > li.subcall');
+  // The sub-calls show while the program runs, before the outer result.
+  await until('both sub-calls in the running card', async () => (await subs.count()) === 2 &&
+    (await card.locator('.tool-state .badge.running').count()) === 1);
+  await until('the program to succeed', async () => (await card.locator('.tool-state .badge.ok').count()) === 1);
+  check((await card.locator('.tool-result .result').innerText()) === 'x y', 'the run_code card lacks its result');
+  const names = await subs.locator('.tool-head .mono').allInnerTexts();
+  check(names.join() === 'echo,wait', `sub-calls ${names}`);
+  check(await subs.locator('.sub-state .badge.ok').count() === 2, 'a sub-call did not succeed');
+  check((await subs.nth(1).locator('pre').first().innerText()).includes('"ms": 1500'), 'a sub-call lacks its arguments');
+  await turnEnded(1, 'completed');
+  await a11y('session view with a run_code card', { tab: false });
+});
 
 await step('signed-out', async () => {
   await page.getByRole('button', { name: 'Sign out' }).click();
