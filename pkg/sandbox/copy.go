@@ -10,7 +10,7 @@ import (
 	"syscall"
 )
 
-// Copy copies the workspace of src, files and observations, to a new workspace dst, as a fork
+// Copy copies the workspace of src, files, observations and tenant, to a new workspace dst, as a fork
 // does (SES-15): the API's session create with `fork` calls it once the child session exists. A
 // source without a workspace copies nothing. dst must not have a workspace yet. The copy is
 // written under a temporary name and renamed into place, so dst is either absent or complete;
@@ -44,6 +44,13 @@ func (w *Workspaces) Copy(src, dst string) error {
 	if err := os.Rename(tmp, to); err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("sandbox: copy workspace: %w", err)
+	}
+	// The copy belongs to the source's tenant (its tenant file came with it) and counts for it.
+	if tenant, _ := readTenant(to); tenant != "" {
+		if err := w.mark(tenant, dst); err != nil {
+			return fmt.Errorf("sandbox: copy workspace: %w", err)
+		}
+		w.forget(tenant)
 	}
 	return nil
 }

@@ -2,9 +2,12 @@ package bash_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,5 +181,119 @@ func TestBashIsSandboxed(t *testing.T) {
 		if !strings.Contains(got, "[exit code: ") || strings.Contains(got, "other-secret") {
 			t.Errorf("%q: %q", cmd, got)
 		}
+	}
+}
+
+// listen opens a TCP listener on the host's loopback; count reports, once it is closed, how many
+// connections it accepted.
+func listen(t *testing.T) (port int, count func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	n := 0
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n++
+			_ = c.Close()
+		}
+	})
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = ln.Close()
+			wg.Wait()
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port, func() int {
+		closed = true
+		_ = ln.Close()
+		wg.Wait()
+		return n
+	}
+}
+
+// TestBashNetworkFollowsTheSetting: the default bash has no network (a connection to a listener
+// on the host's loopback fails) and says so; the definition with Config.Network (a preset's
+// tools.bash.network) shares the host's network: the same connection reaches the listener, and
+// its description says the network is on.
+func TestBashNetworkFollowsTheSetting(t *testing.T) {
+	t.Parallel()
+	off := bwrapEnv(t)
+	b := sandboxtest.Bwrap(t)
+	tl, err := bash.Tool(bash.Config{Shell: b, Workspaces: off.w, Network: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := &env{t: t, w: off.w, tool: tl, reg: tooltest.New(t, tl)}
+	if d := off.tool.Description; !strings.Contains(d, "there is no network") || strings.Contains(d, "network is on") {
+		t.Errorf("off: %q", d)
+	}
+	if d := on.tool.Description; !strings.Contains(d, "the network is on") || strings.Contains(d, "no network") {
+		t.Errorf("on: %q", d)
+	}
+	port, accepted := listen(t)
+	cmd := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && echo CONNECTED", port)
+	if got, _ := off.call(context.Background(), "s", map[string]any{"command": cmd}); strings.Contains(got, "CONNECTED") ||
+		!strings.Contains(got, "[exit code: ") {
+		t.Fatalf("connected without the network: %q", got)
+	}
+	if got, code := on.call(context.Background(), "s", map[string]any{"command": cmd}); got != "CONNECTED" || code != "" {
+		t.Fatalf("with the network: %q %s", got, code)
+	}
+	if n := accepted(); n != 1 {
+		t.Fatalf("the listener accepted %d connections, want only the one with the network", n)
+	}
+}
+
+// TestBashReportsTheTenantQuota: a command that leaves the session's tenant over its workspace
+// bound says so in its result, and the tenant's next write is then refused; once files are
+// removed the note goes away.
+func TestBashReportsTheTenantQuota(t *testing.T) {
+	t.Parallel()
+	l, err := sandbox.NewLocal(sandbox.LocalConfig{Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: sandboxtest.WorkspaceRoot(t), TenantQuotaBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := bash.Tool(bash.Config{Shell: l, Workspaces: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, w: w, tool: tl, reg: tooltest.New(t, tl)}
+	for _, s := range []string{"s1", "s2"} {
+		if err := w.Bind(s, "tenantA"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := e.call(context.Background(), "s1", map[string]any{"command": "head -c 600 /dev/zero > a; echo ok"}); got != "ok" {
+		t.Fatalf("under the bound: %q", got)
+	}
+	got, code := e.call(context.Background(), "s2", map[string]any{"command": "head -c 600 /dev/zero > b; echo ok"})
+	if code != "" || !strings.HasPrefix(got, "ok\n[workspace quota exceeded (FS_QUOTA_EXCEEDED): this tenant's workspaces hold 1200 bytes, more than the 1000 allowed") {
+		t.Fatalf("over the bound: %q %s", got, code)
+	}
+	ws, err := w.Open("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.CheckQuota(1); sandbox.Code(err) != sandbox.CodeQuotaExceeded {
+		t.Fatalf("a write after the command: %v", err)
+	}
+	if got, _ := e.call(context.Background(), "s2", map[string]any{"command": "rm b; echo ok"}); got != "ok" {
+		t.Fatalf("after removing: %q", got)
+	}
+	if err := ws.CheckQuota(1); err != nil {
+		t.Fatalf("a write after files were removed: %v", err)
 	}
 }
