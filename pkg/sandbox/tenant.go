@@ -10,13 +10,14 @@ import (
 	"time"
 )
 
-// The tenant bound. A workspace belongs to the tenant Bind recorded for it: <root>/<id>/tenant
-// holds the tenant's id (beside the files, where no command can change it) and
-// <root>/.tenants/<tenant>/<id> is an empty marker, so that a tenant's workspaces are found
-// without reading every workspace of the root. A tenant's usage is the bytes of the regular files
-// of its workspaces, measured by walking them; each Workspaces keeps the last measurement of a
-// tenant for WorkspacesConfig.TenantUsageTTL and adds its own writes to it, and a `bash` command
-// (which may write anything) measures it again (Workspace.TenantUsage).
+// The tenant bound. A workspace belongs to the tenant Bind recorded for it, in two small files
+// outside every workspace (where no command can change them, and without creating the
+// workspace): <root>/.sessions/<id> holds the tenant's id, and <root>/.tenants/<tenant>/<id> is
+// an empty marker, so that a tenant's workspaces are found without reading every workspace of the
+// root. A tenant's usage is the bytes of the regular files of its workspaces, measured by walking
+// them; each Workspaces keeps the last measurement of a tenant for
+// WorkspacesConfig.TenantUsageTTL and adds its own writes to it, and a `bash` command (which may
+// write anything) measures it again (Workspace.TenantUsage).
 
 // ErrTenantQuota is a write that would take the workspaces of the workspace's tenant over the
 // tenant bound (WorkspacesConfig.TenantQuotaBytes); Code maps it to FS_QUOTA_EXCEEDED.
@@ -26,8 +27,8 @@ var ErrTenantQuota = errors.New("the tenant's workspace quota is exceeded")
 const DefaultTenantUsageTTL = 10 * time.Second
 
 const (
-	tenantFile = "tenant"
-	tenantsDir = ".tenants"
+	sessionsDir = ".sessions"
+	tenantsDir  = ".tenants"
 )
 
 // tenantUsage is the cached usage of one tenant: bytes as measured at, plus the writes this
@@ -38,12 +39,11 @@ type tenantUsage struct {
 }
 
 // Bind records that the workspace of id belongs to tenant (a session's tenant: the agents bind
-// each session before its turn runs). It is idempotent and cheap once done; binding a workspace
-// to another tenant moves it.
+// each session before its turn runs). It does not create the workspace, is idempotent and cheap
+// once done; binding a workspace to another tenant moves it.
 func (w *Workspaces) Bind(id, tenant string) error {
-	d, err := w.dir(id)
-	if err != nil {
-		return err
+	if !validID.MatchString(id) {
+		return fmt.Errorf("%w %q", ErrBadID, id)
 	}
 	if !validID.MatchString(tenant) {
 		return fmt.Errorf("%w: tenant %q", ErrBadID, tenant)
@@ -52,12 +52,13 @@ func (w *Workspaces) Bind(id, tenant string) error {
 	if _, err := os.Stat(marker); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(d, 0o711); err != nil {
-		return fmt.Errorf("sandbox: bind workspace: %w", err)
-	}
-	old, _ := readTenant(d)
+	old, _ := w.tenantOf(id)
 	if old != tenant {
-		if err := writeAtomic(filepath.Join(d, tenantFile), []byte(tenant+"\n")); err != nil {
+		dir := filepath.Join(w.cfg.Root, sessionsDir)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("sandbox: bind workspace: %w", err)
+		}
+		if err := writeAtomic(filepath.Join(dir, id), []byte(tenant+"\n")); err != nil {
 			return fmt.Errorf("sandbox: bind workspace: %w", err)
 		}
 		if old != "" {
@@ -85,15 +86,20 @@ func (w *Workspaces) mark(tenant, id string) error {
 	return f.Close()
 }
 
-// unmark removes the marker of workspace id from tenant's directory.
-func (w *Workspaces) unmark(tenant, id string) {
+// unbind removes the record of workspace id's tenant, when it has one.
+func (w *Workspaces) unbind(id string) {
+	tenant, _ := w.tenantOf(id)
+	if tenant == "" {
+		return
+	}
 	_ = os.Remove(filepath.Join(w.cfg.Root, tenantsDir, tenant, id))
+	_ = os.Remove(filepath.Join(w.cfg.Root, sessionsDir, id))
 	w.forget(tenant)
 }
 
-// readTenant returns the tenant recorded in the workspace directory d, "" when none is.
-func readTenant(d string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(d, tenantFile))
+// tenantOf returns the tenant recorded for workspace id, "" when none is.
+func (w *Workspaces) tenantOf(id string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(w.cfg.Root, sessionsDir, id))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", nil
@@ -109,7 +115,7 @@ func readTenant(d string) (string, error) {
 
 // writeAtomic replaces name with data by a rename.
 func writeAtomic(name string, data []byte) error {
-	tmp := name + ".tmp"
+	tmp := fmt.Sprintf("%s.%d.tmp", name, os.Getpid())
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}

@@ -126,7 +126,7 @@ func (w *Workspaces) Open(id string) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: workspace: %w", err)
 	}
-	tenant, err := readTenant(d)
+	tenant, err := w.tenantOf(id)
 	if err != nil {
 		_ = r.Close()
 		return nil, fmt.Errorf("sandbox: workspace: %w", err)
@@ -144,13 +144,10 @@ func (w *Workspaces) Delete(id string) error {
 	if err != nil {
 		return err
 	}
-	tenant, _ := readTenant(d)
 	if err := os.RemoveAll(d); err != nil {
 		return fmt.Errorf("sandbox: delete workspace: %w", err)
 	}
-	if tenant != "" {
-		w.unmark(tenant, id)
-	}
+	w.unbind(id)
 	return nil
 }
 
