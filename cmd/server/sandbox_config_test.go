@@ -120,7 +120,9 @@ func TestTenantWorkspaceBoundOverHTTP(t *testing.T) {
 		if status, b := do("POST", "/v1/sessions/"+session.ID+"/messages", tenant.APIKey, string(msg)); status >= 300 {
 			t.Fatalf("post: %d %s", status, b)
 		}
-		var page struct{ Events []struct{ Data json.RawMessage } }
+		var page struct {
+			Events []struct{ Data json.RawMessage }
+		}
 		for deadline := time.Now().Add(60 * time.Second); len(page.Events) == 0 && time.Now().Before(deadline); {
 			time.Sleep(100 * time.Millisecond)
 			_, b := do("GET", "/v1/sessions/"+session.ID+"/events?types=tool/result", tenant.APIKey, "")
