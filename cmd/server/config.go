@@ -98,6 +98,14 @@ type Config struct {
 	// WebAllowPrivate (DSHD_WEB_ALLOW_PRIVATE=1) lets web_fetch reach loopback, private and
 	// link-local addresses. Default off.
 	WebAllowPrivate bool
+	// SandboxNetwork (DSHD_SANDBOX_NETWORK) lets presets give bash's sandbox the host's network
+	// (tools.bash.network). 0 forbids it: such presets are refused (400), and ones stored before
+	// run without the network. Default 1.
+	SandboxNetwork bool
+	// TenantWorkspaceBytes (DSHD_TENANT_WORKSPACE_BYTES) bounds the bytes of all the workspaces of
+	// one tenant: write and edit refuse to go over it (FS_QUOTA_EXCEEDED), bash reports a command
+	// that did. Default 0: no bound.
+	TenantWorkspaceBytes int64
 	// PolicyWebhookKey (DSHD_POLICY_WEBHOOK_KEY) is the key every preset's policy webhook signing
 	// secret is derived from; at least 32 bytes. Default empty: policy webhooks are disabled
 	// (presets naming one are refused).
@@ -294,6 +302,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if err := c.parseTools(env); err != nil {
+		return Config{}, err
+	}
+	if err := c.parseSandbox(env); err != nil {
 		return Config{}, err
 	}
 	c.PolicyWebhookKey = strings.TrimSpace(getenv("DSHD_POLICY_WEBHOOK_KEY"))
@@ -514,5 +525,17 @@ func (c *Config) parseTenantLimits(env func(name, def string) string) error {
 		}
 	}
 	c.TenantLimits = l
+	return nil
+}
+
+// parseSandbox reads the sandbox network switch and the tenant workspace bound.
+func (c *Config) parseSandbox(env func(name, def string) string) error {
+	var err error
+	if c.SandboxNetwork, err = parseBool("DSHD_SANDBOX_NETWORK", env("DSHD_SANDBOX_NETWORK", "1")); err != nil {
+		return err
+	}
+	if c.TenantWorkspaceBytes, err = strconv.ParseInt(env("DSHD_TENANT_WORKSPACE_BYTES", "0"), 10, 64); err != nil || c.TenantWorkspaceBytes < 0 {
+		return fmt.Errorf("DSHD_TENANT_WORKSPACE_BYTES must be a number of bytes (0: no bound)")
+	}
 	return nil
 }

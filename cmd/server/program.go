@@ -126,7 +126,8 @@ func (m *Main) Run(ctx context.Context) error {
 		PolicyWebhooks: agents.PolicyWebhooks{Key: []byte(m.Config.PolicyWebhookKey),
 			AllowHTTP: m.Config.PolicyWebhookHTTP, AllowPrivate: m.Config.PolicyWebhookPrivate},
 		Logger: m.Logger, Loop: agentloop.Config{Logger: m.Logger, Metrics: metrics, Tracer: tracer},
-		Credentials: credentials, NoOperatorKeyFallback: !m.Config.OperatorKeyFallback})
+		Credentials: credentials, NoOperatorKeyFallback: !m.Config.OperatorKeyFallback,
+		Workspace: wt, SandboxNetworkDisabled: !m.Config.SandboxNetwork})
 	if err != nil {
 		return err
 	}

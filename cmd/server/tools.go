@@ -17,6 +17,7 @@ func (c Config) workspaceTools(log *slog.Logger) (*agents.WorkspaceTools, error)
 		return nil, nil
 	}
 	wc := sandbox.WorkspacesConfig{Root: c.WorkspaceRoot, QuotaBytes: c.WorkspaceQuota}
+	wc.TenantQuotaBytes = c.TenantWorkspaceBytes
 	var shell sandbox.Provider
 	switch c.Shell {
 	case "bwrap":

@@ -105,6 +105,16 @@ type Config struct {
 	// CodeRuntime is the code-mode runtime (codemode.go): New installs its run_code, and presets
 	// in mode code or both get its SDK. Nil: such presets fail their setup (PRS-6).
 	CodeRuntime *codemode.Runtime
+	// Workspace is the workspace tools' configuration (the same given to BuiltinTools), nil for
+	// none. With it, Agent binds each session's workspace to the session's tenant (so the
+	// tenant's workspace bound counts it), and presets whose tools.bash.network is on get a bash
+	// whose commands have the host's network (and whose description says so) in place of the
+	// global one: it is registered in a scope of its own that such presets' scopes inherit
+	// from, so their tools.allow and tools.deny apply to it as to any tool.
+	Workspace *WorkspaceTools
+	// SandboxNetworkDisabled forbids the sandbox network (DSHD_SANDBOX_NETWORK=0): Rules refuses
+	// presets whose tools.bash.network is on, and ones stored before get the bash without it.
+	SandboxNetworkDisabled bool
 }
 
 // CredentialResolver returns a tenant's stored credential with its decrypted key, by the name or
@@ -172,6 +182,10 @@ type Agents struct {
 
 	// webhooks calls the preset policy webhooks; nil while they are disabled (no key).
 	webhooks *policy.Client
+
+	// netScope holds the definitions of presets with tools.bash.network (Config.Workspace):
+	// their scopes are declared under it. Nil when there are none or the network is forbidden.
+	netScope *kernel.Scope
 
 	heldMu sync.RWMutex
 	held   map[string]*held // by agent (session id): the agents whose configuration is held
@@ -246,6 +260,9 @@ func New(cfg Config) (*Agents, error) {
 	if err := a.mountCodeRuntime(g); err != nil {
 		return nil, err
 	}
+	if err := a.mountNetworkTools(); err != nil {
+		return nil, err
+	}
 	pr, err := promptasm.New(promptasm.Config{})
 	if err != nil {
 		return nil, err
@@ -265,7 +282,8 @@ func New(cfg Config) (*Agents, error) {
 func (a *Agents) Rules() preset.Rules {
 	w := a.cfg.PolicyWebhooks
 	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled,
-		PolicyWebhookKey: slices.Clone(w.Key), PolicyWebhookHTTP: w.AllowHTTP, PolicyWebhookPrivate: w.AllowPrivate}
+		PolicyWebhookKey: slices.Clone(w.Key), PolicyWebhookHTTP: w.AllowHTTP, PolicyWebhookPrivate: w.AllowPrivate,
+		SandboxNetworkDisabled: a.cfg.SandboxNetworkDisabled}
 }
 
 // Registry returns the tool registry (for the catalogue).
@@ -305,6 +323,7 @@ type Session struct {
 // Settings(s.ID.String()) returns the agent's settings. On an error, release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
+	a.bindWorkspace(s)
 	prov, defaults, err := a.provider(p.Model, s.TenantID)
 	if err != nil {
 		a.cfg.Logger.Warn("the preset's model provider cannot be built: its turns end with the error",
@@ -463,7 +482,7 @@ func (a *Agents) dispose(sc *scope) {
 func (a *Agents) setup(sc *scope, pv preset.Preset) error {
 	p := pv.Body
 	key := sc.key
-	s, err := a.k.Scopes().Declare(key, nil)
+	s, err := a.k.Scopes().Declare(key, a.parentScope(p))
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,10 @@ import (
 
 // WorkspaceTools configures the built-in tools that work in a session's workspace (the session
 // id is the workspace id): read, write, edit, glob, grep, web_fetch and, with a shell, bash.
-// Presets narrow them like any tool (tools.allow, tools.deny).
+// Presets narrow them like any tool (tools.allow, tools.deny). Given to the agents too
+// (Config.Workspace), they bind each session's workspace to its tenant (the tenant bound,
+// sandbox.WorkspacesConfig.TenantQuotaBytes) and give presets with tools.bash.network a bash
+// with the network.
 type WorkspaceTools struct {
 	// Workspaces holds the workspaces. Required.
 	Workspaces *sandbox.Workspaces
@@ -49,4 +52,18 @@ func (w WorkspaceTools) tools() ([]*registry.Tool, error) {
 		out = append([]*registry.Tool{b}, out...)
 	}
 	return out, nil
+}
+
+// networkTools are the definitions that replace the global ones for presets whose
+// tools.bash.network is on: bash with the host's network. None without a shell, or with the local
+// shell (which isolates nothing: its one bash already has the host's network).
+func (w WorkspaceTools) networkTools() ([]*registry.Tool, error) {
+	if w.Workspaces == nil || w.Shell == nil || w.Shell.Name() == "local" {
+		return nil, nil
+	}
+	b, err := bash.Tool(bash.Config{Shell: w.Shell, Workspaces: w.Workspaces, Network: true})
+	if err != nil {
+		return nil, err
+	}
+	return []*registry.Tool{b}, nil
 }

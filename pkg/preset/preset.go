@@ -80,7 +80,7 @@ type Model struct {
 }
 
 // Tools selects which tools the agent sees and how. An empty Allow allows every tool; Deny always
-// wins. An empty ToolOrder sorts tools by name.
+// wins. An empty ToolOrder sorts tools by name. Bash holds the settings of the `bash` tool.
 type Tools struct {
 	Mode                 string   `json:"mode"`
 	Allow                []string `json:"allow"`
@@ -88,6 +88,15 @@ type Tools struct {
 	ToolOrder            []string `json:"toolOrder"`
 	MaxParallelToolCalls *int     `json:"maxParallelToolCalls"`
 	MaxParallelSubCalls  *int     `json:"maxParallelSubCalls"`
+	Bash                 Bash     `json:"bash"`
+}
+
+// Bash are the settings of the `bash` tool. Network gives its sandboxed commands the host's
+// network (bubblewrap shares the network namespace instead of giving the sandbox an empty one of
+// its own); default false: no network. The operator may forbid it (Rules.SandboxNetworkDisabled,
+// DSHD_SANDBOX_NETWORK=0): such a preset is then refused, and one stored before gets no network.
+type Bash struct {
+	Network *bool `json:"network"`
 }
 
 // Prompt configures system prompt assembly (PRM rules).
@@ -139,6 +148,10 @@ func (b *Body) Normalize() {
 	t.Allow, t.Deny, t.ToolOrder = nonNil(t.Allow), nonNil(t.Deny), nonNil(t.ToolOrder)
 	t.MaxParallelToolCalls = orDefault(t.MaxParallelToolCalls, DefaultMaxParallelToolCalls)
 	t.MaxParallelSubCalls = orDefault(t.MaxParallelSubCalls, DefaultMaxParallelSubCalls)
+	if t.Bash.Network == nil {
+		off := false
+		t.Bash.Network = &off
+	}
 	if b.Prompt.Sections == nil {
 		b.Prompt.Sections = []Section{}
 	}

@@ -27,6 +27,9 @@ type Rules struct {
 	// server takes its Rules from its agents (agents.Agents.Rules), so that a preset it accepts is
 	// one its agents can run.
 	ScriptedDisabled bool
+	// SandboxNetworkDisabled refuses presets whose tools.bash.network is on (DSHD_SANDBOX_NETWORK=0):
+	// the operator does not let sandboxed commands use the network.
+	SandboxNetworkDisabled bool
 	// PolicyWebhookKey is the operator's key the signing secret of each preset's policy webhooks
 	// is derived from (policy.Secret; WebhookSecret). Empty: policy webhooks are disabled, and a
 	// preset naming one is refused.
@@ -86,6 +89,9 @@ func (r Rules) Validate(b *Body) error {
 	v.name(b.Name)
 	v.model(b.Model, r)
 	v.tools(b.Tools)
+	if *b.Tools.Bash.Network && r.SandboxNetworkDisabled {
+		v.add("tools.bash.network", "sandboxed commands may not use the network on this server (DSHD_SANDBOX_NETWORK=0)")
+	}
 	v.prompt(b.Prompt)
 	v.approval(b.Approval)
 	policy.Check(b.Policies, policy.Rules{WebhooksEnabled: len(r.PolicyWebhookKey) > 0,

@@ -225,3 +225,32 @@ func TestValidateDefaultProvider(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateBashNetwork: tools.bash.network defaults to false, may be turned on, and is refused
+// when the operator forbids the sandbox network (Rules.SandboxNetworkDisabled).
+func TestValidateBashNetwork(t *testing.T) {
+	t.Parallel()
+	b := body(t, `{"name":"n","model":{"provider":"scripted","model":"m"}}`)
+	if err := (preset.Rules{}).Validate(&b); err != nil || b.Tools.Bash.Network == nil || *b.Tools.Bash.Network {
+		t.Fatalf("default: %v %+v", err, b.Tools.Bash)
+	}
+	if out, _ := json.Marshal(b.Tools); !strings.Contains(string(out), `"bash":{"network":false}`) {
+		t.Errorf("normalized tools %s", out)
+	}
+	on := `{"name":"n","model":{"provider":"scripted","model":"m"},"tools":{"bash":{"network":true}}}`
+	b = body(t, on)
+	if err := (preset.Rules{}).Validate(&b); err != nil || !*b.Tools.Bash.Network {
+		t.Fatalf("on: %v %+v", err, b.Tools.Bash)
+	}
+	b = body(t, on)
+	err := preset.Rules{SandboxNetworkDisabled: true}.Validate(&b)
+	var ve *preset.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "tools.bash.network" ||
+		!strings.Contains(ve.Problems[0].Message, "DSHD_SANDBOX_NETWORK=0") {
+		t.Fatalf("forbidden: %v", err)
+	}
+	b = body(t, `{"name":"n","model":{"provider":"scripted","model":"m"},"tools":{"bash":{"network":false}}}`)
+	if err := (preset.Rules{SandboxNetworkDisabled: true}).Validate(&b); err != nil {
+		t.Fatalf("off while forbidden: %v", err)
+	}
+}

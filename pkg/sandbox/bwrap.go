@@ -48,7 +48,9 @@ type BwrapConfig struct {
 //
 // What does not hold: no seccomp filter (the kernel's whole syscall surface is reachable, as it
 // is for any unprivileged user), no disk quota on what a command writes (only RLIMIT_FSIZE per
-// file; the file tools check the workspace quota), no per-sandbox memory or CPU share.
+// file; the file tools check the workspace and tenant bounds, and the bash tool reports a command
+// that took the tenant over its bound afterwards), no per-sandbox memory or CPU share. With
+// Spec.Network the sandbox shares the host's network namespace: it reaches what the host reaches.
 type Bwrap struct {
 	cfg  BwrapConfig
 	bin  string

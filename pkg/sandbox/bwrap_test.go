@@ -315,3 +315,32 @@ func TestBwrapExitCodeAndWorkdir(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// TestBwrapNetworkNamespace: without Spec.Network a command runs in a network namespace of its
+// own (another namespace than the host's, with only a loopback interface); with it, in the host's
+// network namespace itself (bubblewrap's --share-net), where it sees the host's interfaces.
+func TestBwrapNetworkNamespace(t *testing.T) {
+	t.Parallel()
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "netns")
+	host, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Skipf("SKIP: no /proc/self/ns/net here: %v", err)
+	}
+	hostIfaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The namespace, then the name of every interface.
+	const probe = "readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1"
+	own := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Command: probe})
+	lines := strings.Fields(own.Stdout)
+	if len(lines) == 0 || lines[0] == host || strings.Join(lines[1:], ",") != "lo" {
+		t.Fatalf("without Network: %q (the host's namespace is %s)", own.Stdout, host)
+	}
+	shared := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Command: probe, Network: true})
+	lines = strings.Fields(shared.Stdout)
+	if len(lines) == 0 || lines[0] != host || len(lines)-1 != len(hostIfaces) {
+		t.Fatalf("with Network: %q, want the host's namespace %s and its %d interfaces", shared.Stdout, host, len(hostIfaces))
+	}
+}

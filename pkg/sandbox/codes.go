@@ -6,8 +6,8 @@ import (
 	"syscall"
 )
 
-// The file tools' error codes (docs/rules.md, tool-fs); glob and grep use them for their
-// paths too.
+// The file tools' error codes (docs/sandbox.md, "File tool error codes"); glob and grep use them
+// for their paths too.
 const (
 	CodeNotObserved    = "FS_NOT_OBSERVED"
 	CodeNotFound       = "FS_NOT_FOUND"
@@ -22,17 +22,23 @@ const (
 	CodeNotDirectory   = "FS_NOT_DIRECTORY"
 	CodeIOError        = "FS_IO_ERROR"
 	CodeAborted        = "FS_ABORTED"
+	// CodeQuotaExceeded is a write refused by the tenant bound on workspace bytes
+	// (WorkspacesConfig.TenantQuotaBytes, ErrTenantQuota).
+	CodeQuotaExceeded = "FS_QUOTA_EXCEEDED"
 )
 
 // Code returns the FS_* code of an error of a workspace operation: ErrOutside and os.Root's
-// refusal of an escaping path are FS_SANDBOX_DENIED, ErrQuota is FS_TOO_LARGE, and the os errors
-// map to not found, permission denied and not a directory; anything else is FS_IO_ERROR.
+// refusal of an escaping path are FS_SANDBOX_DENIED, ErrQuota is FS_TOO_LARGE, ErrTenantQuota is
+// FS_QUOTA_EXCEEDED, and the os errors map to not found, permission denied and not a directory;
+// anything else is FS_IO_ERROR.
 func Code(err error) string {
 	switch {
 	case IsOutside(err):
 		return CodeSandboxDenied
 	case errors.Is(err, ErrQuota):
 		return CodeTooLarge
+	case errors.Is(err, ErrTenantQuota):
+		return CodeQuotaExceeded
 	case errors.Is(err, fs.ErrNotExist):
 		return CodeNotFound
 	case errors.Is(err, fs.ErrPermission):

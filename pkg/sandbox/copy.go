@@ -13,9 +13,10 @@ import (
 // Copy copies the workspace of src, files and observations, to a new workspace dst, as a fork
 // does (SES-15): the API's session create with `fork` calls it once the child session exists. A
 // source without a workspace copies nothing. dst must not have a workspace yet. The copy is
-// written under a temporary name and renamed into place, so dst is either absent or complete;
-// it is a snapshot of the source as it is now (not as of the fork's boundary: the log does not
-// hold file contents), not atomic against a command of the source running meanwhile. Regular
+// written under a temporary name and renamed into place, so dst is either absent or complete,
+// and counts for the source's tenant (Bind). It is a snapshot of the source as it is now (not as
+// of the fork's boundary: the log does not hold file contents), not atomic against a command of
+// the source running meanwhile. Regular
 // files, directories and symbolic links (as links) are copied with their modes (and owners, by a
 // root server); other files are skipped.
 func (w *Workspaces) Copy(src, dst string) error {
@@ -44,6 +45,12 @@ func (w *Workspaces) Copy(src, dst string) error {
 	if err := os.Rename(tmp, to); err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("sandbox: copy workspace: %w", err)
+	}
+	// The copy belongs to the source's tenant and counts for it.
+	if tenant, _ := w.tenantOf(src); tenant != "" {
+		if err := w.Bind(dst, tenant); err != nil {
+			return fmt.Errorf("sandbox: copy workspace: %w", err)
+		}
 	}
 	return nil
 }

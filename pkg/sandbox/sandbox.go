@@ -8,7 +8,8 @@
 // commands on the host in the workspace directory: for single-user development only, and
 // constructed only when the operator asks for it (LocalConfig.Enabled).
 //
-// What holds is written next to each provider (bwrap.go, local.go).
+// What holds is written next to each provider (bwrap.go, local.go). Workspaces also bound the
+// bytes a workspace, and all the workspaces of one tenant, may hold (workspace.go, tenant.go).
 package sandbox
 
 import (

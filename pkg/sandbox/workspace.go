@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // WorkspacesConfig configures the workspaces.
@@ -23,6 +24,14 @@ type WorkspacesConfig struct {
 	// QuotaBytes bounds the bytes of one workspace's files; a file tool write that would exceed
 	// it fails with FS_TOO_LARGE. Default DefaultQuotaBytes; negative: no quota.
 	QuotaBytes int64
+	// TenantQuotaBytes bounds the bytes of the files of all the workspaces of one tenant
+	// (DSHD_TENANT_WORKSPACE_BYTES): a file tool write that would exceed it fails with
+	// FS_QUOTA_EXCEEDED, and `bash` reports a command that left the tenant over it. A workspace
+	// counts for the tenant Bind recorded for it. 0 or negative: no bound.
+	TenantQuotaBytes int64
+	// TenantUsageTTL is how long a tenant's measured usage is reused (with this process's own
+	// writes added to it) before it is measured again. Default DefaultTenantUsageTTL.
+	TenantUsageTTL time.Duration
 	// Owner, when set, owns the directories and files the tools create (a root server whose
 	// sandboxes run as another user: Bwrap.Owner). Nil: they belong to the server's user.
 	Owner *Owner
@@ -54,6 +63,9 @@ type Workspaces struct {
 	cfg WorkspacesConfig
 	// locks serialise the observation updates of a workspace (striped by id).
 	locks [64]sync.Mutex
+	// usageMu guards usage, the cached usage of the tenants (tenant.go).
+	usageMu sync.Mutex
+	usage   map[string]*tenantUsage
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
@@ -71,11 +83,14 @@ func NewWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	if cfg.QuotaBytes == 0 {
 		cfg.QuotaBytes = DefaultQuotaBytes
 	}
+	if cfg.TenantUsageTTL <= 0 {
+		cfg.TenantUsageTTL = DefaultTenantUsageTTL
+	}
 	// 0711: a sandbox user reaches its own workspace but cannot list the others.
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
 	}
-	return &Workspaces{cfg: cfg}, nil
+	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}}, nil
 }
 
 // Root returns the absolute workspace root.
@@ -111,10 +126,15 @@ func (w *Workspaces) Open(id string) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: workspace: %w", err)
 	}
+	tenant, err := w.tenantOf(id)
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("sandbox: workspace: %w", err)
+	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
 	return &Workspace{ID: id, Dir: files, Root: r, state: filepath.Join(d, "observed.json"),
-		ws: w, lock: &w.locks[h.Sum32()%uint32(len(w.locks))]}, nil
+		ws: w, lock: &w.locks[h.Sum32()%uint32(len(w.locks))], tenant: tenant}, nil
 }
 
 // Delete removes the workspace of id (nothing when it does not exist). The session delete path
@@ -127,6 +147,7 @@ func (w *Workspaces) Delete(id string) error {
 	if err := os.RemoveAll(d); err != nil {
 		return fmt.Errorf("sandbox: delete workspace: %w", err)
 	}
+	w.unbind(id)
 	return nil
 }
 
@@ -139,9 +160,10 @@ type Workspace struct {
 	// (os.Root). The file tools do all their I/O through it.
 	Root *os.Root
 
-	ws    *Workspaces
-	state string
-	lock  *sync.Mutex
+	ws     *Workspaces
+	state  string
+	lock   *sync.Mutex
+	tenant string // the tenant Bind recorded, "" for none
 }
 
 // Close releases the workspace's root.
@@ -235,18 +257,22 @@ func (ws *Workspace) Usage() (int64, error) {
 }
 
 // CheckQuota returns ErrQuota when growing the workspace by grow bytes (negative: it shrinks)
-// would take it over its quota.
+// would take it over its quota, and ErrTenantQuota when it would take its tenant's workspaces
+// over the tenant bound. A write it admits counts for the tenant at once; call WriteFailed when
+// that write then does not happen.
 func (ws *Workspace) CheckQuota(grow int64) error {
-	q := ws.ws.cfg.QuotaBytes
-	if q < 0 || grow <= 0 {
+	if grow <= 0 {
+		_ = ws.ws.reserveTenant(ws.tenant, grow) // a shrink: admitted, and counted
 		return nil
 	}
-	used, err := ws.Usage()
-	if err != nil {
-		return err
+	if q := ws.ws.cfg.QuotaBytes; q >= 0 {
+		used, err := ws.Usage()
+		if err != nil {
+			return err
+		}
+		if used+grow > q {
+			return fmt.Errorf("%w: %d bytes used, this write adds %d, the quota is %d", ErrQuota, used, grow, q)
+		}
 	}
-	if used+grow > q {
-		return fmt.Errorf("%w: %d bytes used, this write adds %d, the quota is %d", ErrQuota, used, grow, q)
-	}
-	return nil
+	return ws.ws.reserveTenant(ws.tenant, grow)
 }

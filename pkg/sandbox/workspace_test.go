@@ -134,3 +134,56 @@ func TestWorkspaceQuota(t *testing.T) {
 		t.Errorf("over the quota: %v", err)
 	}
 }
+
+// TestTenantUsageFollowsBindCopyAndDelete: a tenant's usage counts the workspaces bound to it, a
+// fork's copy counts for the source's tenant, a deleted workspace no longer counts, and a
+// workspace bound to another tenant moves there.
+func TestTenantUsageFollowsBindCopyAndDelete(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := func(tenant string, want int64) {
+		t.Helper()
+		if n, err := w.TenantUsage(tenant); err != nil || n != want {
+			t.Fatalf("usage of %s: %d %v, want %d", tenant, n, err, want)
+		}
+	}
+	if err := w.Bind("a", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Bind("a", "t1"); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	ws := open(t, w, "a")
+	if ws.Tenant() != "t1" {
+		t.Fatalf("tenant %q", ws.Tenant())
+	}
+	if err := ws.Root.WriteFile("f", make([]byte, 300), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	usage("t1", 300)
+	if err := w.Copy("a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	usage("t1", 600)
+	if got := open(t, w, "b").Tenant(); got != "t1" {
+		t.Fatalf("the copy's tenant: %q", got)
+	}
+	if err := ws.CheckQuota(401); sandbox.Code(err) != sandbox.CodeQuotaExceeded || !errors.Is(err, sandbox.ErrTenantQuota) {
+		t.Fatalf("over the bound: %v", err)
+	}
+	if err := w.Delete("b"); err != nil {
+		t.Fatal(err)
+	}
+	usage("t1", 300)
+	if err := w.Bind("a", "t2"); err != nil {
+		t.Fatal(err)
+	}
+	usage("t1", 0)
+	usage("t2", 300)
+	if err := w.Bind("a", "../x"); !errors.Is(err, sandbox.ErrBadID) {
+		t.Fatalf("a bad tenant id: %v", err)
+	}
+}

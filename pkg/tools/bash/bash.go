@@ -1,7 +1,10 @@
 // Package bash is the `bash` tool: a fresh `bash -c` per call in the session's workspace, run by
 // a sandbox.Provider (bwrap by default, local only when the operator enabled it). The output is
 // stdout, then a `[stderr]` section; a non-zero exit adds `[exit code: N]` and is not an error; a
-// timeout adds `[timed out after Nms]`; output beyond the provider's cap is counted, not kept.
+// timeout adds `[timed out after Nms]`; output beyond the provider's cap is counted, not kept; a
+// command that leaves the session's tenant over its workspace bound adds a
+// `[workspace quota exceeded (FS_QUOTA_EXCEEDED) ...]` note. Commands have no network unless the
+// definition is one with Config.Network (a preset's tools.bash.network).
 package bash
 
 import (
@@ -23,8 +26,10 @@ type Config struct {
 	Shell sandbox.Provider
 	// Workspaces holds the sessions' workspaces. Required.
 	Workspaces *sandbox.Workspaces
-	// NetworkFunc says whether an agent's commands may use the network; nil: never.
-	NetworkFunc func(agent string) bool
+	// Network gives the commands the host's network (bwrap: --share-net) and says so in the
+	// description. The agents register such a definition only for presets whose
+	// tools.bash.network is on (pkg/agents); default false: no network.
+	Network bool
 	// DefaultTimeout bounds a call without timeoutMs. Default DefaultTimeout.
 	DefaultTimeout time.Duration
 	// MaxTimeout caps timeoutMs. Default MaxTimeout.
@@ -72,12 +77,16 @@ func description(cfg Config) string {
 		"at most %d KiB of each stream is kept.", cfg.DefaultTimeout.Milliseconds(), cfg.MaxTimeout.Milliseconds(),
 		sandbox.DefaultOutputBytes>>10)
 	if cfg.Shell.Name() == "local" {
-		return "Run a shell command on the host (local mode, for single-user development: no isolation), in the " +
-			"session's workspace directory, with a minimal environment. " + common
+		return "Run a shell command on the host (local mode, for single-user development: no isolation, the " +
+			"host's network), in the session's workspace directory, with a minimal environment. " + common
+	}
+	network := "there is no network"
+	if cfg.Network {
+		network = "the network is on (the host's network: commands may open connections)"
 	}
 	return "Run a shell command in a bubblewrap sandbox (mode: " + cfg.Shell.Name() + "): the session's workspace is " +
-		sandbox.WorkspacePath + " (writable, the default working directory), the system is read-only, there is no " +
-		"network, and processes, CPU time and memory are limited. " + common
+		sandbox.WorkspacePath + " (writable, the default working directory), the system is read-only, " + network +
+		", and processes, CPU time and memory are limited. " + common
 }
 
 type tool struct{ cfg Config }
@@ -112,10 +121,7 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 	if err != nil {
 		return "", err
 	}
-	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: timeout}
-	if t.cfg.NetworkFunc != nil {
-		spec.Network = t.cfg.NetworkFunc(exec.Agent)
-	}
+	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: timeout, Network: t.cfg.Network}
 	res, err := t.cfg.Shell.Run(ctx, spec)
 	switch {
 	case ctx.Err() != nil:
@@ -123,7 +129,24 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 	case err != nil:
 		return "", fmt.Errorf("bash: the command could not be run: %v", err)
 	}
-	return render(res, timeout), nil
+	return render(res, timeout) + quotaNote(ws), nil
+}
+
+// quotaNote measures the usage of the workspace's tenant after a command (which may have written
+// anything) and, when it is over the tenant bound, says so: the file tools then refuse writes
+// that grow it (FS_QUOTA_EXCEEDED) until files are removed. "" without a bound or when under it.
+func quotaNote(ws *sandbox.Workspace) string {
+	used, over, ok, err := ws.TenantUsage()
+	switch {
+	case !ok:
+		return ""
+	case err != nil:
+		return "\n[the workspace quota could not be checked]"
+	case !over:
+		return ""
+	}
+	return fmt.Sprintf("\n[workspace quota exceeded (%s): this tenant's workspaces hold %d bytes, more than the %d allowed; "+
+		"write and edit are refused until files are removed]", sandbox.CodeQuotaExceeded, used, ws.TenantQuota())
 }
 
 // workdir resolves the working directory, which must be a directory inside the workspace.

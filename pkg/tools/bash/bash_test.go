@@ -2,6 +2,8 @@ package bash_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,5 +180,104 @@ func TestBashIsSandboxed(t *testing.T) {
 		if !strings.Contains(got, "[exit code: ") || strings.Contains(got, "other-secret") {
 			t.Errorf("%q: %q", cmd, got)
 		}
+	}
+}
+
+// greeter opens a listener on the host's loopback that writes a greeting to every connection,
+// and returns the command that connects to it and prints the greeting: it prints it only when
+// it reached this listener.
+func greeter(t *testing.T) (command, greeting string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	greeting = fmt.Sprintf("hello-from-the-host-%d", time.Now().UnixNano())
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(greeting + "\n"))
+			_ = c.Close()
+		}
+	}()
+	return fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && read -r line <&3 && echo \"$line\"", ln.Addr().(*net.TCPAddr).Port), greeting
+}
+
+// TestBashNetworkFollowsTheSetting: the default bash has no network (a connection to a listener
+// on the host's loopback fails) and says so; the definition with Config.Network (a preset's
+// tools.bash.network) shares the host's network: the same command gets the listener's greeting,
+// and its description says the network is on.
+func TestBashNetworkFollowsTheSetting(t *testing.T) {
+	t.Parallel()
+	off := bwrapEnv(t)
+	b := sandboxtest.Bwrap(t)
+	tl, err := bash.Tool(bash.Config{Shell: b, Workspaces: off.w, Network: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := &env{t: t, w: off.w, tool: tl, reg: tooltest.New(t, tl)}
+	if d := off.tool.Description; !strings.Contains(d, "there is no network") || strings.Contains(d, "network is on") {
+		t.Errorf("off: %q", d)
+	}
+	if d := on.tool.Description; !strings.Contains(d, "the network is on") || strings.Contains(d, "no network") {
+		t.Errorf("on: %q", d)
+	}
+	cmd, greeting := greeter(t)
+	if got, _ := off.call(context.Background(), "s", map[string]any{"command": cmd}); strings.Contains(got, greeting) ||
+		!strings.Contains(got, "[exit code: ") {
+		t.Fatalf("connected without the network: %q", got)
+	}
+	if got, code := on.call(context.Background(), "s", map[string]any{"command": cmd}); got != greeting || code != "" {
+		t.Fatalf("with the network: %q %s", got, code)
+	}
+}
+
+// TestBashReportsTheTenantQuota: a command that leaves the session's tenant over its workspace
+// bound says so in its result, and the tenant's next write is then refused; once files are
+// removed the note goes away.
+func TestBashReportsTheTenantQuota(t *testing.T) {
+	t.Parallel()
+	l, err := sandbox.NewLocal(sandbox.LocalConfig{Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: sandboxtest.WorkspaceRoot(t), TenantQuotaBytes: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := bash.Tool(bash.Config{Shell: l, Workspaces: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, w: w, tool: tl, reg: tooltest.New(t, tl)}
+	for _, s := range []string{"s1", "s2"} {
+		if err := w.Bind(s, "tenantA"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := e.call(context.Background(), "s1", map[string]any{"command": "head -c 600 /dev/zero > a; echo ok"}); got != "ok" {
+		t.Fatalf("under the bound: %q", got)
+	}
+	got, code := e.call(context.Background(), "s2", map[string]any{"command": "head -c 600 /dev/zero > b; echo ok"})
+	if code != "" || !strings.HasPrefix(got, "ok\n[workspace quota exceeded (FS_QUOTA_EXCEEDED): this tenant's workspaces hold 1200 bytes, more than the 1000 allowed") {
+		t.Fatalf("over the bound: %q %s", got, code)
+	}
+	ws, err := w.Open("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := ws.CheckQuota(1); sandbox.Code(err) != sandbox.CodeQuotaExceeded {
+		t.Fatalf("a write after the command: %v", err)
+	}
+	if got, _ := e.call(context.Background(), "s2", map[string]any{"command": "rm b; echo ok"}); got != "ok" {
+		t.Fatalf("after removing: %q", got)
+	}
+	if err := ws.CheckQuota(1); err != nil {
+		t.Fatalf("a write after files were removed: %v", err)
 	}
 }

@@ -11,6 +11,11 @@
 // when the file was never read and with FS_STALE_VERSION when it changed since (a command, a
 // fork's copy); a successful write or edit records the new version, and its file mutation
 // (RES-6).
+//
+// Quotas: a write or edit that would take the workspace over its quota fails with FS_TOO_LARGE,
+// and one that would take the workspaces of the session's tenant over the tenant bound
+// (sandbox.WorkspacesConfig.TenantQuotaBytes) with FS_QUOTA_EXCEEDED; a write that shrinks a
+// file is always admitted.
 package fs
 
 import (
@@ -89,7 +94,7 @@ func pathError(p string, err error) error {
 		return fsError(code, "%s: %s", p, sandbox.ErrOutside)
 	case sandbox.CodeNotFound:
 		return fsError(code, "%s: no such file", p)
-	case sandbox.CodeTooLarge:
+	case sandbox.CodeTooLarge, sandbox.CodeQuotaExceeded:
 		return fsError(code, "%s: %v", p, err)
 	default:
 		return fsError(code, "%s: %s", p, reason)

@@ -235,3 +235,105 @@ func TestObservationsServeAnyReplica(t *testing.T) {
 		t.Fatalf("edit in the fork: %q %s", text, code)
 	}
 }
+
+// newTenantEnv is the file tools over workspaces whose tenants may hold bound bytes in all.
+func newTenantEnv(t *testing.T, bound int64) *env {
+	t.Helper()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := fs.Tools(fs.Config{Workspaces: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, w: w, reg: tooltest.New(t, tools...)}
+}
+
+func (e *env) bind(session, tenant string) {
+	e.t.Helper()
+	if err := e.w.Bind(session, tenant); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestWriteRespectsTheTenantQuota(t *testing.T) {
+	t.Parallel()
+	e := newTenantEnv(t, 100)
+	e.bind("s1", "tenantA")
+	e.bind("s2", "tenantA")
+	e.bind("s3", "tenantB")
+	if _, code := e.call("s1", "write", map[string]any{"file_path": "a", "content": strings.Repeat("a", 60)}); code != "" {
+		t.Fatalf("first write: %s", code)
+	}
+	// The tenant's other session shares the bound: 60 + 41 > 100.
+	text, code := e.call("s2", "write", map[string]any{"file_path": "b", "content": strings.Repeat("b", 41)})
+	if code != sandbox.CodeQuotaExceeded || !strings.Contains(text, "quota") {
+		t.Fatalf("write over the tenant bound: %q %s", text, code)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir("s2"), "b")); !os.IsNotExist(err) {
+		t.Fatalf("the refused write left a file: %v", err)
+	}
+	if _, code := e.call("s2", "write", map[string]any{"file_path": "b", "content": strings.Repeat("b", 40)}); code != "" {
+		t.Fatalf("write up to the bound: %s", code)
+	}
+	if _, code := e.call("s2", "write", map[string]any{"file_path": "c", "content": "x"}); code != sandbox.CodeQuotaExceeded {
+		t.Fatalf("one byte over the bound: %s", code)
+	}
+	// Another tenant is not affected, nor is a session bound to no tenant.
+	if _, code := e.call("s3", "write", map[string]any{"file_path": "a", "content": strings.Repeat("c", 100)}); code != "" {
+		t.Fatalf("other tenant: %s", code)
+	}
+	if _, code := e.call("unbound", "write", map[string]any{"file_path": "a", "content": strings.Repeat("d", 200)}); code != "" {
+		t.Fatalf("unbound session: %s", code)
+	}
+	// Shrinking a file is always admitted, and makes room again.
+	if _, code := e.call("s1", "read", map[string]any{"file_path": "a"}); code != "" {
+		t.Fatal(code)
+	}
+	if _, code := e.call("s1", "write", map[string]any{"file_path": "a", "content": "small"}); code != "" {
+		t.Fatalf("shrinking write: %s", code)
+	}
+	if _, code := e.call("s2", "write", map[string]any{"file_path": "c", "content": "x"}); code != "" {
+		t.Fatalf("write after room was made: %s", code)
+	}
+	// Deleting a workspace takes its bytes off the tenant's usage.
+	if err := e.w.Delete("s2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.w.TenantUsage("tenantA"); err != nil || n != 5 {
+		t.Fatalf("usage after delete: %d %v, want 5", n, err)
+	}
+}
+
+func TestEditRespectsTheTenantQuota(t *testing.T) {
+	t.Parallel()
+	e := newTenantEnv(t, 50)
+	e.bind("s1", "tenantA")
+	if _, code := e.call("s1", "write", map[string]any{"file_path": "f", "content": "hello world"}); code != "" {
+		t.Fatal(code)
+	}
+	text, code := e.call("s1", "edit", map[string]any{"file_path": "f", "old_string": "world", "new_string": strings.Repeat("w", 45)})
+	if code != sandbox.CodeQuotaExceeded || !strings.Contains(text, "bound is 50") {
+		t.Fatalf("edit over the bound: %q %s", text, code)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.dir("s1"), "f")); string(b) != "hello world" {
+		t.Fatalf("the refused edit changed the file: %q", b)
+	}
+	if _, code := e.call("s1", "edit", map[string]any{"file_path": "f", "old_string": "world", "new_string": strings.Repeat("w", 44)}); code != "" {
+		t.Fatalf("edit up to the bound: %s", code)
+	}
+	// A file written behind the tools' back (a command, another replica) counts once measured.
+	if err := os.WriteFile(filepath.Join(e.dir("s1"), "g"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.w.TenantUsage("tenantA"); err != nil || n != 51 {
+		t.Fatalf("usage: %d %v, want 51", n, err)
+	}
+	if _, code := e.call("s1", "edit", map[string]any{"file_path": "f", "old_string": "hello", "new_string": "hello!"}); code != sandbox.CodeQuotaExceeded {
+		t.Fatalf("edit while over the bound: %s", code)
+	}
+	if _, code := e.call("s1", "edit", map[string]any{"file_path": "f", "old_string": "hello", "new_string": "h"}); code != "" {
+		t.Fatalf("a shrinking edit while over the bound: %s", code)
+	}
+}

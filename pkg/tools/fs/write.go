@@ -76,6 +76,7 @@ func (t tools) writeBody(ctx context.Context, exec *registry.Execution, a WriteA
 		return "", pathError(rel, err)
 	}
 	if err := t.commit(ctx, exec, ws, rel, []byte(a.Content), old.mode, kind); err != nil {
+		ws.WriteFailed()
 		return "", err
 	}
 	if kind == KindCreate {
@@ -131,6 +132,7 @@ func (t tools) editBody(ctx context.Context, exec *registry.Execution, a EditArg
 		return "", pathError(rel, err)
 	}
 	if err := t.commit(ctx, exec, ws, rel, []byte(updated), f.mode, KindUpdate); err != nil {
+		ws.WriteFailed()
 		return "", err
 	}
 	if n == 1 {
