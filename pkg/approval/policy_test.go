@@ -118,4 +118,3 @@ func other(p string) string {
 	}
 	return "ask"
 }
-
