@@ -185,6 +185,7 @@ type scope struct {
 	ready    chan struct{} // closed when the setup is done
 	sched    *scheduler.Scheduler
 	settings Settings
+	canAsk   bool  // the preset's calls may ask for approval (canAsk): its prompt states the policy
 	err      error // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
 	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, policies, asks)
@@ -403,6 +404,7 @@ func (a *Agents) build(sc *scope, p preset.Preset) {
 		close(sc.ready)
 	}()
 	sc.settings = settingsOf(p.Body)
+	sc.canAsk = canAsk(p.Body)
 	cap := preset.DefaultMaxParallelToolCalls
 	if p.Tools.MaxParallelToolCalls != nil {
 		cap = *p.Tools.MaxParallelToolCalls

@@ -43,9 +43,21 @@ type Approval struct {
 	Timeout time.Duration
 	// Ask are the tools whose calls ask for approval (PIPE-4), sorted and without duplicates.
 	Ask []string
-	// CanAsk is true when the preset's calls may ask: an Ask list, a pre-execute policy rule
-	// that decides ask, or a pre-execute policy webhook (which may answer ask).
-	CanAsk bool
+}
+
+// canAsk reports whether the calls of a preset may ask for approval: it has an approval.ask
+// list, a pre-execute policy rule that decides ask, or a pre-execute policy webhook (which may
+// answer ask).
+func canAsk(b preset.Body) bool {
+	if len(b.Approval.Ask) > 0 || b.Policies.Webhooks.PreExecute != "" {
+		return true
+	}
+	for _, r := range b.Policies.PreExecute {
+		if r.Decision == policy.DecisionAsk {
+			return true
+		}
+	}
+	return false
 }
 
 // settingsOf returns the settings of a preset body, with the defaults of what it leaves out.
@@ -53,13 +65,9 @@ func settingsOf(b preset.Body) Settings {
 	b.Normalize() // b is a copy: Normalize replaces nil fields only
 	ask := slices.Clone(b.Approval.Ask)
 	slices.Sort(ask)
-	canAsk := len(ask) > 0 || b.Policies.Webhooks.PreExecute != ""
-	for _, r := range b.Policies.PreExecute {
-		canAsk = canAsk || r.Decision == policy.DecisionAsk
-	}
 	return Settings{
 		Approval: Approval{Policy: b.Approval.Policy, Timeout: time.Duration(*b.Approval.TimeoutMs) * time.Millisecond,
-			Ask: slices.Compact(ask), CanAsk: canAsk},
+			Ask: slices.Compact(ask)},
 		MaxParallelSubCalls: *b.Tools.MaxParallelSubCalls,
 	}
 }
@@ -164,7 +172,7 @@ func (a *Agents) observe(agent string) func(eventlog.Event) {
 }
 
 // policyContext is the text of the runtime-context entry approval:policy (APR-6): the policy in
-// force, for a held agent whose preset can ask (CanAsk) or whose session set a policy; nothing
+// force, for a held agent whose preset can ask (canAsk) or whose session set a policy; nothing
 // otherwise, so agents that never ask get no snapshot for it.
 func (a *Agents) policyContext(_ context.Context, in promptasm.Input) (string, error) {
 	a.heldMu.RLock()
@@ -172,7 +180,7 @@ func (a *Agents) policyContext(_ context.Context, in promptasm.Input) (string, e
 	var logged, configured string
 	var canAsk bool
 	if ok {
-		logged, configured, canAsk = h.policy, h.sc.settings.Approval.Policy, h.sc.settings.Approval.CanAsk
+		logged, configured, canAsk = h.policy, h.sc.settings.Approval.Policy, h.sc.canAsk
 	}
 	a.heldMu.RUnlock()
 	if !ok || (!canAsk && logged == "") {
