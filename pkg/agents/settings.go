@@ -38,8 +38,8 @@ type Approval struct {
 	Policy string
 	// Timeout is how long an ask waits for an answer before it resolves `cancelled` (docs/architecture.md:
 	// "a timeout resolves it as cancelled"; the preset's approval.timeoutMs, default
-	// preset.DefaultApprovalTimeoutMs). It is for the approval service (pkg/approval), which is
-	// not built yet: no ask waits for an answer today, so nothing reads it.
+	// preset.DefaultApprovalTimeoutMs), read by the approval service (pkg/approval) through
+	// ApprovalTimeout.
 	Timeout time.Duration
 	// Ask are the tools whose calls ask for approval (PIPE-4), sorted and without duplicates.
 	Ask []string
