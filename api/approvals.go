@@ -105,3 +105,45 @@ func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Re
 	}
 	writeJSON(w, http.StatusOK, approvalDecided{ID: approvalID, Outcome: req.Outcome, Seq: ev.Seq})
 }
+
+type approvalPolicyRequest struct {
+	Policy string `json:"policy"`
+}
+
+type approvalPolicySet struct {
+	Policy string `json:"policy"`
+	Seq    int64  `json:"seq"`
+}
+
+// handleApprovalPolicySet sets the session's approval policy (APR-6): it appends
+// `approval/policy` and injects a notice of the change that the model reads at its next step;
+// the policy decides the session's asks from then on (`never`: rejected, nobody asked). 200
+// {policy, seq} with the seq of the `approval/policy` event; 400 for a policy other than ask or
+// never.
+func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http.Request) {
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var req approvalPolicyRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !approval.ValidPolicy(req.Policy) {
+		writeProblem(w, CodeInvalidRequest, `policy must be "ask" or "never"`)
+		return
+	}
+	tenant := tenantID(r)
+	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenant, id); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	evs, err := approval.SetPolicy(r.Context(), rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil), req.Policy)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: evs[0].Seq})
+}

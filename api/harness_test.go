@@ -53,6 +53,10 @@ type env struct {
 	// tools are registered beside the built-in tools on every replica.
 	tools []*registry.Tool
 	*replica
+	// approvals, when set, makes the approval service of the replicas started after it is set
+	// from the default configuration; nil from it: no approval service (asks are denied as
+	// without one, APR-1).
+	approvals func(approval.Config) *approval.Service
 }
 
 func (e *env) modelHosts() []string {
@@ -110,9 +114,18 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 	tools = append(tools, e.tools...)
 	quiet := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var ag *agents.Agents
-	approvals := approval.New(approval.Config{TimeoutFunc: func(a string) time.Duration { return ag.ApprovalTimeout(a) }})
+	acfg := approval.Config{TimeoutFunc: func(a string) time.Duration { return ag.ApprovalTimeout(a) },
+		PolicyFunc: func(a string) string { p, _ := ag.ApprovalPolicy(a); return p }}
+	approvals := approval.New(acfg)
+	if e.approvals != nil {
+		approvals = e.approvals(acfg)
+	}
+	var approver registry.Approver
+	if approvals != nil {
+		approver = approvals
+	}
 	creds := pgstore.NewCredentials(e.pool, testCredentialKeys)
-	ag, err = agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet, Approvals: approvals,
+	ag, err = agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet, Approvals: approver,
 		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}, Credentials: creds})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 )
@@ -56,8 +59,9 @@ func resultText(tr eventlog.ToolResult) (string, bool) {
 
 // TestScenarios06To11OverHTTP runs the policy and approval scenarios through the HTTP API with
 // a preset's declarative policies and the server's approval service: a pre-execute deny (06),
-// an ask answered allowed-once and rejected (08), a cancel while the approval is pending (10),
-// a guard that denies although pre-execute allowed (11), and a post-execute block (12).
+// an ask on a replica without an approval service (07), an ask answered allowed-once and
+// rejected (08), an approver that fails (09), a cancel while the approval is pending (10), a
+// guard that denies although pre-execute allowed (11), and a post-execute block (12).
 func TestScenarios06To11OverHTTP(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -139,6 +143,85 @@ func TestScenarios06To11OverHTTP(t *testing.T) {
 	if len(list.Items) != 0 {
 		t.Errorf("approvals left pending: %+v", list.Items)
 	}
+	if err := eventlog.CheckInvariants(e.allEvents(t, sid)); err != nil {
+		t.Fatal(err)
+	}
+
+	scenario07OverHTTP(t, e)
+	scenario09OverHTTP(t, e)
+}
+
+// scenario07OverHTTP: on a replica whose server runs without an approval service, an ask is
+// denied at once with the ask's reason, or `tool "<n>" requires approval (not yet supported)`
+// when it has none ({ToolDeniedError, TOOL_DENIED}); nothing is asked, the body never runs, and
+// the turn completes.
+func scenario07OverHTTP(t *testing.T, e *env) {
+	t.Helper()
+	e.approvals = func(approval.Config) *approval.Service { return nil }
+	bare := e.newReplica()
+	e.approvals = nil
+	for _, c := range []struct{ preset, text, want string }{
+		{scenarioPreset, "ask-07", "Error: a person must look"},
+		{`{"name":"ask-07","model":{"provider":"scripted","model":"m"},"approval":{"ask":["echo"]}}`, "plain-07",
+			`Error: tool "echo" requires approval (not yet supported)`},
+	} {
+		sid := e.sessionOfPreset(t, e.keyA, c.preset)
+		evs := postStream(t, bare, sid, e.keyA, echoCall(c.text)).untilEnd(t)
+		tr, end := streamedResult(t, evs)
+		text, isErr := resultText(tr)
+		if text != c.want || !isErr || tr.Error == nil || tr.Error.Code != fault.CodeToolDenied {
+			t.Errorf("07 %s: result %q isError %v error %+v, want %q TOOL_DENIED", c.text, text, isErr, tr.Error, c.want)
+		}
+		if !strings.Contains(string(end.Data), "completed") {
+			t.Errorf("07 %s: turn ended %s", c.text, end.Data)
+		}
+		for _, ev := range e.allEvents(t, sid) {
+			if ev.Type == eventlog.TypeApprovalAsked {
+				t.Errorf("07 %s: asked without an approval service: %s", c.text, ev.Data)
+			}
+		}
+	}
+}
+
+// scenario09OverHTTP: the approver fails: the pending approval is decided with an outcome the
+// approval service cannot act on (written by another writer: the API refuses it), and the call
+// ends with a final failure carrying the approver's error: the body never runs and post-execute
+// is skipped (the preset's block of "secret" calls does not replace the failure), and the turn
+// completes.
+func scenario09OverHTTP(t *testing.T, e *env) {
+	t.Helper()
+	sid := e.sessionOfPreset(t, e.keyA, scenarioPreset)
+	s := postStream(t, e.replica, sid, e.keyA, echoCall("ask secret"))
+	var evs []eventlog.Event
+	var asked eventlog.ApprovalAsked
+	for asked.ID == "" {
+		var ev eventlog.Event
+		if err := json.Unmarshal([]byte(s.next(t).data), &ev); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+		if ev.Type == eventlog.TypeApprovalAsked {
+			_ = json.Unmarshal(ev.Data, &asked)
+		}
+		if ev.Type == eventlog.TypeTurnEnd {
+			t.Fatalf("09: the turn ended before the ask: %s", ev.Data)
+		}
+	}
+	path := "/v1/sessions/" + sid + "/approvals/" + asked.ID
+	e.do(t, "POST", path, e.keyA, map[string]string{"outcome": "allowed-always"}).wantProblem(t, http.StatusBadRequest, "invalid_request")
+	e.appendEvents(uuid.MustParse(sid), eventlog.Of(eventlog.ApprovalDecided{ID: asked.ID, Outcome: "allowed-always"}))
+	tr, end := streamedResult(t, append(evs, s.untilEnd(t)...))
+	text, isErr := resultText(tr)
+	if !isErr || !strings.HasPrefix(text, "Error: approval: ") || !strings.Contains(text, `"allowed-always"`) {
+		t.Errorf("09: result %q isError %v, want the approver's failure", text, isErr)
+	}
+	if strings.Contains(text, "ask secret") || text == "the output is withheld" {
+		t.Errorf("09: result %q: the body ran or post-execute replaced the failure", text)
+	}
+	if !strings.Contains(string(end.Data), "completed") {
+		t.Errorf("09: turn ended %s", end.Data)
+	}
+	e.do(t, "POST", path, e.keyA, map[string]string{"outcome": "allowed-once"}).wantProblem(t, http.StatusConflict, "conflict")
 	if err := eventlog.CheckInvariants(e.allEvents(t, sid)); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,8 @@ var routeScopes = map[string]string{
 	"POST /v1/sessions/{id}/stream-tokens": tenant.ScopeRead,
 	// The preset's policy-webhook signing secret lets its holder forge the preset's webhook calls.
 	"GET /v1/presets/{id}/webhook-secret": tenant.ScopeWrite,
+	// Setting a session's approval policy changes what its tools may do: writing.
+	"PUT /v1/sessions/{id}/approval-policy": tenant.ScopeWrite,
 }
 
 // requiredScope is the scope r needs (see routeScopes).

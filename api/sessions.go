@@ -36,6 +36,7 @@ func (rs sessionResource) routes() chi.Router {
 	r.Post("/{id}/stream-tokens", rs.handleStreamTokenCreate)
 	r.Get("/{id}/turns", rs.handleTurnList)
 	r.Get("/{id}/turns/{n}", rs.handleTurnGet)
+	r.Put("/{id}/approval-policy", rs.handleApprovalPolicySet)
 	return r
 }
 

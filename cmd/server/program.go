@@ -119,7 +119,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	var ag *agents.Agents
 	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) },
-		Metrics: metrics})
+		Metrics: metrics, PolicyFunc: func(agent string) string { p, _ := ag.ApprovalPolicy(agent); return p }})
 	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
 		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,

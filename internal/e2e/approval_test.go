@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +20,13 @@ import (
 )
 
 // TestApprovedBashAcrossReplicas: on two real server processes sharing a workspace root, a
-// preset that asks before bash: the model (cmd/mockllm) calls bash through the first replica,
-// the SSE stream (resumed at random points) shows approval/asked with the arguments, the
-// approval is listed and answered on the second replica, and the command then runs in the
-// bubblewrap sandbox of the replica that holds the turn, writing into the session's workspace.
-// A second answer is refused, and the log is whole.
+// preset that asks before bash: the model (cmd/mockllm) calls bash, the SSE stream (resumed at
+// random points) shows approval/asked with the arguments, and the replica whose call waits for
+// the approval is found by its dshd_approvals_pending gauge. The approval is listed and answered
+// on the other replica, and the command then runs in the bubblewrap sandbox of the replica that
+// holds the turn, writing into the session's workspace; the model's next request (as cmd/mockllm
+// recorded it) carries the tool message with the command's output. A second answer is refused,
+// and the log is whole.
 func TestApprovedBashAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	sandboxtest.Bwrap(t)
@@ -73,15 +79,34 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 		t.Fatal("the command ran before it was approved")
 	}
 
+	// The replica running the turn is the one whose call waits: its gauge shows the approval.
+	var holder, other *replica
+	if err := waitFor(30*time.Second, func() (bool, error) {
+		a, errA := approvalsPending(first)
+		b, errB := approvalsPending(second)
+		switch {
+		case errA != nil || errB != nil:
+			return false, errors.Join(errA, errB)
+		case a == 1 && b == 0:
+			holder, other = first, second
+		case a == 0 && b == 1:
+			holder, other = second, first
+		}
+		return holder != nil, nil
+	}); err != nil {
+		t.Fatalf("no replica shows the waiting approval: %v", err)
+	}
+	t.Logf("%s runs the turn; the approval is answered on %s", holder.name, other.name)
+
 	path := "/v1/sessions/" + s.ID + "/approvals"
 	var list struct {
 		Items []struct{ ID, ToolName string }
 	}
-	mustJSON(t, second.call(ctx, "GET", path, c.key, nil), 200, &list)
+	mustJSON(t, other.call(ctx, "GET", path, c.key, nil), 200, &list)
 	if len(list.Items) != 1 || list.Items[0].ID != asked.ID {
-		t.Fatalf("pending approvals on the second replica: %+v, want %s", list.Items, asked.ID)
+		t.Fatalf("pending approvals on the other replica: %+v, want %s", list.Items, asked.ID)
 	}
-	if rp := second.call(ctx, "POST", path+"/"+asked.ID, c.key, map[string]string{"outcome": "allowed-once"}); rp.status != http.StatusOK {
+	if rp := other.call(ctx, "POST", path+"/"+asked.ID, c.key, map[string]string{"outcome": "allowed-once"}); rp.status != http.StatusOK {
 		t.Fatalf("answer: %d %s", rp.status, rp.body)
 	}
 
@@ -91,19 +116,13 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 	}
 	var decided eventlog.ApprovalDecided
 	var result string
-	answered := false // an assistant message after the result: the model was called with it
 	for _, ev := range evs {
 		switch ev.Type {
 		case eventlog.TypeApprovalDecided:
 			_ = json.Unmarshal(ev.Data, &decided)
 		case eventlog.TypeToolResult:
 			result = string(ev.Data)
-		case eventlog.TypeAssistantMessage:
-			answered = result != ""
 		}
-	}
-	if !answered {
-		t.Fatalf("no model answer after the tool result\n%s", describe(evs))
 	}
 	if decided.ID != asked.ID || decided.Outcome != "allowed-once" {
 		t.Fatalf("decided %+v", decided)
@@ -114,8 +133,61 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(root, s.ID, "files", "out.txt")); err != nil || string(b) != "approved\n" {
 		t.Fatalf("the workspace file: %q %v", b, err)
 	}
-	rp := first.call(ctx, "POST", path+"/"+asked.ID, c.key, map[string]string{"outcome": "rejected"})
+	// The tool result reached the model: the request after the call carries the tool message.
+	if output, err := toolMessageSent(c.mockURL, asked.CallID); err != nil || !strings.Contains(output, "approved") {
+		t.Fatalf("the model's tool message for %s: %q %v, want the command's output", asked.CallID, output, err)
+	}
+	rp := holder.call(ctx, "POST", path+"/"+asked.ID, c.key, map[string]string{"outcome": "rejected"})
 	if rp.status != http.StatusConflict || !strings.Contains(string(rp.body), `"conflict"`) {
 		t.Fatalf("a second answer: %d %s, want 409 conflict", rp.status, rp.body)
 	}
+}
+
+// approvalsPending reads the dshd_approvals_pending gauge of a replica: the calls waiting there
+// for an approval decision.
+func approvalsPending(r *replica) (int, error) {
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "dshd_approvals_pending "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int(f), err
+		}
+	}
+	return 0, fmt.Errorf("%s/metrics has no dshd_approvals_pending", r.url)
+}
+
+// toolMessageSent returns the content of the tool message answering callID in the requests the
+// mockllm process at mockURL recorded (GET /_requests), or an error when none carries one.
+func toolMessageSent(mockURL, callID string) (string, error) {
+	resp, err := http.Get(mockURL + "/_requests")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var reqs []struct {
+		Messages []struct {
+			Role       string `json:"role"`
+			ToolCallID string `json:"tool_call_id"`
+			Content    any    `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&reqs); err != nil {
+		return "", err
+	}
+	for _, r := range reqs {
+		for _, m := range r.Messages {
+			if m.Role == "tool" && m.ToolCallID == callID {
+				return fmt.Sprint(m.Content), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("none of the %d model requests has a tool message for %s", len(reqs), callID)
 }

@@ -22,6 +22,8 @@ type mirror struct {
 	onCancel func(eventlog.AgentCancel)
 	// bytes is the size of the event data folded.
 	bytes int
+	// observe, when set, is told of every folded event (Config.Observe).
+	observe func(eventlog.Event)
 }
 
 func newMirror() *mirror { return &mirror{log: eventlog.NewLog(nil)} }
@@ -41,6 +43,9 @@ func (m *mirror) fold(evs []eventlog.Event) error {
 		m.bytes += len(ev.Data)
 		if err := m.apply(ev); err != nil {
 			return fmt.Errorf("agentloop: fold seq %d: %w", ev.Seq, err)
+		}
+		if m.observe != nil {
+			m.observe(ev)
 		}
 	}
 	return nil

@@ -105,6 +105,11 @@ type Config struct {
 	// consuming the input it was woken for as a prompt failure does (PRM-8), without calling the
 	// model. It decides itself what a failure to find out means (nil: run).
 	Admit func(ctx context.Context) *eventlog.TurnError
+	// Observe, when set, is called with every committed event the runner reads into its view of
+	// the log, in seq order, before the runner acts on it (its own events and other writers'):
+	// it lets the agent's configuration follow facts the log states (the session's approval
+	// policy). It must be quick and must not call the runner.
+	Observe func(eventlog.Event)
 }
 
 func (c Config) withDefaults() Config {
@@ -211,6 +216,7 @@ func (r *Runner) TraceContext(ctx context.Context) context.Context {
 func NewRunner(cfg Config, j eventlog.Journal) *Runner {
 	cfg = cfg.withDefaults()
 	m := newMirror()
+	m.observe = cfg.Observe
 	model, defaults := cfg.ModelDefaults.Apply(cfg.Model)
 	r := &Runner{cfg: cfg, j: j, m: m, w: newWriter(j, m, cfg.Clock), model: model, defaults: defaults}
 	r.w.flushed = func() { r.unclaimed = eventlog.InboxLens{} }

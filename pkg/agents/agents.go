@@ -34,6 +34,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/pkg/agentloop"
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
@@ -198,6 +199,7 @@ type scope struct {
 	ready    chan struct{} // closed when the setup is done
 	sched    *scheduler.Scheduler
 	settings Settings
+	canAsk   bool  // the preset's calls may ask for approval (canAsk): its prompt states the policy
 	err      error // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
 	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, policies, asks)
@@ -269,6 +271,11 @@ func New(cfg Config) (*Agents, error) {
 	}
 	a.prompt = pr
 	if _, err := pr.Tools(promptasm.Global, a.toolSet); err != nil {
+		return nil, err
+	}
+	// APR-6: the approval policy in force is stated to the model as runtime context.
+	if _, err := pr.RuntimeContext(promptasm.Global, promptasm.ContextEntry{Name: approval.PolicyContextName,
+		Order: approval.PolicyContextOrder, TextFunc: a.policyContext}); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -347,7 +354,8 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	cfg.Provider = prov
 	cfg.Prompt = a.prompt
 	cfg.PromptInput = promptasm.Input{Chain: promptasm.Chain{sc.key}, ToolOrder: toolOrder(p.Tools.ToolOrder),
-		Mode: promptasm.Mode(p.Tools.Mode), CodeRuntime: a.codeRuntime}
+		Mode: promptasm.Mode(p.Tools.Mode), CodeRuntime: a.codeRuntime, Agent: s.ID.String()}
+	cfg.Observe = a.observe(cfg.SessionID)
 	cfg.Tools = a.reg
 	cfg.Scheduler = sc.sched
 	if p.Limits.MaxSteps != nil {
@@ -415,6 +423,7 @@ func (a *Agents) build(sc *scope, p preset.Preset) {
 		close(sc.ready)
 	}()
 	sc.settings = settingsOf(p.Body)
+	sc.canAsk = canAsk(p.Body)
 	cap := preset.DefaultMaxParallelToolCalls
 	if p.Tools.MaxParallelToolCalls != nil {
 		cap = *p.Tools.MaxParallelToolCalls

@@ -35,6 +35,11 @@ type Config struct {
 	NewID func() string
 	// Metrics counts the asks waiting on this replica (dshd_approvals_pending); nil: none.
 	Metrics *telemetry.Metrics
+	// PolicyFunc returns the approval policy in force for the agent (session) from its log as
+	// the turn's runner has read it: its last `approval/policy` event, else the preset's
+	// approval.policy (Effective). An `approval/policy` among the running turn's events wins
+	// over it. Nil or an invalid result: ask.
+	PolicyFunc func(agent string) string
 }
 
 // Service is the approval service of one replica. It is safe for concurrent use.
@@ -55,8 +60,11 @@ func New(cfg Config) *Service {
 // ErrNoTurn is the failure of an ask outside a session's turn (APR-2): nothing is appended.
 var ErrNoTurn = errors.New("approval: the call runs outside a session turn; an approval needs one")
 
-// Approve implements registry.Approver: it commits `approval/asked`, waits for the decision, the
-// timeout or the call's cancellation, and returns the outcome (APR-1, APR-3, APR-4).
+// Approve implements registry.Approver (APR-1, APR-3, APR-4): under the policy in force when
+// the ask is written (policy) it decides `rejected` at once when that is never, asking nobody
+// and writing nothing (`cancelled` when the call is already cancelled); otherwise it commits
+// `approval/asked`, waits for the decision, the timeout or the call's cancellation, and returns
+// the outcome. Every ask is asked anew: an allowed-once covers its one call (APR-5).
 func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
 	exec := req.Exec
 	if exec == nil || exec.Recorder() == nil {
@@ -67,8 +75,22 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	defer s.unregister(id)
 	asked := eventlog.ApprovalAsked{ID: id, ToolName: req.ToolName, CallID: req.CallID, Reason: req.Reason,
 		Arguments: exec.Args}
-	if _, err := exec.Commit(context.WithoutCancel(ctx), eventlog.Of(asked)); err != nil {
+	never := false
+	err := exec.Recorder().CommitFunc(context.WithoutCancel(ctx), func(turn []eventlog.Event) ([]eventlog.NewEvent, error) {
+		never = s.policy(req.Agent, turn) == PolicyNever
+		if never {
+			return nil, nil
+		}
+		return []eventlog.NewEvent{eventlog.Of(asked)}, nil
+	})
+	if err != nil {
 		return "", fmt.Errorf("approval: ask: %w", err)
+	}
+	if never {
+		if ctx.Err() != nil {
+			return eventlog.ApprovalCancelled, nil
+		}
+		return eventlog.ApprovalRejected, nil
 	}
 	s.cfg.Metrics.ApprovalWaiting(1)
 	defer s.cfg.Metrics.ApprovalWaiting(-1)
@@ -77,7 +99,7 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	var why string
 	select {
 	case d := <-ch:
-		return d.Outcome, nil
+		return outcomeOf(d)
 	case <-timer.C:
 		why = "no answer before the approval's timeout"
 	case <-ctx.Done():
@@ -101,7 +123,31 @@ func (s *Service) decide(ctx context.Context, exec *registry.Execution, id, why 
 	if err != nil {
 		return "", fmt.Errorf("approval: decide: %w", err)
 	}
-	return outcome, nil
+	return outcomeOf(eventlog.ApprovalDecided{ID: id, Outcome: outcome})
+}
+
+// outcomeOf returns the outcome of a decision, or, for one that is none of the four (written by
+// another writer: the API takes allowed-once and rejected only), the approver's failure, so the
+// call ends with a final failure and nothing runs (APR-1, PIPE-6): there is no grant but
+// allowed-once, for one call (APR-5).
+func outcomeOf(d eventlog.ApprovalDecided) (string, error) {
+	switch d.Outcome {
+	case eventlog.ApprovalAllowedOnce, eventlog.ApprovalRejected, eventlog.ApprovalCancelled, eventlog.ApprovalUnavailable:
+		return d.Outcome, nil
+	}
+	return "", fmt.Errorf("approval: approval %s was decided %q, which is not an outcome", d.ID, d.Outcome)
+}
+
+// policy is the policy in force for an ask of agent, given the committed events of its
+// running turn: the last `approval/policy` among them, else PolicyFunc's.
+func (s *Service) policy(agent string, turn []eventlog.Event) string {
+	if p, ok := LoggedPolicy(turn); ok {
+		return p
+	}
+	if s.cfg.PolicyFunc != nil {
+		return Effective(s.cfg.PolicyFunc(agent), "")
+	}
+	return PolicyAsk
 }
 
 func (s *Service) timeout(agent string) time.Duration {

@@ -23,6 +23,9 @@ type Input struct {
 	// ToolOrder, when non-nil, replaces Config.ToolOrder for this assembly (for example a
 	// preset's). It is validated like Config.ToolOrder.
 	ToolOrder []string
+	// Agent is the agent (session) the prompt is assembled for, "" for none: providers that
+	// state per-agent facts (the approval policy in force) look them up by it.
+	Agent string
 }
 
 // SectionText is a named, ordered piece of prompt text: a section or runtime-context entry of
