@@ -223,8 +223,8 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: %d sessions, %d messages, %d turns, %d timed turns of the other tenant under chaos, a flood of %d followups, database down %v each time",
 		len(watched), rec.count(), st.turns, len(under), size.flood, size.dbDown)
 	t.Logf("chaos summary: events lost %d, duplicated %d, messages lost %d, served twice %d, turns interrupted by kills %d, turns lost to a blip %d, "+
-		"turns interrupted without a fault %d, reconnects %d, kills %d, db restarts %d, other tenant's p50 %v before, %v under chaos (x%.1f)",
-		st.lost, st.dup, st.msgLost, st.servedTwice, st.byKill, st.byBlip, st.unexplained, st.reconnects, st.kills, st.restarts,
+		"turns interrupted without a fault %d, other turn ends %d, reconnects %d, kills %d, db restarts %d, other tenant's p50 %v before, %v under chaos (x%.1f)",
+		st.lost, st.dup, st.msgLost, st.servedTwice, st.byKill, st.byBlip, st.unexplained, st.otherEnds, st.reconnects, st.kills, st.restarts,
 		median(baseline).Round(time.Millisecond), median(under).Round(time.Millisecond), factor)
 	if factor > chaosFactor {
 		t.Errorf("the other tenant's turns took x%.1f their time before the chaos, want at most x%v", factor, chaosFactor)
@@ -269,7 +269,7 @@ func blame(ms int64, faults []chaosFault) *chaosFault {
 type chaosStats struct {
 	lost, dup, msgLost, servedTwice int
 	turns, byKill, byBlip           int
-	unexplained                     int
+	unexplained, otherEnds          int // interrupted after every fault; ended neither completed nor interrupted
 	reconnects, kills, restarts     int
 }
 
@@ -298,7 +298,7 @@ func (st *chaosStats) checkSession(t *testing.T, sid string, evs []storedEvent, 
 			continue
 		case eventlog.EndInterrupted:
 		default:
-			st.unexplained++
+			st.otherEnds++
 			t.Errorf("session %s: turn %d ended %s", sid, te.turn, te.kind)
 			continue
 		}
