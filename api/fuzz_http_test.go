@@ -3,11 +3,15 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dshd/dshd/api"
 )
@@ -31,8 +35,8 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 }
 
 // send makes a request and fails the test on a 5xx, or on an error answer that is not a problem
-// document.
-func (fe *fuzzEnv) send(t *testing.T, req *http.Request) {
+// document. It returns the status and the body (none for a stream).
+func (fe *fuzzEnv) send(t *testing.T, req *http.Request) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -42,7 +46,7 @@ func (fe *fuzzEnv) send(t *testing.T, req *http.Request) {
 	}
 	defer resp.Body.Close()
 	if resp.Header.Get("Content-Type") == "text/event-stream" {
-		return // a stream answered 200; closing it ends it
+		return resp.StatusCode, nil // a stream answered 200; closing it ends it
 	}
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 500 {
@@ -51,6 +55,7 @@ func (fe *fuzzEnv) send(t *testing.T, req *http.Request) {
 	if resp.StatusCode >= 400 && resp.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("%s %s: %d with %q", req.Method, req.URL, resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	return resp.StatusCode, body
 }
 
 // sendable skips a header value that net/http's client refuses to send (control characters).
@@ -138,4 +143,97 @@ func FuzzHTTPEventQuery(f *testing.F) {
 		}
 		fe.send(t, req)
 	})
+}
+
+// FuzzHTTPHeaders sends fuzzed Authorization and Idempotency-Key headers to a tenant's post and
+// read routes and to an admin route. "{key}" in the Authorization value stands for the route's
+// real credential (the tenant's API key or the admin token), so that the fuzzer mutates around
+// a valid one. No answer is a 5xx or an error that is not a problem document; an Authorization
+// that does not carry the credential answers 401; a post with a valid credential answers 400 for
+// an Idempotency-Key longer than 255 characters or with a character that is not printable, and
+// a post it accepts, sent again with the same key, answers the same message. Seeds:
+// testdata/fuzz/FuzzHTTPHeaders.
+func FuzzHTTPHeaders(f *testing.F) {
+	fe := newFuzzEnv(f)
+	f.Add(uint8(0), "Bearer {key}", "retry-1")
+	f.Fuzz(func(t *testing.T, route uint8, authorization, idempotencyKey string) {
+		sendable(t, authorization)
+		sendable(t, idempotencyKey)
+		targets := []struct{ method, path, cred, body string }{
+			{"POST", "/v1/sessions/" + fe.session + "/messages", fe.keyA, `{"content":"fuzz","mode":"followup"}`},
+			{"GET", "/v1/sessions/" + fe.session, fe.keyA, ""},
+			{"GET", "/v1/tenants/" + fe.tenantA.String() + "/limits", adminToken, ""},
+		}
+		tg := targets[int(route)%len(targets)]
+		auth := strings.ReplaceAll(authorization, "{key}", tg.cred)
+		request := func() *http.Request {
+			var body io.Reader
+			if tg.body != "" {
+				body = strings.NewReader(tg.body)
+			}
+			req, err := http.NewRequest(tg.method, fe.url+tg.path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tg.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			if auth != "" {
+				req.Header["Authorization"] = []string{auth}
+			}
+			if idempotencyKey != "" {
+				req.Header["Idempotency-Key"] = []string{idempotencyKey}
+			}
+			return req
+		}
+		status, body := fe.send(t, request())
+		if !strings.Contains(auth, tg.cred) {
+			if status != http.StatusUnauthorized {
+				t.Fatalf("Authorization %q without the credential: %d %s", auth, status, body)
+			}
+			return
+		}
+		if status == http.StatusUnauthorized || tg.method != "POST" {
+			return // the credential is there but not as a bearer token
+		}
+		key := strings.Trim(idempotencyKey, " \t") // as the server reads a header value
+		badKey := len(key) > 255 || !printableText(key)
+		switch {
+		case key != "" && badKey:
+			if status != http.StatusBadRequest {
+				t.Fatalf("Idempotency-Key %q: %d %s, want 400", idempotencyKey, status, body)
+			}
+		case key != "" && status == http.StatusAccepted:
+			again, body2 := fe.send(t, request())
+			if again == http.StatusAccepted && messageID(t, body2) != messageID(t, body) {
+				t.Fatalf("Idempotency-Key %q: the retry answered %s, the post %s", idempotencyKey, body2, body)
+			}
+		}
+	})
+}
+
+// printableText reports whether s is valid UTF-8 without control characters: what an
+// Idempotency-Key may hold.
+func printableText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// messageID returns the messageId of a post's 202 answer.
+func messageID(t *testing.T, body []byte) string {
+	t.Helper()
+	var p struct {
+		MessageID string `json:"messageId"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil || p.MessageID == "" {
+		t.Fatalf("a 202 without a messageId: %s", body)
+	}
+	return p.MessageID
 }
