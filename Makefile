@@ -1,5 +1,5 @@
 # dshd: `make run` serves a development instance on :8080 over a local PostgreSQL in ./.data;
-# `make test` runs every test against a throwaway PostgreSQL (both install PostgreSQL first when
+# `make test` runs every test against a throwaway PostgreSQL, then a brief fuzz pass (both install PostgreSQL first when
 # it is missing: scripts/ensure-deps.sh); `make lint` checks formatting, vet, the import rules
 # and go.mod.
 
