@@ -77,7 +77,7 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 	var idem *worker.Idempotency
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		if len(key) > 255 || !printable(key) {
-			writeProblem(w, CodeInvalidRequest, "Idempotency-Key must be at most 255 printable characters")
+			writeProblem(w, CodeInvalidRequest, "Idempotency-Key must be printable text of at most 255 bytes")
 			return
 		}
 		h := sha256.New()
