@@ -18,7 +18,7 @@ type caseRun struct {
 	before, end dbSample
 }
 
-// measure runs the ceiling and then every case (turn kind by concurrency).
+// measure runs every case (turn kind by concurrency) and then the ceiling.
 //
 // All cases are warmed up and their sessions created first. Then, for each case: the in-process
 // baselines (no database activity), a pause until the database has been quiet for o.settle
@@ -32,20 +32,6 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 		rep.Durability = "self-contained cluster: fsync=on synchronous_commit=on full_page_writes=on"
 	} else {
 		rep.Durability = "external server and database (settings as configured)"
-	}
-	if e.databaseURL != "" && o.ceilingDuration > 0 {
-		for _, k := range []int{1, o.ceilingConns} {
-			progress("insert ceiling: %d connection(s) for %s", k, o.ceilingDuration)
-			c, err := measureCeiling(ctx, e.databaseURL, k, o.ceilingDuration)
-			if err != nil {
-				return nil, err
-			}
-			if k == 1 {
-				rep.Ceiling1 = &c
-			} else {
-				rep.CeilingK = &c
-			}
-		}
 	}
 	var bl *baseline
 	if o.loopBaseline || o.directBaseline {
@@ -87,6 +73,15 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 				return nil, fmt.Errorf("%s x%d: %w", turn, n, err)
 			}
 			runs = append(runs, r)
+		}
+	}
+	// The sessions created ahead arrive in seconds, faster than autovacuum analyzes their tables:
+	// planned on statistics of near-empty tables, the turns' statements scanned every session row
+	// (PostgreSQL CPU and latency several times higher in the first cases). A table that grew
+	// over time would have been analyzed on the way.
+	if db != nil {
+		if _, err := db.conn.Exec(ctx, "ANALYZE"); err != nil {
+			return nil, fmt.Errorf("analyze: %w", err)
 		}
 	}
 	lastDB := time.Now() // the last database activity of loadgen
@@ -196,6 +191,11 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The ceiling comes last: its tens of thousands of commits leave the cluster busy afterwards
+	// (checkpoint, WAL), which doubled the PostgreSQL CPU and the latency of the first cases.
+	if err := measureCeilings(ctx, o, e, rep); err != nil {
+		return nil, err
+	}
 	if o.cpuProfile != "" && rep.CPUProfile == "" {
 		return nil, fmt.Errorf("-profile-case %q is none of the cases", profileCase)
 	}
@@ -226,3 +226,24 @@ func runBaselines(ctx context.Context, o options, bl *baseline, c *Case) error {
 
 // caseName names a case for -profile-case: TURN@N.
 func caseName(turn string, sessions int) string { return fmt.Sprintf("%s@%d", turn, sessions) }
+
+// measureCeilings measures the PostgreSQL insert ceiling with one connection and with
+// o.ceilingConns, into rep.
+func measureCeilings(ctx context.Context, o options, e *env, rep *Report) error {
+	if e.databaseURL == "" || o.ceilingDuration <= 0 {
+		return nil
+	}
+	for _, k := range []int{1, o.ceilingConns} {
+		progress("insert ceiling: %d connection(s) for %s", k, o.ceilingDuration)
+		c, err := measureCeiling(ctx, e.databaseURL, k, o.ceilingDuration)
+		if err != nil {
+			return err
+		}
+		if k == 1 {
+			rep.Ceiling1 = &c
+		} else {
+			rep.CeilingK = &c
+		}
+	}
+	return nil
+}
