@@ -68,7 +68,7 @@ func inboxFull(msgs int, bytes int64, b InboxBound) error {
 type LeaseOffer struct {
 	Owner     uuid.UUID
 	TTL       time.Duration
-	MaxTenant int // turns the tenant may run at once, on all replicas (takeSlot); <= 0: no bound
+	MaxTenant int // turns the tenant may run at once, on all replicas (takeLease); <= 0: no bound
 }
 
 // Posted is the result of a Post: the message id and the seq of the first appended event.
@@ -221,18 +221,15 @@ func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, st runSta
 		return err
 	}
 	if l := p.Lease; l != nil {
-		ok, err := takeSlot(ctx, tx, p.Tenant, p.Session, l.Owner, l.MaxTenant)
+		ok, _, err := takeLease(ctx, tx, p.Tenant, p.Session, l.Owner, l.TTL, l.MaxTenant, false)
 		if err != nil {
 			return err
 		}
 		if ok {
-			_, err = tx.Exec(ctx, `UPDATE session_counters SET run_owner = $2,
-				run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false WHERE session_id = $1`,
-				p.Session, l.Owner, l.TTL.Milliseconds())
-			out.Leased = err == nil
-			out.tookOver = out.Leased && st.held
+			out.Leased = true
+			out.tookOver = st.held
 			out.Head.Lease = eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}
-			return err
+			return nil
 		}
 	}
 	setWake := st.held && !st.wake

@@ -54,7 +54,7 @@ const (
 // LeaseTake is a wake job's take of the session's run lease: it gives owner the lease for ttl if
 // it is free or expired and the tenant holds fewer than maxTenant live leases (no bound when
 // maxTenant <= 0), the check and the take in one transaction that never waits for another
-// taker's commit (takeSlot). until is the other holder's expiry for LeaseBusy. ErrNotFound for an
+// taker's commit (takeLease). until is the other holder's expiry for LeaseBusy. ErrNotFound for an
 // unknown, other tenant's or deleted session.
 //
 // Taken and busy, the job has run: the session's queued wake is cleared (the next post to an idle
@@ -84,7 +84,7 @@ func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.U
 				WHERE session_id = $1 AND wake_queued_at IS NOT NULL`, sessionID)
 			return err
 		}
-		ok, err := takeSlot(ctx, tx, tenantID, sessionID, owner, maxTenant)
+		ok, at, err := takeLease(ctx, tx, tenantID, sessionID, owner, ttl, maxTenant, true)
 		if err != nil {
 			return err
 		}
@@ -93,10 +93,8 @@ func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.U
 			_, err := tx.Exec(ctx, `UPDATE session_counters SET wake_queued_at = now() WHERE session_id = $1`, sessionID)
 			return err
 		}
-		out = LeaseTaken
-		return tx.QueryRow(ctx, `UPDATE session_counters SET run_owner = $2,
-			run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false, wake_queued_at = NULL
-			WHERE session_id = $1 RETURNING run_lease_until`, sessionID, owner, ttl.Milliseconds()).Scan(&until)
+		out, until = LeaseTaken, at
+		return nil
 	})
 	if err != nil {
 		return 0, time.Time{}, err
@@ -112,24 +110,30 @@ func (s *Store) LeaseTake(ctx context.Context, tenantID, sessionID, owner uuid.U
 const slotFree = `NOT EXISTS (SELECT 1 FROM session_counters h
 	WHERE h.session_id = t.session_id AND h.run_owner = t.owner AND h.run_lease_until > now())`
 
-// slotTries bounds how many slots takeSlot locks before giving up (and the post enqueues a wake
+// slotTries bounds how many slots takeLease locks before giving up (and the post enqueues a wake
 // job instead): a slot that looked free to the locking statement may prove taken, by a taker
 // that committed just before.
 const slotTries = 8
 
-// takeSlot claims a free turn slot of the tenant for the lease (session, owner) in tx, which
-// holds the session's counter row: it reports false when the tenant runs max turns already (no
-// bound when max <= 0). The check and the claim are atomic: the slot stays locked until tx
-// commits, and the lease recorded in it is live from then on.
+// takeLease gives owner the session's run lease for ttl in tx, which holds the session's counter
+// row, when the tenant has a free turn slot for it (no bound when max <= 0), and reports until
+// when the lease runs (the database's clock). The slot's claim and the lease are one statement;
+// the check and the claim are atomic: the slot stays locked until tx commits, and the lease
+// recorded in it is live from then on. The take also clears run_wake (the new holder serves what
+// waits), and wake_queued_at when clearQueued (a wake job's take: the job has run).
 //
 // It never waits: a slot locked by another taker is skipped (SKIP LOCKED), so one tenant's
 // concurrent posts are not serialized through each other's commits. A slot is first locked, then
-// checked free again by a statement of its own: its snapshot is taken after the lock was granted,
-// so it sees the lease of a taker that committed the slot just before (a single statement would
-// recheck the locked row but not the lease it records). Lock order: the counter row, then slots.
-func takeSlot(ctx context.Context, tx pgx.Tx, tenantID, sessionID, owner uuid.UUID, max int) (bool, error) {
+// checked free again by the statement that claims it and takes the lease: its snapshot is taken
+// after the lock was granted, so it sees the lease of a taker that committed the slot just before
+// (a single statement that locks and checks would recheck the locked row but not the lease it
+// records). Lock order: the counter row, then slots.
+func takeLease(ctx context.Context, tx pgx.Tx, tenantID, sessionID, owner uuid.UUID, ttl time.Duration, max int, clearQueued bool) (bool, time.Time, error) {
+	var until time.Time
 	if max <= 0 {
-		return true, nil
+		err := tx.QueryRow(ctx, leaseSetSQL+` WHERE session_id = $1 RETURNING run_lease_until`,
+			sessionID, owner, ttl.Milliseconds(), clearQueued).Scan(&until)
+		return err == nil, until, err
 	}
 	tried := []int32{}
 	from := rand.IntN(max) // concurrent takers start at different slots
@@ -139,20 +143,32 @@ func takeSlot(ctx context.Context, tx pgx.Tx, tenantID, sessionID, owner uuid.UU
 			WHERE t.tenant_id = $1 AND t.slot < $2 AND NOT t.slot = ANY($3) AND `+slotFree+`
 			ORDER BY (t.slot + $4) % $2 LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, tenantID, max, tried, from).Scan(&slot)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
+			return false, time.Time{}, nil
 		}
 		if err != nil {
-			return false, err
+			return false, time.Time{}, err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE tenant_turn_slots t SET session_id = $3, owner = $4
-			WHERE t.tenant_id = $1 AND t.slot = $2 AND `+slotFree, tenantID, slot, sessionID, owner)
-		if err != nil || tag.RowsAffected() == 1 {
-			return err == nil, err
+		err = tx.QueryRow(ctx, `WITH claim AS (
+				UPDATE tenant_turn_slots t SET session_id = $1, owner = $2
+				WHERE t.tenant_id = $5 AND t.slot = $6 AND `+slotFree+` RETURNING 1)
+			`+leaseSetSQL+` WHERE session_id = $1 AND EXISTS (SELECT 1 FROM claim) RETURNING run_lease_until`,
+			sessionID, owner, ttl.Milliseconds(), clearQueued, tenantID, slot).Scan(&until)
+		if err == nil {
+			return true, until, nil
 		}
-		tried = append(tried, slot)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return false, time.Time{}, err
+		}
+		tried = append(tried, slot) // taken by a taker that committed just before
 	}
-	return false, nil
+	return false, time.Time{}, nil
 }
+
+// leaseSetSQL records the lease ($2 for $3 ms) on a session's counter row (the caller adds the
+// WHERE): run_wake is cleared, and wake_queued_at when $4.
+const leaseSetSQL = `UPDATE session_counters SET run_owner = $2,
+	run_lease_until = now() + $3 * interval '1 millisecond', run_wake = false,
+	wake_queued_at = CASE WHEN $4::bool THEN NULL ELSE wake_queued_at END`
 
 // ensureSlots creates the tenant's turn slots 0 .. max-1 once per store (they are never removed;
 // slots past a lowered max are not used).
