@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +46,19 @@ type Journal struct {
 	// waits (released then records that it did).
 	releaseAtTurnEnd bool
 	released         atomic.Bool
+
+	// seed, when set, answers the next Since (Seed).
+	seed []eventlog.Event
 }
+
+// Seed hands the journal the events of a commit its caller just made, a post's splice: the next
+// Since from just before them returns them without reading the log, as a read at that commit
+// would have. A post that takes the session's lease so gives its runner what it appended: the
+// whole log of a new session, or what a cached runner has not seen. The seed is used only when
+// it begins right after the cursor Since is given (otherwise it reads as usual), and only once.
+// What others commit after it is folded as after any read (Latest, or a stale append's re-read).
+// Not safe for concurrent use with Since.
+func (j *Journal) Seed(evs []eventlog.Event) { j.seed = evs }
 
 // ReleaseAtTurnEnd makes every append of a batch that ends a turn (turn/end) also give up the
 // journal owner's lease, in the same statement, when no followup waits in the inbox after it: a
@@ -430,6 +443,15 @@ const readPage = 1000
 func (j *Journal) Since(ctx context.Context, after int64) ([]eventlog.Event, error) {
 	if after < 0 && !j.known && j.owner != nil {
 		j.head, j.known = eventlog.Head{}, true
+	}
+	if seed := j.seed; seed != nil {
+		j.seed = nil
+		if len(seed) > 0 && seed[0].Seq == after+1 {
+			out := slices.Clone(seed)
+			j.track(out)
+			j.saw(out)
+			return out, nil
+		}
 	}
 	var out []eventlog.Event
 	r := j.retrier()

@@ -49,7 +49,7 @@ func (w *turnWorker) Work(ctx context.Context, a TurnArgs, _ int) error {
 	case pgstore.LeaseBusy:
 		return nil
 	}
-	return w.serveSession(ctx, a, owner, nil, unknownSeq)
+	return w.serveSession(ctx, a, owner, nil, unknownSeq, nil)
 }
 
 // unknownSeq tells serveSession to read where the serve's cancels begin.
@@ -83,7 +83,7 @@ func jitter(d time.Duration) time.Duration {
 //
 // A failure is logged here, with the trace of the turn it served (a wake job's failure is also
 // logged by River, which retries it).
-func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UUID, sess *eventlog.Session, from int64) error {
+func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UUID, sess *eventlog.Session, from int64, posted []eventlog.Event) error {
 	r, j, done, err := w.runner(ctx, a, owner, sess)
 	if err != nil {
 		w.release(a, owner)
@@ -91,6 +91,9 @@ func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UU
 			w.s.cfg.Logger.WarnContext(ctx, "serve failed", "session", a.SessionID, "reason", a.Reason, "err", err)
 		}
 		return err
+	}
+	if len(posted) > 0 {
+		j.Seed(posted) // the runner's first read is what the post appended, when it is all it misses
 	}
 	keep, err := w.serveWith(ctx, a, owner, r, j, from)
 	if err != nil {

@@ -307,7 +307,7 @@ func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Se
 		return Posted{}, err
 	}
 	if out.Leased {
-		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last())
+		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last(), out.Events)
 	}
 	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed}, nil
 }
@@ -333,12 +333,13 @@ func (s *Service) mayServeNow() bool {
 }
 
 // serveNow serves a session whose lease a post took, on a goroutine of its own under the service's
-// context. A failure is logged (by serveSession, in the trace of the turn it served); the lease
-// then expires and the sweeper wakes the session.
-func (s *Service) serveNow(a TurnArgs, owner uuid.UUID, sess eventlog.Session, from int64) {
+// context; posted are the events the post appended (the runner's journal is seeded with them). A
+// failure is logged (by serveSession, in the trace of the turn it served); the lease then expires
+// and the sweeper wakes the session.
+func (s *Service) serveNow(a TurnArgs, owner uuid.UUID, sess eventlog.Session, from int64, posted []eventlog.Event) {
 	s.direct.Add(1)
 	go func() {
 		defer s.direct.Done()
-		_ = s.turns.serveSession(s.base, a, owner, &sess, from)
+		_ = s.turns.serveSession(s.base, a, owner, &sess, from, posted)
 	}()
 }
