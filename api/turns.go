@@ -18,7 +18,7 @@ import (
 
 // Turns runs sessions' turns: posting messages to their inbox and cancelling (pkg/worker).
 type Turns interface {
-	Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session, msg llm.Message, mode string, idem *worker.Idempotency) (worker.Posted, error)
+	Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *worker.Idempotency) (worker.Posted, error)
 	Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error)
 }
 
@@ -69,11 +69,16 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		writeProblem(w, CodeInvalidRequest, `mode must be "followup", "steer" or "inject"`)
 		return
 	}
-	sess, ok := rs.runnable(w, r)
-	if !ok || !rs.s.checkQuota(w, r, pgstore.ForPost) {
+	// The session is not read first: the post reads it with its head (404 for another tenant's
+	// or a deleted session, 409 no_preset without a preset).
+	id, err := rs.sessionID(r)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
-	id := sess.ID
+	if !rs.s.checkQuota(w, r, pgstore.ForPost) {
+		return
+	}
 	var idem *worker.Idempotency
 	if key := r.Header.Get("Idempotency-Key"); key != "" {
 		if len(key) > 255 || !printable(key) {
@@ -87,12 +92,13 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 	// The stream's place is taken before the message is posted: a refused stream posts nothing.
 	release := func() {}
 	if acceptsEventStream(r) {
+		var ok bool
 		if release, ok = rs.s.reserveOrRefuse(w, r, id); !ok {
 			return
 		}
 	}
 	msg := llm.NewUserMessage(uuid.NewString(), *req.Content)
-	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), sess, msg, req.Mode, idem)
+	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), id, msg, req.Mode, idem)
 	if err != nil {
 		release()
 		writeError(w, r, err)
@@ -100,9 +106,9 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 	}
 	if acceptsEventStream(r) {
 		t := &turnWatch{messageID: posted.MessageID, inject: req.Mode == worker.ModeInject}
-		// The session was read (runnable) and the message committed in this request: the stream
-		// starts its tail at the later of the two seqs, without reading the session again.
-		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, max(sess.LastSeq, posted.Seq), t.observe, release)
+		// The post read the session's head: the stream starts its tail there without reading the
+		// session (a replay, which reads no head, lets the stream read it).
+		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, posted.LastSeq, t.observe, release)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rs.messageAccepted(r, id, req.Mode, posted))

@@ -45,6 +45,9 @@ type PostParams struct {
 	// waits before it releases); when the tenant runs Lease.MaxTenant turns already, the wake is
 	// enqueued as without an offer (postWake).
 	Lease *LeaseOffer
+	// Runnable refuses (fault.NoPreset) a post to a session that has no preset to run, checked
+	// with the head: the caller need not read the session first.
+	Runnable bool
 }
 
 // InboxBound bounds a session's pending inbox, both lists together: a post that would make it hold
@@ -83,6 +86,10 @@ type Posted struct {
 	Leased bool
 	// Head is the head after the append (with the lease when Leased).
 	Head eventlog.Head
+	// Preset and PresetVersion are the session's pinned preset, read with the head (nil and 0 for
+	// a replayed post).
+	Preset        *uuid.UUID
+	PresetVersion int
 	// tookOver: Leased, and the lease taken was an expired holder's (metrics).
 	tookOver bool
 }
@@ -101,6 +108,9 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 	err := s.inTx(ctx, "post", func(tx pgx.Tx) error {
 		if p.Idem != nil {
 			prev, found, err := idempotencyClaim(ctx, tx, p.Tenant, p.Session, p.Idem)
+			if err == nil && found {
+				err = sessionLive(ctx, tx, p.Tenant, p.Session) // a replay answers 404 once the session is gone
+			}
 			if err != nil || found {
 				out = prev
 				return err
@@ -109,6 +119,9 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		h, st, err := postHead(ctx, tx, p.Tenant, p.Session)
 		if err != nil {
 			return err
+		}
+		if p.Runnable && st.preset == nil {
+			return ErrNoPreset
 		}
 		// The inbox bound, under the counter row lock: the count before building, the bytes
 		// once the message's size is known (a refusal rolls the append back).
@@ -130,7 +143,7 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 				return inboxFull(pending, st.bytes, p.Bound)
 			}
 		}
-		out = Posted{MessageID: p.Message, Events: evs, Head: h}
+		out = Posted{MessageID: p.Message, Events: evs, Head: h, Preset: st.preset, PresetVersion: st.presetVersion}
 		out.Head.Next += int64(len(evs))
 		out.Head.Inbox, _ = h.Inbox.After(evs)
 		if len(evs) > 0 {
@@ -170,6 +183,9 @@ type runState struct {
 	wake   bool  // run_wake is already set
 	queued bool  // a wake job is queued (wake_queued_at is fresh)
 	bytes  int64 // the size of the waiting messages (migration 00008)
+
+	preset        *uuid.UUID // the session's pinned preset (nil: none)
+	presetVersion int
 }
 
 // postHead reads the session's head and run state, locking its counter row. ErrNotFound unless
@@ -185,11 +201,13 @@ func postHead(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID) (ev
 	err := tx.QueryRow(ctx, `SELECT c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until,
 			COALESCE(c.run_lease_until > now(), false), c.run_wake,
 			COALESCE(c.wake_queued_at > now() - $3 * interval '1 millisecond', false),
-			(SELECT COALESCE(sum(x), 0) FROM unnest(c.inbox_next_turn_sizes || c.inbox_next_step_sizes) x)
+			(SELECT COALESCE(sum(x), 0) FROM unnest(c.inbox_next_turn_sizes || c.inbox_next_step_sizes) x),
+			s.preset_id, COALESCE(s.preset_version, 0)
 		FROM session_counters c JOIN sessions s ON s.id = c.session_id
 		WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL
 		FOR UPDATE OF c`, sessionID, tenantID, wakeFresh.Milliseconds()).
-		Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until, &st.live, &st.wake, &st.queued, &st.bytes)
+		Scan(&last, &h.Inbox.NextTurn, &h.Inbox.NextStep, &owner, &until, &st.live, &st.wake, &st.queued, &st.bytes,
+			&st.preset, &st.presetVersion)
 	h.Next = last + 1
 	if owner != nil && until != nil {
 		h.Lease = eventlog.Lease{Owner: owner.String(), Until: *until}
@@ -276,4 +294,15 @@ func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.U
 func (s *Store) IdempotencyExpire(ctx context.Context, age time.Duration) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
 	return translate(err, "expire idempotency keys")
+}
+
+// ErrNoPreset is returned by a Runnable post to a session that has no preset to run its turns.
+var ErrNoPreset = &fault.Error{Code: fault.NoPreset, Message: "the session has no preset to run its turns"}
+
+// sessionLive answers ErrNotFound unless the session is the tenant's and not deleted.
+func sessionLive(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.UUID) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`,
+		sessionID, tenantID).Scan(&one)
+	return translate(err, "read session")
 }

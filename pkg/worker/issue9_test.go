@@ -140,7 +140,7 @@ func TestI9F7_FollowupFloodIsBoundedJobs(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for posted.Add(1) <= posts {
-				if _, err := r.svc.Post(ctx, e.tenant, sess, llm.NewUserMessage(uuid.NewString(), "text"), worker.ModeFollowup, nil); err != nil {
+				if _, err := r.svc.Post(ctx, e.tenant, sess.ID, llm.NewUserMessage(uuid.NewString(), "text"), worker.ModeFollowup, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -211,7 +211,7 @@ func TestI9F7_PostRatesAreLimited(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.svc.Post(ctx, e.tenant, sess, llm.NewUserMessage(uuid.NewString(), "text"), worker.ModeInject, nil)
+		_, err = r.svc.Post(ctx, e.tenant, sess.ID, llm.NewUserMessage(uuid.NewString(), "text"), worker.ModeInject, nil)
 		return err
 	}
 	for i := range 3 {
@@ -255,7 +255,7 @@ func TestI9F2_InboxIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.svc.Post(ctx, e.tenant, sess, llm.NewUserMessage(uuid.NewString(), text), mode, nil)
+		_, err = r.svc.Post(ctx, e.tenant, sess.ID, llm.NewUserMessage(uuid.NewString(), text), mode, nil)
 		return err
 	}
 	sid := e.session()
@@ -351,7 +351,7 @@ func TestI9F2_RunnerCacheAccountsWhatItHolds(t *testing.T) {
 	}
 	for range 12 {
 		msg := llm.NewUserMessage(uuid.NewString(), strings.Repeat("x", 256<<10-200))
-		if _, err := r.svc.Post(ctx, e.tenant, sess, msg, worker.ModeInject, nil); err != nil {
+		if _, err := r.svc.Post(ctx, e.tenant, sess.ID, msg, worker.ModeInject, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -33,7 +33,6 @@ import (
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
 )
@@ -250,8 +249,8 @@ const (
 	ModeInject   = "inject"
 )
 
-// ErrNoPreset is returned by Post for a session that has no preset to run.
-var ErrNoPreset = &fault.Error{Code: fault.NoPreset, Message: "the session has no preset to run its turns"}
+// ErrNoPreset is returned by Post, and by a serve, for a session that has no preset to run.
+var ErrNoPreset = pgstore.ErrNoPreset
 
 // ErrIdempotencyConflict is returned by Post when the idempotency key was used before with
 // another request.
@@ -261,11 +260,13 @@ var ErrIdempotencyConflict = pgstore.ErrIdempotencyConflict
 type Idempotency = pgstore.Idempotency
 
 // Posted is the result of a Post: the message id and the seq of its `agent/inbox/spliced` event.
-// Replayed is true when an idempotent retry returned an earlier result.
+// Replayed is true when an idempotent retry returned an earlier result. LastSeq is the session's
+// last seq right after the post (-1 for a replay, which reads no head).
 type Posted struct {
 	MessageID string
 	Seq       int64
 	Replayed  bool
+	LastSeq   int64
 }
 
 // Post appends msg to the session's inbox, at the end of next-turn for a followup and of
@@ -280,9 +281,10 @@ type Posted struct {
 // runs.
 //
 // A post beyond the session's or the tenant's post rate is refused with fault.RateLimited, one
-// beyond the session's inbox bound with fault.InboxFull.
-func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Session, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
-	sessionID := sess.ID
+// beyond the session's inbox bound with fault.InboxFull; a post to an unknown, other tenant's or
+// deleted session with ErrNotFound, one to a session without a preset with ErrNoPreset (read
+// with the head: the caller need not read the session first).
+func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *Idempotency) (Posted, error) {
 	if err := s.posts.allow(tenantID, sessionID, time.Now()); err != nil {
 		return Posted{}, err
 	}
@@ -290,7 +292,7 @@ func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Se
 	if mode == ModeSteer || mode == ModeInject {
 		target = eventlog.InboxNextStep
 	}
-	p := pgstore.PostParams{Tenant: tenantID, Session: sessionID, Idem: idem, Message: msg.ID,
+	p := pgstore.PostParams{Tenant: tenantID, Session: sessionID, Idem: idem, Message: msg.ID, Runnable: true,
 		Bound: pgstore.InboxBound{Messages: max(s.cfg.InboxMaxMessages, 0), Bytes: max(s.cfg.InboxMaxBytes, 0)},
 		Build: func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			return []eventlog.NewEvent{eventlog.Of(eventlog.Insertion(target, h.Inbox.Len(target), msg))}, nil
@@ -307,9 +309,14 @@ func (s *Service) Post(ctx context.Context, tenantID uuid.UUID, sess eventlog.Se
 		return Posted{}, err
 	}
 	if out.Leased {
+		sess := eventlog.Session{ID: sessionID, TenantID: tenantID, PresetID: out.Preset, PresetVersion: out.PresetVersion}
 		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last(), out.Events)
 	}
-	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed}, nil
+	last := int64(-1)
+	if !out.Replayed {
+		last = out.Head.Last()
+	}
+	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed, LastSeq: last}, nil
 }
 
 // Cancel requests the cancellation of the session's running turn (LOOP-7): unless keepInbox it

@@ -181,7 +181,7 @@ func post(t *testing.T, r *replica, tenantID, sid uuid.UUID, text, mode string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.svc.Post(context.Background(), tenantID, sess, llm.NewUserMessage(uuid.NewString(), text), mode, nil); err != nil {
+	if _, err := r.svc.Post(context.Background(), tenantID, sess.ID, llm.NewUserMessage(uuid.NewString(), text), mode, nil); err != nil {
 		t.Fatal(err)
 	}
 }
