@@ -38,3 +38,27 @@ func TestPostReadsTheSessionWithItsHead(t *testing.T) {
 	e.do(t, "POST", msgs, e.keyA, `{"content":"x"}`).wantProblem(t, http.StatusNotFound, "not_found")
 	e.do(t, "POST", msgs, e.keyA, `{"content":"inject"}`, "Idempotency-Key", "k1").wantProblem(t, http.StatusNotFound, "not_found")
 }
+
+// TestPostsToAnotherTenantsSessionDrainNothing: the per-session post rate is the tenant's own.
+// Another tenant naming the session's id, beyond the session's burst, gets 404 (or 429 from its
+// own bucket for that id) and takes nothing from the session's rate: its owner's post is accepted.
+func TestPostsToAnotherTenantsSessionDrainNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sid := e.sessionCreate(t, e.keyA)
+	msgs := "/v1/sessions/" + sid.String() + "/messages"
+	limited := 0
+	for range 40 {
+		r := e.do(t, "POST", msgs, e.keyB, `{"content":"x","mode":"inject"}`)
+		if r.status == http.StatusTooManyRequests {
+			limited++
+			continue
+		}
+		r.wantProblem(t, http.StatusNotFound, "not_found")
+	}
+	if limited == 0 {
+		t.Fatalf("40 posts at once were never limited; the test needs a burst below 40")
+	}
+	e.do(t, "POST", msgs, e.keyA, `{"content":"x","mode":"inject"}`).want(t, http.StatusAccepted)
+}
+

@@ -52,11 +52,15 @@ type postLimiter struct {
 	session, tenant buckets
 }
 
-// buckets are the token buckets of one rate, by session or tenant id.
+// buckets are the token buckets of one rate, by tenant and session (uuid.Nil for a tenant's own
+// bucket). A session's bucket is keyed by its tenant too: a post that names another tenant's
+// session id is refused (404) after the limiter, and must not drain that session's bucket.
 type buckets struct {
 	rate Rate
-	m    map[uuid.UUID]*bucket
+	m    map[bucketKey]*bucket
 }
+
+type bucketKey struct{ tenant, session uuid.UUID }
 
 type bucket struct {
 	tokens float64
@@ -64,12 +68,12 @@ type bucket struct {
 }
 
 func newPostLimiter(session, tenant Rate) *postLimiter {
-	return &postLimiter{session: buckets{rate: session, m: map[uuid.UUID]*bucket{}},
-		tenant: buckets{rate: tenant, m: map[uuid.UUID]*bucket{}}}
+	return &postLimiter{session: buckets{rate: session, m: map[bucketKey]*bucket{}},
+		tenant: buckets{rate: tenant, m: map[bucketKey]*bucket{}}}
 }
 
 // fill returns id's bucket refilled at now (a new one is full), nil without a limit.
-func (bs *buckets) fill(id uuid.UUID, now time.Time) *bucket {
+func (bs *buckets) fill(id bucketKey, now time.Time) *bucket {
 	if bs.rate.unlimited() {
 		return nil
 	}
@@ -107,7 +111,7 @@ const maxBuckets = 100_000
 func (l *postLimiter) allow(tenantID, sessionID uuid.UUID, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s, t := l.session.fill(sessionID, now), l.tenant.fill(tenantID, now)
+	s, t := l.session.fill(bucketKey{tenantID, sessionID}, now), l.tenant.fill(bucketKey{tenant: tenantID}, now)
 	if s != nil && s.tokens < 1 {
 		return rateLimited("session", l.session.wait(s))
 	}
