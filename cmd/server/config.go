@@ -99,8 +99,9 @@ type Config struct {
 	// link-local addresses. Default off.
 	WebAllowPrivate bool
 	// SandboxNetwork (DSHD_SANDBOX_NETWORK) lets presets give bash's sandbox the host's network
-	// (tools.bash.network). 0 forbids it: such presets are refused (400), and ones stored before
-	// run without the network. Default 1.
+	// (tools.bash.network): 1 allows it. Default 0, which forbids it: such presets are refused
+	// (400), and ones stored before run without the network. The host's network includes its
+	// loopback (the database, this server) and private networks, so it is the operator's choice.
 	SandboxNetwork bool
 	// TenantWorkspaceBytes (DSHD_TENANT_WORKSPACE_BYTES) bounds the bytes of all the workspaces of
 	// one tenant: write and edit refuse to go over it (FS_QUOTA_EXCEEDED), bash reports a command
@@ -531,7 +532,7 @@ func (c *Config) parseTenantLimits(env func(name, def string) string) error {
 // parseSandbox reads the sandbox network switch and the tenant workspace bound.
 func (c *Config) parseSandbox(env func(name, def string) string) error {
 	var err error
-	if c.SandboxNetwork, err = parseBool("DSHD_SANDBOX_NETWORK", env("DSHD_SANDBOX_NETWORK", "1")); err != nil {
+	if c.SandboxNetwork, err = parseBool("DSHD_SANDBOX_NETWORK", env("DSHD_SANDBOX_NETWORK", "0")); err != nil {
 		return err
 	}
 	if c.TenantWorkspaceBytes, err = strconv.ParseInt(env("DSHD_TENANT_WORKSPACE_BYTES", "0"), 10, 64); err != nil || c.TenantWorkspaceBytes < 0 {

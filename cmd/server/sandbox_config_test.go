@@ -20,14 +20,14 @@ func TestParseConfigSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.SandboxNetwork || c.TenantWorkspaceBytes != 0 {
+	if c.SandboxNetwork || c.TenantWorkspaceBytes != 0 {
 		t.Fatalf("defaults: network %v, tenant bytes %d", c.SandboxNetwork, c.TenantWorkspaceBytes)
 	}
-	env := map[string]string{"DSHD_SANDBOX_NETWORK": "0", "DSHD_TENANT_WORKSPACE_BYTES": "5000"}
+	env := map[string]string{"DSHD_SANDBOX_NETWORK": "1", "DSHD_TENANT_WORKSPACE_BYTES": "5000"}
 	if c, err = ParseConfig(func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
-	if c.SandboxNetwork || c.TenantWorkspaceBytes != 5000 {
+	if !c.SandboxNetwork || c.TenantWorkspaceBytes != 5000 {
 		t.Fatalf("parsed: network %v, tenant bytes %d", c.SandboxNetwork, c.TenantWorkspaceBytes)
 	}
 	for k, v := range map[string]string{"DSHD_SANDBOX_NETWORK": "maybe", "DSHD_TENANT_WORKSPACE_BYTES": "-1"} {
