@@ -119,7 +119,8 @@ type approvalPolicySet struct {
 // `approval/policy` and injects a notice of the change that the model reads at its next step;
 // the policy decides the session's asks from then on (`never`: rejected, nobody asked). 200
 // {policy, seq} with the seq of the `approval/policy` event; 400 for a policy other than ask or
-// never.
+// never. Setting the policy the session's last `approval/policy` set already appends nothing and
+// answers that event's seq: a repeated PUT neither grows the log nor feeds the model notices.
 func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
@@ -139,6 +140,17 @@ func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http
 	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenant, id); err != nil {
 		writeError(w, r, err)
 		return
+	}
+	last, found, err := rs.s.cfg.Log.LastOfType(r.Context(), tenant, id, eventlog.TypeApprovalPolicy)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if found {
+		if d, err := eventlog.Decode[eventlog.ApprovalPolicy](last); err == nil && d.Policy == req.Policy {
+			writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: last.Seq})
+			return
+		}
 	}
 	evs, err := approval.SetPolicy(r.Context(), rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil), req.Policy)
 	if err != nil {

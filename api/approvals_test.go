@@ -397,6 +397,16 @@ func TestAPR6_SetNeverOverHTTPRejectsWithoutAnswerer(t *testing.T) {
 		logged[n-2].Type != eventlog.TypeApprovalPolicy || logged[n-1].Type != eventlog.TypeInboxSpliced {
 		t.Fatalf("set %+v; log %+v, want approval/policy at its seq, then the notice's splice", set, logged)
 	}
+	// Setting it again appends nothing and answers the same event.
+	var again struct {
+		Policy string
+		Seq    int64
+	}
+	e.do(t, "PUT", path, e.keyA, `{"policy":"never"}`).want(t, http.StatusOK).json(t, &again)
+	if again != set || len(e.allEvents(t, sid)) != len(logged) {
+		t.Fatalf("a repeated PUT answered %+v (first %+v) and the log went from %d to %d events",
+			again, set, len(logged), len(e.allEvents(t, sid)))
+	}
 
 	evs := postStream(t, e.replica, sid, e.keyA, echoCall("ask-never")).untilEnd(t)
 	for _, ev := range evs {

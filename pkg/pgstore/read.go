@@ -371,3 +371,20 @@ func (s *Store) inReadTx(ctx context.Context, what string, fn func(tx pgx.Tx) er
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 	return translate(err, what)
 }
+
+// LastOfType returns the session's last event of type typ, and false when it has none. It
+// returns ErrNotFound for an unknown, another tenant's or a deleted session.
+func (s *Store) LastOfType(ctx context.Context, tenantID, sessionID uuid.UUID, typ string) (eventlog.Event, bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE session_id = $1 AND tenant_id = $2 AND type = $3
+		  AND EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL)
+		ORDER BY seq DESC LIMIT 1`, sessionID, tenantID, typ)
+	if err != nil {
+		return eventlog.Event{}, false, translate(err, "read last event")
+	}
+	evs, err := collectEvents(rows)
+	if err != nil || len(evs) == 0 {
+		return eventlog.Event{}, false, translate(err, "read last event")
+	}
+	return evs[0], true, nil
+}
