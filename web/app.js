@@ -426,6 +426,7 @@ function sessionList() {
   }
   let stopped = false;
   let timer;
+  let loads = 0; // refreshes rendered, in data-loads (the browser test waits for one)
   async function load() {
     if (stopped) return;
     if (navigator.onLine) {
@@ -439,6 +440,7 @@ function sessionList() {
           if (!page.items.length) body.append(h('tr', {}, h('td', { colspan: 6 }, 'No sessions yet.')));
           if (active && active !== document.activeElement && body.contains(active)) active.focus();
         }
+        body.dataset.loads = String(++loads);
       });
     }
     if (!stopped) timer = setTimeout(load, 2000);

@@ -553,8 +553,9 @@ await step('phone-viewport', async () => {
   // The list refreshes itself; a keyboard user's focus on a row's link stays there.
   const link = page.locator(`table.sessions tr[data-id="${sessionId}"] a`);
   await tabTo(link, { max: 80 });
-  await page.waitForResponse((r) => r.url().includes('/v1/sessions?limit=100'));
-  await page.waitForFunction(() => true); // let the refresh's rendering run
+  const list = page.locator('table.sessions tbody');
+  const loads = Number(await list.getAttribute('data-loads'));
+  await until('the list to refresh', async () => Number(await list.getAttribute('data-loads')) > loads);
   check(await link.evaluate((el) => el === document.activeElement), `the list's refresh moved focus to ${await focused()}`);
 });
 await page.setViewportSize({ width: 1280, height: 900 });
@@ -620,7 +621,7 @@ await step('run-code-card', async () => {
   await page.getByRole('button', { name: 'New session' }).click();
   await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
   await until('the stream to be live', async () => (await page.locator('#conn').innerText()) === 'live');
-  const program = 'const [a, b] = await Promise.all([tools.echo({text: "x"}), tools.wait({ms: 1500, text: "y"})]);\nreturn a + " " + b;';
+  const program = 'const [a, b] = await Promise.all([tools.echo({text: "x"}), tools.wait({ms: 5000, text: "y"})]);\nreturn a + " " + b;';
   await send(`tool:run_code args:${encodeURIComponent(JSON.stringify({ code: program, description: 'Two calls' }))}`);
   const card = turn(1).locator('article.tool', { hasText: 'run_code' });
   const subs = card.locator('ul.subcalls > li.subcall');
@@ -632,7 +633,7 @@ await step('run-code-card', async () => {
   const names = await subs.locator('.tool-head .mono').allInnerTexts();
   check(names.join() === 'echo,wait', `sub-calls ${names}`);
   check(await subs.locator('.sub-state .badge.ok').count() === 2, 'a sub-call did not succeed');
-  check((await subs.nth(1).locator('pre').first().innerText()).includes('"ms": 1500'), 'a sub-call lacks its arguments');
+  check((await subs.nth(1).locator('pre').first().innerText()).includes('"ms": 5000'), 'a sub-call lacks its arguments');
   await turnEnded(1, 'completed');
   await a11y('session view with a run_code card', { tab: false });
 });
