@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/dshd/dshd/api"
 )
@@ -197,7 +195,7 @@ func FuzzHTTPHeaders(f *testing.F) {
 			return // the credential is there but not as a bearer token
 		}
 		key := strings.Trim(idempotencyKey, " \t") // as the server reads a header value
-		badKey := len(key) > 255 || !printableText(key)
+		badKey := len(key) > 255 || !api.Printable(key)
 		switch {
 		case key != "" && badKey:
 			if status != http.StatusBadRequest {
@@ -210,20 +208,6 @@ func FuzzHTTPHeaders(f *testing.F) {
 			}
 		}
 	})
-}
-
-// printableText reports whether s is valid UTF-8 without control characters: what an
-// Idempotency-Key may hold.
-func printableText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // messageID returns the messageId of a post's 202 answer.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -42,30 +41,6 @@ func workspaceAgents(t *testing.T, networkDisabled bool) (*agents.Agents, *sandb
 		c.Tools, c.Workspace, c.SandboxNetworkDisabled = tools, &wt, networkDisabled
 	})
 	return a, w
-}
-
-// greeter opens a listener on the host's loopback that writes a greeting to every connection,
-// and returns the command that connects to it and prints the greeting: it prints it only when
-// it reached this listener.
-func greeter(t *testing.T) (command, greeting string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	greeting = "hello-from-the-host-" + uuid.NewString()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte(greeting + "\n"))
-			_ = c.Close()
-		}
-	}()
-	return fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && read -r line <&3 && echo \"$line\"", ln.Addr().(*net.TCPAddr).Port), greeting
 }
 
 // runBash runs one turn of session s whose scripted model calls bash with command, and returns
@@ -122,7 +97,7 @@ func bashDescription(t *testing.T, a *agents.Agents, p preset.Preset) string {
 func TestBashNetworkFollowsThePreset(t *testing.T) {
 	t.Parallel()
 	a, w := workspaceAgents(t, false)
-	cmd, greeting := greeter(t)
+	cmd, greeting := sandboxtest.Greeter(t)
 	off := presetOf(t, `{"name":"off","model":{"provider":"scripted","model":"m"}}`)
 	on := presetOf(t, `{"name":"on","model":{"provider":"scripted","model":"m"},"tools":{"bash":{"network":true}}}`)
 
@@ -183,7 +158,7 @@ func TestBashNetworkForbiddenByTheOperator(t *testing.T) {
 	if d := bashDescription(t, a, stored); !strings.Contains(d, "there is no network") {
 		t.Errorf("stored preset: %q", d)
 	}
-	cmd, greeting := greeter(t)
+	cmd, greeting := sandboxtest.Greeter(t)
 	if got := runBash(t, a, agents.Session{ID: uuid.New(), Preset: stored}, cmd); strings.Contains(got, greeting) ||
 		!strings.Contains(got, "[exit code: ") {
 		t.Fatalf("connected while forbidden: %s", got)

@@ -2,8 +2,6 @@ package bash_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,30 +181,6 @@ func TestBashIsSandboxed(t *testing.T) {
 	}
 }
 
-// greeter opens a listener on the host's loopback that writes a greeting to every connection,
-// and returns the command that connects to it and prints the greeting: it prints it only when
-// it reached this listener.
-func greeter(t *testing.T) (command, greeting string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	greeting = fmt.Sprintf("hello-from-the-host-%d", time.Now().UnixNano())
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte(greeting + "\n"))
-			_ = c.Close()
-		}
-	}()
-	return fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && read -r line <&3 && echo \"$line\"", ln.Addr().(*net.TCPAddr).Port), greeting
-}
-
 // TestBashNetworkFollowsTheSetting: the default bash has no network (a connection to a listener
 // on the host's loopback fails) and says so; the definition with Config.Network (a preset's
 // tools.bash.network) shares the host's network: the same command gets the listener's greeting,
@@ -226,7 +200,7 @@ func TestBashNetworkFollowsTheSetting(t *testing.T) {
 	if d := on.tool.Description; !strings.Contains(d, "the network is on") || strings.Contains(d, "no network") {
 		t.Errorf("on: %q", d)
 	}
-	cmd, greeting := greeter(t)
+	cmd, greeting := sandboxtest.Greeter(t)
 	if got, _ := off.call(context.Background(), "s", map[string]any{"command": cmd}); strings.Contains(got, greeting) ||
 		!strings.Contains(got, "[exit code: ") {
 		t.Fatalf("connected without the network: %q", got)
