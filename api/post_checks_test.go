@@ -61,4 +61,3 @@ func TestPostsToAnotherTenantsSessionDrainNothing(t *testing.T) {
 	}
 	e.do(t, "POST", msgs, e.keyA, `{"content":"x","mode":"inject"}`).want(t, http.StatusAccepted)
 }
-
