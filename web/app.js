@@ -418,10 +418,13 @@ function sessionList() {
       h('td', { class: 'num hide-narrow' }, s.lastTurn ?? ''),
       h('td', { class: 'num hide-narrow' }, s.lastSeq + 1),
       h('td', {}, new Date(s.createdAt).toLocaleString())];
+    // Each changed cell is replaced where it is: the first cell, with the link, never leaves the
+    // page (taking it out, even to put it back at once, would blur a focused link).
     const shown = [...tr.children].slice(1);
-    if (shown.length !== cells.length || shown.some((td, i) => td.outerHTML !== cells[i].outerHTML)) {
-      tr.replaceChildren(tr.firstChild, ...cells);
-    }
+    cells.forEach((td, i) => {
+      if (!shown[i]) tr.append(td);
+      else if (shown[i].outerHTML !== td.outerHTML) shown[i].replaceWith(td);
+    });
     return tr;
   }
   let stopped = false;
@@ -432,14 +435,16 @@ function sessionList() {
     if (navigator.onLine) {
       await guard(async () => {
         const page = await api('GET', '/v1/sessions?limit=100');
+        // Moving the rows blurs a focused link: it gets the focus back.
+        const active = document.activeElement;
         const next = page.items.map(sessionRow);
+        const listed = new Set(page.items.map((s) => s.id));
+        for (const id of rows.keys()) if (!listed.has(id)) rows.delete(id);
         if (next.length !== body.children.length || next.some((tr, i) => body.children[i] !== tr)) {
-          // Moving the rows blurs a focused link: it gets the focus back.
-          const active = document.activeElement;
           body.replaceChildren(...next);
           if (!page.items.length) body.append(h('tr', {}, h('td', { colspan: 6 }, 'No sessions yet.')));
-          if (active && active !== document.activeElement && body.contains(active)) active.focus();
         }
+        if (active && active !== document.activeElement && body.contains(active)) active.focus();
         body.dataset.loads = String(++loads);
       });
     }
