@@ -1,6 +1,7 @@
 // Package web is the `web_fetch` tool: an HTTP(S) GET of one URL, decoded to text. Only http and
 // https; connections to loopback, private, link-local, multicast and other non-public addresses
-// are refused (WEB_BLOCKED_URL), checked on the address actually dialled (the dialer's Control),
+// are refused (WEB_BLOCKED_URL, the webhooks' rule: netguard.PublicAddr), checked on the address
+// actually dialled (the dialer's Control),
 // so a redirect or a DNS answer towards one is refused too; environment proxies are never used.
 // The body is bounded in size (WEB_FETCH_TOO_LARGE) and the whole fetch in time
 // (WEB_FETCH_TIMEOUT).
@@ -22,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/netguard"
 	"github.com/dshd/dshd/pkg/registry"
 )
 
@@ -146,7 +148,7 @@ func (f *fetcher) control(_, address string, _ syscall.RawConn) error {
 // allowed reports whether a may be dialled.
 func (f *fetcher) allowed(a netip.Addr) bool {
 	a = a.Unmap()
-	if f.cfg.AllowPrivate || public(a) {
+	if f.cfg.AllowPrivate || netguard.PublicAddr(a) {
 		return true
 	}
 	for _, p := range f.cfg.Allow {
@@ -165,31 +167,6 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 		return webError(CodeBlockedURL, "a redirect to a %s URL is refused: only http and https", req.URL.Scheme)
 	}
 	return nil
-}
-
-// nonPublic are the ranges refused besides what netip classifies: shared address space (CGNAT),
-// "this network", IETF protocol assignments, benchmarking, reserved, NAT64 and 6to4 (which map
-// to IPv4 addresses of any kind) and the old IPv6 site-local range.
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("192.0.0.0/24"), netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("fec0::/10"),
-}
-
-// public reports whether a is a public unicast address.
-func public(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
-		return false
-	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
 }
 
 // parse checks the URL: http or https, a host, and no literal non-public address.
