@@ -11,7 +11,9 @@
 #   web/test/node_modules is missing or older than the lockfile. DSHD_SKIP_BROWSER=1 skips this.
 #
 # - Debian's `bubblewrap` package, when `bwrap` is not on PATH: the default shell sandbox of the
-#   bash tool (pkg/sandbox), whose tests run it.
+#   bash tool (pkg/sandbox), whose tests run it; `passt` (pasta) and `nftables` (nft), the
+#   sandbox's egress-only network; `inotify-tools`, which the sandbox escape suite's attacker
+#   commands use (inotifywait, run inside the sandbox from the host's read-only /usr).
 #
 # Idempotent: it installs nothing that is already there.
 set -euo pipefail
@@ -38,11 +40,16 @@ apt_install() {
 }
 
 ensure_bwrap() {
-  command -v bwrap >/dev/null 2>&1 && return 0
-  log "installing Debian's bubblewrap package (the bash tool's sandbox)"
-  apt_install bubblewrap || return 1
+  local pkgs=()
+  command -v bwrap >/dev/null 2>&1 || pkgs+=(bubblewrap)
+  command -v pasta >/dev/null 2>&1 || pkgs+=(passt)
+  [ -x /usr/sbin/nft ] || command -v nft >/dev/null 2>&1 || pkgs+=(nftables)
+  command -v inotifywait >/dev/null 2>&1 || pkgs+=(inotify-tools)
+  [ ${#pkgs[@]} -eq 0 ] && return 0
+  log "installing Debian's ${pkgs[*]} (the bash tool's sandbox, its network and its escape suite)"
+  apt_install "${pkgs[@]}" || return 1
   command -v bwrap >/dev/null 2>&1 || { log "bubblewrap installed but bwrap is not on PATH"; return 1; }
-  log "bubblewrap installed"
+  log "${pkgs[*]} installed"
 }
 
 ensure_postgres() {
