@@ -258,8 +258,9 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	defer l.close()
 	res, err := run(ctx, l.cmd, spec.Timeout, b.cfg.OutputBytes, killGroup, l)
-	if l.oomKilled() {
-		res.OOMKilled, res.MemoryBytes = true, b.cfg.MemoryBytes
+	if l.group != nil {
+		res.MemoryBytes = b.cfg.MemoryBytes
+		res.OOMKilled, res.MemoryPeakBytes = l.memory()
 	}
 	return res, err
 }

@@ -67,8 +67,8 @@ read -r _ < /workspace/sync`
 		t.Errorf("writes of 1 GiB:\n%s\nwant\n%s\nstderr %q", res.Stdout, strings.Join(want, "\n"), res.Stderr)
 	}
 	bound := int64(sandbox.DefaultTmpBytes+sandbox.DefaultShmBytes) + 64<<20
-	t.Logf("host Shmem: %d MiB before, %d MiB while the files exist (+%d MiB; bound +%d MiB)",
-		before>>20, during>>20, (during-before)>>20, bound>>20)
+	t.Logf("host Shmem: %d MiB before, %d MiB while the files exist (+%d MiB; bound +%d MiB); the command's memory cgroup peaked at %d MiB (bound %d MiB)",
+		before>>20, during>>20, (during-before)>>20, bound>>20, res.MemoryPeakBytes>>20, res.MemoryBytes>>20)
 	if during-before > bound {
 		t.Errorf("host Shmem grew by %d MiB, more than the sized mounts (%d MiB)", (during-before)>>20, bound>>20)
 	}

@@ -187,6 +187,21 @@ func (c *cgroup) oomKilled() bool {
 	return false
 }
 
+// peak returns the most memory the cgroup held at once (its processes' and their tmpfs pages),
+// 0 when the kernel does not say.
+func (c *cgroup) peak() int64 {
+	file := "memory.max_usage_in_bytes"
+	if c.v2 {
+		file = "memory.peak"
+	}
+	b, err := os.ReadFile(filepath.Join(c.dir, file))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
 // remove removes the cgroup. The command's processes are dead, but the last of them may still
 // be on its way out of the cgroup after the kill: the removal is retried for up to 2 s.
 func (c *cgroup) remove() {

@@ -110,8 +110,14 @@ func (l *launch) release() error {
 	return nil
 }
 
-// oomKilled reports whether the kernel killed a process of the command for its memory cgroup.
-func (l *launch) oomKilled() bool { return l.group != nil && l.group.oomKilled() }
+// memory returns whether the kernel killed a process of the command for its memory cgroup, and
+// the cgroup's peak usage; false and 0 without a cgroup.
+func (l *launch) memory() (oom bool, peak int64) {
+	if l.group == nil {
+		return false, 0
+	}
+	return l.group.oomKilled(), l.group.peak()
+}
 
 // close releases what is left: the pipes and the cgroup (once the command is gone).
 func (l *launch) close() {

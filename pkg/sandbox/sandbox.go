@@ -74,9 +74,11 @@ type Result struct {
 	// Duration is how long the command ran.
 	Duration time.Duration
 	// OOMKilled is set when the kernel killed a process of the command because the command's
-	// memory reached its memory cgroup's bound, MemoryBytes (bwrap with a memory cgroup).
-	OOMKilled   bool
-	MemoryBytes int64
+	// memory reached its memory cgroup's bound, MemoryBytes (bwrap with a memory cgroup; 0
+	// without one). MemoryPeakBytes is the most the cgroup held at once: the processes' memory
+	// and the pages of their /tmp and /dev/shm.
+	OOMKilled                    bool
+	MemoryBytes, MemoryPeakBytes int64
 }
 
 // Limits are the resource limits of one command, applied with `ulimit` (setrlimit) in the shell
