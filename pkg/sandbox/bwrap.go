@@ -76,9 +76,10 @@ const (
 //     process in it. --die-with-parent ends the sandbox if the server dies.
 //
 // What does not hold: no seccomp filter (the kernel's whole syscall surface is reachable, as it
-// is for any unprivileged user), no disk quota on what a command writes (only RLIMIT_FSIZE per
-// file; the file tools check the workspace and tenant bounds, and the bash tool reports a command
-// that took the tenant over its bound), no CPU share beyond the nice value. With
+// is for any unprivileged user), no disk quota here on what a command writes (only RLIMIT_FSIZE
+// per file; the file tools check the workspace and tenant bounds, and the bash tool's watchdog
+// stops a command that takes the tenant over its bound), no CPU share beyond the nice value, and
+// /proc/self/mountinfo shows the workspace's path within its host filesystem. With
 // Spec.Network the sandbox shares the host's network namespace: it reaches what the host reaches.
 type Bwrap struct {
 	cfg  BwrapConfig
