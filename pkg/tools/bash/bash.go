@@ -141,7 +141,7 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 	switch {
 	case ctx.Err() != nil:
 		return "", registry.NewError(registry.NameAbort, fault.CodeAborted, "tool call aborted")
-	case errors.Is(context.Cause(cmdCtx), errOverQuota):
+	case err != nil && errors.Is(context.Cause(cmdCtx), errOverQuota): // the watchdog stopped it (not: fired after it ended)
 		res.ExitCode = 0 // the kill's, not the command's: the note says why it ended
 		return render(res, timeout) + stoppedNote(ws), nil
 	case err != nil:
