@@ -1,0 +1,54 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// TestCommandStartsInItsMemoryCgroup (issue 17, finding 2): a command's first process is already
+// in the command's own memory cgroup (bubblewrap's child is moved in before it may go on, so no
+// process of the command runs outside it), and the cgroup is gone once the command is. Skipped
+// where the host gives the server no writable memory cgroup.
+func TestCommandStartsInItsMemoryCgroup(t *testing.T) {
+	t.Parallel()
+	b, err := NewBwrap(BwrapConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Skipf("SKIP: bubblewrap cannot run here: %v", err)
+	}
+	if b.cgroups == nil {
+		t.Skip("SKIP: no writable memory cgroup on this host")
+	}
+	ws := t.TempDir()
+	if uid, gid, ok := b.Owner(); ok {
+		if err := os.Chmod(filepath.Dir(ws), 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(ws, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cgroup namespace was made while bwrap's child was still in the server's cgroup, so
+	// inside, the command's cgroup shows as a child of the namespace's root.
+	file := "0::"
+	if !b.cgroups.v2 {
+		file = "memory:"
+	}
+	res, err := b.Run(context.Background(), Spec{Workspace: ws, Command: "cat /proc/self/cgroup", Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)` + regexp.QuoteMeta(file) + `/(dshd-sandbox-[A-Z0-9]+)$`).FindStringSubmatch(res.Stdout)
+	if m == nil {
+		t.Fatalf("the command is not in a cgroup of its own:\n%s%s", res.Stdout, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(b.cgroups.dir, m[1])); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the command's cgroup %s outlived it: %v", m[1], err)
+	}
+}
