@@ -55,12 +55,33 @@ func findCgroupParent() (*cgroupParent, error) {
 	default:
 		return nil, errors.New("no memory cgroup controller is mounted")
 	}
+	p.sweep()
 	probe, err := p.create(64 << 20)
 	if err != nil {
 		return nil, err
 	}
 	probe.remove()
 	return p, nil
+}
+
+// cgroupPrefix starts the name of every command's cgroup.
+const cgroupPrefix = "dshd-sandbox-"
+
+// sweep removes the cgroups a server that is no longer running left behind (it was killed while
+// commands ran): those whose pid no longer exists and that hold no process (rmdir refuses others).
+func (p *cgroupParent) sweep() {
+	entries, _ := os.ReadDir(p.dir)
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || !e.IsDir() || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = syscall.Rmdir(filepath.Join(p.dir, e.Name()))
+		}
+	}
 }
 
 // cgroupMounts returns the mount points of the v1 memory hierarchy and of cgroup v2, "" for
@@ -124,8 +145,9 @@ type cgroup struct {
 
 // create makes a child cgroup that allows limit bytes of memory (swap included).
 func (p *cgroupParent) create(limit int64) (*cgroup, error) {
-	// A random name: several providers (and servers) may share the parent.
-	name := "dshd-sandbox-" + rand.Text()
+	// The server's pid (sweep removes what a server that died left) and a random part: several
+	// providers (and servers) may share the parent.
+	name := fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), rand.Text())
 	c := &cgroup{dir: filepath.Join(p.dir, name), v2: p.v2}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: memory cgroup: %w", err)

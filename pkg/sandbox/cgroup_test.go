@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -47,11 +49,36 @@ func TestCommandStartsInItsMemoryCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)` + regexp.QuoteMeta(file) + `/(dshd-sandbox-[A-Z0-9]+)$`).FindStringSubmatch(res.Stdout)
+	m := regexp.MustCompile(`(?m)` + regexp.QuoteMeta(file) + `/(dshd-sandbox-[0-9]+-[A-Z0-9]+)$`).FindStringSubmatch(res.Stdout)
 	if m == nil {
 		t.Fatalf("the command is not in a cgroup of its own:\n%s%s", res.Stdout, res.Stderr)
 	}
 	if _, err := os.Stat(filepath.Join(b.cgroups.dir, m[1])); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the command's cgroup %s outlived it: %v", m[1], err)
+	}
+}
+
+// TestCgroupSweepRemovesWhatADeadServerLeft: the cgroups of a server that died with commands
+// running (its pid is gone) are removed when a provider starts; a live server's are kept.
+func TestCgroupSweepRemovesWhatADeadServerLeft(t *testing.T) {
+	t.Parallel()
+	p, err := findCgroupParent()
+	if err != nil {
+		t.Skipf("SKIP: no writable memory cgroup on this host: %v", err)
+	}
+	dead := filepath.Join(p.dir, cgroupPrefix+"2147483646-LEFTOVER")
+	live := filepath.Join(p.dir, cgroupPrefix+strconv.Itoa(os.Getppid())+"-LIVE")
+	for _, d := range []string{dead, live} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Rmdir(d) })
+	}
+	p.sweep()
+	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a dead server's cgroup is still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live server's cgroup was removed: %v", err)
 	}
 }
