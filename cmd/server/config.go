@@ -107,6 +107,11 @@ type Config struct {
 	// one tenant: write and edit refuse to go over it (FS_QUOTA_EXCEEDED), bash reports a command
 	// that did. Default 0: no bound.
 	TenantWorkspaceBytes int64
+	// SandboxMemoryBytes (DSHD_SANDBOX_MEMORY_BYTES) bounds each bwrap command's memory as a whole
+	// (its processes and its /tmp and /dev/shm) with a memory cgroup, where the host gives the
+	// server a writable one. 0 (the default) is sandbox.DefaultMemoryBytes (1 GiB); negative (the
+	// setting 0): no memory cgroup.
+	SandboxMemoryBytes int64
 	// PolicyWebhookKey (DSHD_POLICY_WEBHOOK_KEY) is the key every preset's policy webhook signing
 	// secret is derived from; at least 32 bytes. Default empty: policy webhooks are disabled
 	// (presets naming one are refused).
@@ -306,6 +311,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if err := c.parseSandbox(env); err != nil {
+		return Config{}, err
+	}
+	if err := c.parseSandboxMemory(env); err != nil {
 		return Config{}, err
 	}
 	c.PolicyWebhookKey = strings.TrimSpace(getenv("DSHD_POLICY_WEBHOOK_KEY"))
@@ -537,6 +545,20 @@ func (c *Config) parseSandbox(env func(name, def string) string) error {
 	}
 	if c.TenantWorkspaceBytes, err = strconv.ParseInt(env("DSHD_TENANT_WORKSPACE_BYTES", "0"), 10, 64); err != nil || c.TenantWorkspaceBytes < 0 {
 		return fmt.Errorf("DSHD_TENANT_WORKSPACE_BYTES must be a number of bytes (0: no bound)")
+	}
+	return nil
+}
+
+// parseSandboxMemory reads the memory bound of a sandboxed command.
+func (c *Config) parseSandboxMemory(env func(name, def string) string) error {
+	n, err := strconv.ParseInt(env("DSHD_SANDBOX_MEMORY_BYTES", "1073741824"), 10, 64)
+	switch {
+	case err != nil || n < 0 || n > 0 && n < 16<<20:
+		return fmt.Errorf("DSHD_SANDBOX_MEMORY_BYTES must be a number of bytes, at least 16777216 (0: no memory cgroup)")
+	case n == 0:
+		c.SandboxMemoryBytes = -1
+	default:
+		c.SandboxMemoryBytes = n
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ func (c Config) workspaceTools(log *slog.Logger) (*agents.WorkspaceTools, error)
 	var shell sandbox.Provider
 	switch c.Shell {
 	case "bwrap":
-		b, err := sandbox.NewBwrap(sandbox.BwrapConfig{UID: c.SandboxUser[0], GID: c.SandboxUser[1]})
+		b, err := sandbox.NewBwrap(sandbox.BwrapConfig{UID: c.SandboxUser[0], GID: c.SandboxUser[1],
+			MemoryBytes: c.SandboxMemoryBytes, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("dshd: DSHD_SHELL=bwrap: %w (or set DSHD_SHELL=off for no bash tool)", err)
 		}

@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,7 +29,28 @@ type BwrapConfig struct {
 	Limits Limits
 	// OutputBytes is how much of each output stream a Result keeps. Default DefaultOutputBytes.
 	OutputBytes int
+	// TmpBytes and ShmBytes size the sandbox's two writable memory filesystems, /tmp and
+	// /dev/shm (tmpfs: what is written there is host memory). Defaults DefaultTmpBytes and
+	// DefaultShmBytes. / and /dev are read-only.
+	TmpBytes, ShmBytes int64
+	// MemoryBytes bounds each command's memory as a whole (its processes' memory and what they
+	// write to /tmp and /dev/shm) with a memory cgroup of its own, where the host gives the
+	// server a writable one (cgroup.go). Default DefaultMemoryBytes; negative: no cgroup.
+	MemoryBytes int64
+	// Nice is the CPU priority (nice value, 0 to 19) of every command, so that commands yield
+	// the CPU to the server. Default DefaultNice; negative: the server's own.
+	Nice int
+	// Logger gets the one startup line that says how memory is bounded. Default slog.Default().
+	Logger *slog.Logger
 }
+
+// Defaults of BwrapConfig.
+const (
+	DefaultTmpBytes    = 256 << 20
+	DefaultShmBytes    = 64 << 20
+	DefaultMemoryBytes = 1 << 30
+	DefaultNice        = 10
+)
 
 // Bwrap runs commands in bubblewrap sandboxes. What holds:
 //
@@ -35,26 +59,34 @@ type BwrapConfig struct {
 //     hosts, nsswitch, localtime; resolv.conf with the network), a fresh /proc, a minimal /dev and
 //     an empty /tmp are visible; the session's workspace is the only writable host directory, at
 //     WorkspacePath. No other workspace, no /home, /root, /etc/shadow or server file is mounted.
+//     / and /dev are read-only; /tmp and /dev/shm are tmpfs of TmpBytes and ShmBytes.
+//   - Arguments: bubblewrap reads its options from a pipe (--args), so no /proc/*/cmdline inside
+//     shows a host path (the workspace's is only in bwrap's options).
 //   - Network: none (a new network namespace with only its own loopback) unless Spec.Network.
 //   - Identity: a new user namespace with no capabilities and nested user namespaces disabled;
 //     run by a server that is root, the sandbox is BwrapConfig.UID on the host.
 //   - Environment: empty, then the minimal PATH, HOME, LANG, TMPDIR and Spec.Env.
 //   - Limits: ulimit in the shell line (CPU time, address space, file size, open files, and
-//     processes counted in the sandbox's own user namespace, so a fork bomb stops at the limit).
-//     Memory is bounded per process (address space), not per sandbox: there is no cgroup.
+//     processes counted in the sandbox's own user namespace, so a fork bomb stops at the limit);
+//     the whole command's memory (tmpfs included) by a memory cgroup of MemoryBytes where the
+//     host gives the server a writable one (cgroup.go), else by the address-space limit per
+//     process and the sized tmpfs mounts only. Commands run at nice Nice.
 //   - Lifetime: bwrap is the init of a new PID namespace, in a process group of its own; on the
 //     timeout or cancel the group is killed, the namespace's init dies and the kernel kills every
 //     process in it. --die-with-parent ends the sandbox if the server dies.
 //
 // What does not hold: no seccomp filter (the kernel's whole syscall surface is reachable, as it
-// is for any unprivileged user), no disk quota on what a command writes (only RLIMIT_FSIZE per
-// file; the file tools check the workspace and tenant bounds, and the bash tool reports a command
-// that took the tenant over its bound afterwards), no per-sandbox memory or CPU share. With
+// is for any unprivileged user), no disk quota here on what a command writes (only RLIMIT_FSIZE
+// per file; the file tools check the workspace and tenant bounds, and the bash tool's watchdog
+// stops a command that takes the tenant over its bound), no CPU share beyond the nice value, and
+// /proc/self/mountinfo shows the workspace's path within its host filesystem. With
 // Spec.Network the sandbox shares the host's network namespace: it reaches what the host reaches.
 type Bwrap struct {
 	cfg  BwrapConfig
 	bin  string
 	cred *syscall.Credential
+	// cgroups makes each command's memory cgroup; nil when the host gives none.
+	cgroups *cgroupParent
 	// system mounts the host's read-only system entries: bwrap arguments, computed once.
 	system []string
 }
@@ -75,6 +107,13 @@ func NewBwrap(cfg BwrapConfig) (*Bwrap, error) {
 	if cfg.OutputBytes <= 0 {
 		cfg.OutputBytes = DefaultOutputBytes
 	}
+	cfg.TmpBytes = cmp.Or(max(cfg.TmpBytes, 0), DefaultTmpBytes)
+	cfg.ShmBytes = cmp.Or(max(cfg.ShmBytes, 0), DefaultShmBytes)
+	cfg.MemoryBytes = cmp.Or(cfg.MemoryBytes, DefaultMemoryBytes)
+	cfg.Nice = min(cmp.Or(cfg.Nice, DefaultNice), 19)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	bin, err := exec.LookPath(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap not found (install the bubblewrap package: scripts/ensure-deps.sh): %w", err)
@@ -86,7 +125,32 @@ func NewBwrap(cfg BwrapConfig) (*Bwrap, error) {
 	if err := b.probe(); err != nil {
 		return nil, err
 	}
+	b.findCgroups()
 	return b, nil
+}
+
+// findCgroups finds where the commands' memory cgroups go and says once how memory is bounded.
+func (b *Bwrap) findCgroups() {
+	if b.cfg.MemoryBytes < 0 {
+		b.cfg.Logger.Info("sandbox: no memory cgroup (configured off): a command's memory is bounded per process and by the sized /tmp and /dev/shm")
+		return
+	}
+	p, err := findCgroupParent()
+	if err != nil {
+		b.cfg.Logger.Warn("sandbox: no writable memory cgroup: a command's memory is bounded per process (address space) and by the sized /tmp and /dev/shm only",
+			"reason", err.Error())
+		return
+	}
+	b.cgroups = p
+	b.cfg.Logger.Info("sandbox: each command's memory is bounded by a memory cgroup", "cgroup", p.String(), "bytes", b.cfg.MemoryBytes)
+}
+
+// MemoryBound returns the bytes each command's memory cgroup allows, 0 when commands get none.
+func (b *Bwrap) MemoryBound() int64 {
+	if b.cgroups == nil {
+		return 0
+	}
+	return b.cfg.MemoryBytes
 }
 
 // Name implements Provider.
@@ -103,16 +167,23 @@ func (b *Bwrap) Owner() (uid, gid int, ok bool) {
 
 // probe runs `true` in the sandbox configuration without a workspace.
 func (b *Bwrap) probe() error {
-	args := append(b.baseArgs(false), "--", "/bin/true")
-	cmd := exec.Command(b.bin, args...)
-	cmd.Env = environ("/", nil)
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
+	l, err := b.launcher(append(b.baseArgs(false), sealArgs...), []string{"/bin/true"})
+	if err != nil {
+		return err
+	}
+	cmd := l.cmd
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
+		l.close()
 		return fmt.Errorf("sandbox: bubblewrap cannot start: %w", err)
+	}
+	defer l.close()
+	if err := l.started(); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
 	}
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -137,8 +208,14 @@ func (b *Bwrap) baseArgs(network bool) []string {
 		args = append(args, "--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf")
 	}
 	args = append(args, b.system...)
-	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv")
+	return append(args, "--proc", "/proc", "--dev", "/dev",
+		"--size", strconv.FormatInt(b.cfg.ShmBytes, 10), "--tmpfs", "/dev/shm",
+		"--size", strconv.FormatInt(b.cfg.TmpBytes, 10), "--tmpfs", "/tmp", "--clearenv")
 }
+
+// sealArgs come after every mount: / (bwrap's own tmpfs, of the kernel's default size) and /dev
+// become read-only, so that /tmp, /dev/shm and the workspace are all a command can write.
+var sealArgs = []string{"--remount-ro", "/dev", "--remount-ro", "/"}
 
 // systemBinds mounts /usr read-only and mirrors the root entries that point into it.
 func systemBinds() []string {
@@ -174,13 +251,19 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, "--setenv", k, v)
 	}
-	args = append(args, "--", "/bin/bash")
-	args = append(args, shellArgs("/bin/bash", spec.Limits.or(b.cfg.Limits), true, spec.Command)...)
-	cmd := exec.Command(b.bin, args...)
-	cmd.Env = environ("/", nil) // bwrap itself gets nothing of the server's environment either
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
-	return run(ctx, cmd, spec.Timeout, b.cfg.OutputBytes, killGroup)
+	args = append(args, sealArgs...)
+	l, err := b.launcher(args, append([]string{"/bin/bash"},
+		shellArgs("/bin/bash", spec.Limits.or(b.cfg.Limits), true, spec.Command)...))
+	if err != nil {
+		return Result{}, err
+	}
+	defer l.close()
+	res, err := run(ctx, l.cmd, spec.Timeout, b.cfg.OutputBytes, killGroup, l)
+	if l.group != nil {
+		res.MemoryBytes = b.cfg.MemoryBytes
+		res.OOMKilled, res.MemoryPeakBytes = l.memory()
+	}
+	return res, err
 }
 
 // killGroup kills the process group led by pid. For bwrap that is bwrap and the init of the

@@ -63,5 +63,5 @@ func (l *Local) Run(ctx context.Context, spec Spec) (Result, error) {
 	cmd.Dir = filepath.Join(spec.Workspace, filepath.FromSlash(filepath.Clean("/"+spec.Dir)))
 	cmd.Env = environ(spec.Workspace, spec.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return run(ctx, cmd, spec.Timeout, l.cfg.OutputBytes, killGroup)
+	return run(ctx, cmd, spec.Timeout, l.cfg.OutputBytes, killGroup, nil)
 }

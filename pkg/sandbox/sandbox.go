@@ -73,6 +73,12 @@ type Result struct {
 	Truncated bool
 	// Duration is how long the command ran.
 	Duration time.Duration
+	// OOMKilled is set when the kernel killed a process of the command because the command's
+	// memory reached its memory cgroup's bound, MemoryBytes (bwrap with a memory cgroup; 0
+	// without one). MemoryPeakBytes is the most the cgroup held at once: the processes' memory
+	// and the pages of their /tmp and /dev/shm.
+	OOMKilled                    bool
+	MemoryBytes, MemoryPeakBytes int64
 }
 
 // Limits are the resource limits of one command, applied with `ulimit` (setrlimit) in the shell
@@ -165,7 +171,10 @@ func environ(home string, extra map[string]string) []string {
 // exits, times out or ctx ends, kill(pid) kills what is left of it (the providers say how far
 // that reaches); the output streams are then read to their end, or cut after a short grace when
 // a process that escaped the kill still holds them.
-func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int, kill func(pid int)) (Result, error) {
+//
+// hold, when not nil, is told once the command has started: it holds the command until it
+// returns, and an error from it kills the command before anything of it runs.
+func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int, kill func(pid int), hold holder) (Result, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -184,6 +193,14 @@ func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int
 	if err != nil {
 		readers.closeReaders()
 		return Result{}, fmt.Errorf("sandbox: start: %w", err)
+	}
+	if hold != nil {
+		if err := hold.started(); err != nil {
+			kill(cmd.Process.Pid)
+			_ = cmd.Wait()
+			readers.finish()
+			return Result{}, err
+		}
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -206,6 +223,9 @@ func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int
 	readers.finish()
 	return resultOf(stdout, stderr, exitCode(cmd, err), timedOut, time.Since(start)), nil
 }
+
+// holder holds a started command until it may run (launch).
+type holder interface{ started() error }
 
 // pipes are a command's output pipes and the goroutines draining them.
 type pipes struct {

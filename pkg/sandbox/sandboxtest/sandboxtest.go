@@ -3,6 +3,7 @@ package sandboxtest
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"testing"
@@ -16,7 +17,16 @@ import (
 // scripts/ensure-deps.sh installs bubblewrap, and CI must test the sandbox.
 func Bwrap(t testing.TB) *sandbox.Bwrap {
 	t.Helper()
-	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{})
+	return BwrapWith(t, sandbox.BwrapConfig{})
+}
+
+// BwrapWith is Bwrap with cfg (its Logger, when nil, discards).
+func BwrapWith(t testing.TB, cfg sandbox.BwrapConfig) *sandbox.Bwrap {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b, err := sandbox.NewBwrap(cfg)
 	if err != nil {
 		msg := "bubblewrap cannot run here, so the sandbox is not tested (scripts/ensure-deps.sh installs it): " + err.Error()
 		if os.Getenv("CI") != "" {

@@ -3,7 +3,10 @@
 // stdout, then a `[stderr]` section; a non-zero exit adds `[exit code: N]` and is not an error; a
 // timeout adds `[timed out after Nms]`; output beyond the provider's cap is counted, not kept; a
 // command that leaves the session's tenant over its workspace bound adds a
-// `[workspace quota exceeded (FS_QUOTA_EXCEEDED) ...]` note. Commands have no network unless the
+// `[workspace quota exceeded (FS_QUOTA_EXCEEDED) ...]` note, and one that takes it over the bound
+// while it runs is stopped by a watchdog (watchdog.go) with a `[stopped: ... (FS_QUOTA_EXCEEDED)
+// ...]` note; a command the kernel killed at its memory cgroup's bound gets a `[killed: out of
+// memory ...]` note. Commands have no network unless the
 // definition is one with Config.Network (a preset's tools.bash.network).
 package bash
 
@@ -13,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
@@ -122,14 +126,48 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 		return "", err
 	}
 	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: timeout, Network: t.cfg.Network}
-	res, err := t.cfg.Shell.Run(ctx, spec)
+	cmdCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var dog *watchdog
+	if used, limit, ok := room(ws); ok {
+		spec.Limits.FileBytes = fileLimit(limit - used)
+		dog = watch(cmdCtx, ws, limit, stop)
+	}
+	res, err := t.cfg.Shell.Run(cmdCtx, spec)
+	stop(nil)
+	if dog != nil {
+		dog.wait()
+	}
 	switch {
 	case ctx.Err() != nil:
 		return "", registry.NewError(registry.NameAbort, fault.CodeAborted, "tool call aborted")
+	case err != nil && errors.Is(context.Cause(cmdCtx), errOverQuota): // the watchdog stopped it (not: fired after it ended)
+		res.ExitCode = 0 // the kill's, not the command's: the note says why it ended
+		return render(res, timeout) + stoppedNote(ws), nil
 	case err != nil:
 		return "", fmt.Errorf("bash: the command could not be run: %v", err)
 	}
-	return render(res, timeout) + quotaNote(ws), nil
+	return render(res, timeout) + fileLimitNote(res, spec.Limits.FileBytes) + quotaNote(ws), nil
+}
+
+// stoppedNote says that the watchdog stopped the command, and how much the tenant holds now.
+func stoppedNote(ws *sandbox.Workspace) string {
+	used, _, _, err := ws.TenantUsage()
+	if err != nil {
+		return fmt.Sprintf("\n[stopped: the command took this tenant's workspaces over their bound (%s) of %d bytes; "+
+			"write and edit are refused until files are removed]", sandbox.CodeQuotaExceeded, ws.TenantQuota())
+	}
+	return fmt.Sprintf("\n[stopped: the command took this tenant's workspaces over their bound (%s): they hold %d bytes, more than the %d allowed; "+
+		"write and edit are refused until files are removed]", sandbox.CodeQuotaExceeded, used, ws.TenantQuota())
+}
+
+// fileLimitNote explains an exit by SIGXFSZ when the file size limit was the tenant's room.
+func fileLimitNote(res sandbox.Result, limit int64) string {
+	if limit == 0 || res.ExitCode != 128+int(syscall.SIGXFSZ) {
+		return ""
+	}
+	return fmt.Sprintf("\n[a file reached the size limit of %d bytes: the room left in this tenant's workspace bound (%s)]",
+		limit, sandbox.CodeQuotaExceeded)
 }
 
 // quotaNote measures the usage of the workspace's tenant after a command (which may have written
@@ -193,6 +231,9 @@ func render(r sandbox.Result, timeout time.Duration) string {
 		notes = append(notes, fmt.Sprintf("[timed out after %dms]", timeout.Milliseconds()))
 	} else if r.ExitCode != 0 {
 		notes = append(notes, fmt.Sprintf("[exit code: %d]", r.ExitCode))
+	}
+	if r.OOMKilled {
+		notes = append(notes, fmt.Sprintf("[killed: out of memory: the command's processes and its /tmp and /dev/shm together reached the sandbox's memory bound of %d bytes]", r.MemoryBytes))
 	}
 	out := strings.TrimRight(b.String(), "\n")
 	if len(notes) > 0 {

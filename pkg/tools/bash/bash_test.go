@@ -236,8 +236,11 @@ func TestBashReportsTheTenantQuota(t *testing.T) {
 	if got, _ := e.call(context.Background(), "s1", map[string]any{"command": "head -c 600 /dev/zero > a; echo ok"}); got != "ok" {
 		t.Fatalf("under the bound: %q", got)
 	}
+	// The command ends before the watchdog sees it over the bound, or after (then it stops it):
+	// either way the result names the code and the usage.
 	got, code := e.call(context.Background(), "s2", map[string]any{"command": "head -c 600 /dev/zero > b; echo ok"})
-	if code != "" || !strings.HasPrefix(got, "ok\n[workspace quota exceeded (FS_QUOTA_EXCEEDED): this tenant's workspaces hold 1200 bytes, more than the 1000 allowed") {
+	if code != "" || !strings.HasPrefix(got, "ok\n[workspace quota exceeded (FS_QUOTA_EXCEEDED): this tenant's workspaces hold 1200 bytes, more than the 1000 allowed") &&
+		!strings.Contains(got, "[stopped: the command took this tenant's workspaces over their bound (FS_QUOTA_EXCEEDED): they hold 1200 bytes, more than the 1000 allowed") {
 		t.Fatalf("over the bound: %q %s", got, code)
 	}
 	ws, err := w.Open("s1")
@@ -253,5 +256,67 @@ func TestBashReportsTheTenantQuota(t *testing.T) {
 	}
 	if err := ws.CheckQuota(1); err != nil {
 		t.Fatalf("a write after files were removed: %v", err)
+	}
+}
+
+// TestBashWatchdogStopsACommandOverTheTenantBound (issue 17, finding 3: with the tenant bound at
+// 50 MiB one command wrote 200 MB unchecked): with a bound of 16 MiB, a command that writes
+// 200 MB in several files is stopped soon after it passes the bound (the tenant then holds at
+// most 64 MiB more than the bound: each file is cut at the room left, RLIMIT_FSIZE, and the
+// watchdog stops the command once the sum is over), and the result says why.
+func TestBashWatchdogStopsACommandOverTheTenantBound(t *testing.T) {
+	t.Parallel()
+	b := sandboxtest.Bwrap(t)
+	var owner *sandbox.Owner
+	if uid, gid, ok := b.Owner(); ok {
+		owner = &sandbox.Owner{UID: uid, GID: gid}
+	}
+	const bound = 16 << 20
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: sandboxtest.WorkspaceRoot(t), Owner: owner, TenantQuotaBytes: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := bash.Tool(bash.Config{Shell: b, Workspaces: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, w: w, tool: tl, reg: tooltest.New(t, tl)}
+	if err := w.Bind("s", "tenantW"); err != nil {
+		t.Fatal(err)
+	}
+	got, code := e.call(context.Background(), "s", map[string]any{
+		"command": "for i in $(seq 1 10); do dd if=/dev/zero of=f$i bs=1M count=20 status=none; done; echo finished"})
+	used, err := w.TenantUsage("tenantW")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the tenant holds %d bytes after the command: %d MiB over the bound of %d MiB", used, (used-bound)>>20, bound>>20)
+	if code != "" || strings.Contains(got, "finished") ||
+		!strings.Contains(got, "[stopped: the command took this tenant's workspaces over their bound (FS_QUOTA_EXCEEDED)") {
+		t.Fatalf("a command over the bound: %q %s", got, code)
+	}
+	if used <= bound || used > bound+64<<20 {
+		t.Fatalf("the tenant holds %d bytes, want more than the bound %d and at most 64 MiB more", used, bound)
+	}
+}
+
+// TestBashSaysAMemoryKill (issue 17, finding 2): a command the kernel killed at its memory
+// cgroup's bound is reported as such, with the bound, not only as exit code 137. Skipped where
+// the host gives the server no writable memory cgroup.
+func TestBashSaysAMemoryKill(t *testing.T) {
+	t.Parallel()
+	const bound = 128 << 20
+	b := sandboxtest.BwrapWith(t, sandbox.BwrapConfig{MemoryBytes: bound})
+	if b.MemoryBound() == 0 {
+		t.Skip("SKIP: no writable memory cgroup on this host")
+	}
+	var owner *sandbox.Owner
+	if uid, gid, ok := b.Owner(); ok {
+		owner = &sandbox.Owner{UID: uid, GID: gid}
+	}
+	e := newEnv(t, b, owner)
+	got, code := e.call(context.Background(), "s", map[string]any{"command": `perl -e '$x = "a" x (512 << 20)'`})
+	if code != "" || !strings.Contains(got, "[exit code: 137]\n[killed: out of memory: ") || !strings.Contains(got, "memory bound of 134217728 bytes]") {
+		t.Fatalf("a command over its memory bound: %q %s", got, code)
 	}
 }
