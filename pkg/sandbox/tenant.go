@@ -175,27 +175,13 @@ func (w *Workspaces) measure(tenant string) (int64, error) {
 		if !validID.MatchString(e.Name()) {
 			continue
 		}
-		n += treeBytes(filepath.Join(w.cfg.Root, e.Name(), "files"))
+		m, err := treeBytes(filepath.Join(w.cfg.Root, e.Name(), "files"))
+		if err != nil {
+			return 0, fmt.Errorf("sandbox: tenant usage: %w", err)
+		}
+		n += m
 	}
 	return n, nil
-}
-
-// treeBytes is the bytes of the regular files under dir (never following a link); what cannot
-// be read is not counted.
-func treeBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 // reserveTenant admits a write that grows tenant's workspaces by grow bytes, or returns

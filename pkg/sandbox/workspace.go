@@ -239,21 +239,14 @@ func (ws *Workspace) MkdirAll(rel string) error {
 	return nil
 }
 
-// Usage returns the bytes of the workspace's regular files.
+// Usage returns the bytes of the workspace's regular files, walked without following anything
+// its tenant controls (walk.go).
 func (ws *Workspace) Usage() (int64, error) {
-	var n int64
-	err := fs.WalkDir(ws.Root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // a file removed meanwhile, an unreadable directory: not counted
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n, err
+	n, err := treeBytes(ws.Dir)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: workspace usage: %w", err)
+	}
+	return n, nil
 }
 
 // CheckQuota returns ErrQuota when growing the workspace by grow bytes (negative: it shrinks)
