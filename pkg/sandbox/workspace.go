@@ -63,9 +63,11 @@ type Workspaces struct {
 	cfg WorkspacesConfig
 	// locks serialise the observation updates of a workspace (striped by id).
 	locks [64]sync.Mutex
-	// usageMu guards usage, the cached usage of the tenants (tenant.go).
+	// usageMu guards usage, the cached usage of the tenants, and pending, the bytes of the forks'
+	// copies admitted and not yet done, by tenant (tenant.go).
 	usageMu sync.Mutex
 	usage   map[string]*tenantUsage
+	pending map[string]int64
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
@@ -90,7 +92,7 @@ func NewWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
 	}
-	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}}, nil
+	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}, pending: map[string]int64{}}, nil
 }
 
 // Root returns the absolute workspace root.
