@@ -85,6 +85,13 @@ wait`})
 		}
 		files := filepath.Join(w.Root(), child, "files")
 		assertNoHostByte(t, files, canary, "d/a0")
+		if o := ownerOf(b); o != nil && round == 0 {
+			for _, name := range []string{".", "d"} { // the source's are the sandbox user's
+				if fi, err := os.Lstat(filepath.Join(files, name)); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(o.UID) {
+					t.Errorf("the copy of %s is not the sandbox user's: %v", name, err)
+				}
+			}
+		}
 		for _, name := range []string{"d/zy", "d/zz"} {
 			fi, err := os.Lstat(filepath.Join(files, name))
 			switch {
@@ -98,7 +105,7 @@ wait`})
 			t.Fatal(err)
 		}
 		if t.Failed() {
-			t.Fatalf("round %d: a host file reached the child", round)
+			t.Fatalf("round %d failed", round)
 		}
 	}
 	t.Logf("of %d listed files, %d were swapped between the listing and the open (skipped), %d before the listing (copied as links)",

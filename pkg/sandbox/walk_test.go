@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -237,3 +238,50 @@ func TestTenantUsageCountsNoLink(t *testing.T) {
 }
 
 func sandboxtestRoot(t *testing.T) string { return t.TempDir() }
+
+// TestWorkspaceWalkRefusesTreesTooDeep: a walk holds a descriptor per level, so a tree nested
+// deeper than it descends is an error (the fork's copy fails, the measure fails closed), never a
+// partial copy or a count that leaves the deep files out.
+func TestWorkspaceWalkRefusesTreesTooDeep(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Bind("deep", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	ws := open(t, w, "deep")
+	dir, err := os.Open(ws.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := int(dir.Fd())
+	for range 1100 { // mkdirat/openat level by level: the path is longer than PATH_MAX
+		if err := syscall.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := syscall.Openat(fd, "d", syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fd != int(dir.Fd()) {
+			_ = syscall.Close(fd)
+		}
+		fd = next
+	}
+	_ = syscall.Close(fd)
+	_ = dir.Close()
+	if _, err := ws.Usage(); err == nil || !strings.Contains(err.Error(), "nested more than") {
+		t.Errorf("usage of a tree too deep: %v", err)
+	}
+	if _, err := w.TenantUsage("t1"); err == nil {
+		t.Error("the tenant's usage of a tree too deep was measured")
+	}
+	if err := w.Copy("deep", "copy"); err == nil || !strings.Contains(err.Error(), "nested more than") {
+		t.Errorf("copy of a tree too deep: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(w.Root(), "copy")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed copy left its workspace: %v", err)
+	}
+}
