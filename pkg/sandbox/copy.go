@@ -21,7 +21,8 @@ import (
 // controls (walk.go): regular files, directories and symbolic links (as links, never followed)
 // are copied with their permission bits (and owners, by a root server); FIFOs, sockets and
 // devices are skipped, and so is an entry that changed between the listing and its open. A
-// regular file is copied up to its size as listed.
+// regular file is copied up to its size as listed. Copy does not check the tenant bound: a fork
+// calls AdmitCopy first.
 func (w *Workspaces) Copy(src, dst string) error {
 	from, err := w.dir(src)
 	if err != nil {
