@@ -42,6 +42,12 @@ const (
 	CodeQuotaExceeded       = fault.QuotaExceeded
 )
 
+// Problem codes of a fork's copy of its source's workspace (docs/sandbox.md).
+const (
+	CodeSessionBusy            = "session_busy"             // a turn of the fork's source runs: fork it once the turn is over
+	CodeWorkspaceQuotaExceeded = "workspace_quota_exceeded" // the copy would take the tenant's workspaces over DSHD_TENANT_WORKSPACE_BYTES
+)
+
 // Problem codes of tenant credentials and API keys (docs/credentials-and-keys.md).
 const (
 	CodeCredentialsDisabled = tenant.CodeCredentialsDisabled // the server has no DSHD_CREDENTIAL_KEYS
@@ -90,6 +96,9 @@ var problemTable = map[string]struct {
 	CodeWebhookURLNotAllowed: {http.StatusBadRequest, "Webhook URL not allowed"},
 	CodeTooManyWebhooks:      {http.StatusConflict, "Too many webhook endpoints"},
 	CodeQuotaExceeded:        {http.StatusTooManyRequests, "Quota exceeded"},
+
+	CodeSessionBusy:            {http.StatusConflict, "Session busy"},
+	CodeWorkspaceQuotaExceeded: {http.StatusConflict, "Workspace quota exceeded"},
 }
 
 // Problem is an RFC 9457 problem document, sent as application/problem+json.

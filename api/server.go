@@ -33,6 +33,10 @@ type Subscriber = pgstore.Notifier
 
 // Workspaces are the sessions' tool workspaces, by session id.
 type Workspaces interface {
+	// AdmitCopy admits a copy of the workspace of src against its tenant's disk bound before
+	// anything is written (sandbox.ErrTenantQuota when it would go over); call done once after
+	// Copy.
+	AdmitCopy(src string) (done func(), err error)
 	// Copy copies the workspace of src to a new workspace dst (nothing when src has none).
 	Copy(src, dst string) error
 	// Delete removes the workspace of id (nothing when it has none).

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/worker"
 )
 
 // sessionResource serves /v1/sessions: sessions of the authenticated tenant, their history and
@@ -113,18 +116,42 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 	writeJSON(w, http.StatusCreated, sessionOut(sess))
 }
 
-// fork forks the session and copies its workspace to the child; when the copy fails the child is
-// deleted again (a child without its source's files would diverge from its log unnoticed).
+// fork forks the session and copies its workspace to the child. With workspaces, the source's
+// run lease is held for the fork and the copy (a turn running answers session_busy), so the copy
+// is the workspace as of the fork, and the copy is admitted against the tenant's disk bound
+// before the child exists (workspace_quota_exceeded). When the copy fails the child is deleted
+// again (a child without its source's files would diverge from its log unnoticed).
 func (rs sessionResource) fork(r *http.Request, f forkRequest) (eventlog.Session, error) {
 	bounds, err := rs.s.cfg.Quotas.ForkBounds(r.Context(), tenantID(r)) // checked again in the fork's transaction
 	if err != nil {
 		return eventlog.Session{}, err
 	}
+	ws := rs.s.cfg.Workspaces
+	if ws == nil {
+		return rs.s.cfg.Log.ForkWithin(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
+	}
+	release, err := rs.s.cfg.Turns.Hold(r.Context(), tenantID(r), f.SessionID)
+	if errors.Is(err, worker.ErrSessionBusy) {
+		return eventlog.Session{}, errorf(CodeSessionBusy,
+			"a turn of the session is running: fork it once the turn is over (the fork copies the workspace as it is then)")
+	}
+	if err != nil {
+		return eventlog.Session{}, err
+	}
+	defer release()
+	done, err := ws.AdmitCopy(f.SessionID.String())
+	if errors.Is(err, sandbox.ErrTenantQuota) {
+		return eventlog.Session{}, errorf(CodeWorkspaceQuotaExceeded, "the fork's copy of the workspace is refused: "+err.Error())
+	}
+	if err != nil {
+		return eventlog.Session{}, fmt.Errorf("api: fork: admit the workspace copy: %w", err)
+	}
+	defer done()
 	sess, err := rs.s.cfg.Log.ForkWithin(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
-	if err != nil || rs.s.cfg.Workspaces == nil {
+	if err != nil {
 		return sess, err
 	}
-	if err := rs.s.cfg.Workspaces.Copy(f.SessionID.String(), sess.ID.String()); err != nil {
+	if err := ws.Copy(f.SessionID.String(), sess.ID.String()); err != nil {
 		if derr := rs.s.cfg.Log.SessionDelete(context.WithoutCancel(r.Context()), tenantID(r), sess.ID); derr != nil {
 			logger(r).Error("fork: the child whose workspace copy failed could not be deleted", "child", sess.ID, "error", derr)
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dshd/dshd/api"
@@ -42,5 +43,109 @@ func TestForkCopiesAndDeleteRemovesTheWorkspace(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(w.Root(), src.String(), "files", "notes.txt")); err != nil {
 		t.Fatalf("the source's workspace: %v", err)
+	}
+}
+
+// sessionCount is how many sessions tenant A has.
+func (e *env) sessionCount(t *testing.T) int {
+	t.Helper()
+	var p struct{ Items []sessionOut }
+	e.do(t, "GET", "/v1/sessions?limit=100", e.keyA, nil).want(t, http.StatusOK).json(t, &p)
+	return len(p.Items)
+}
+
+// TestForkHoldsTheSourcesRunLease (issue 17, finding 1): a fork at the boundary of a closed turn
+// copied the source's workspace while a command of the source's next turn could still run (and
+// swap files under the copy). Now the fork holds the source's run lease for the copy: during a
+// turn it answers 409 session_busy, whatever its boundary, and leaves no child behind; once the
+// turn is over it forks, and the source runs turns again.
+func TestForkHoldsTheSourcesRunLease(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *api.Config) { c.Workspaces = w })
+	src := e.sessionCreate(t, e.keyA)
+	sid := src.String()
+	ws, err := w.Open(sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws.Dir, "notes.txt"), []byte("from the source"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.Close()
+	fork := map[string]any{"fork": map[string]any{"sessionId": src}}
+	e.postText(t, sid, "text")
+	e.endedTurn(t, sid, 1)
+	closed := map[string]any{"fork": map[string]any{"sessionId": src, "boundarySeq": e.sessionOf(t, sid).LastSeq}}
+	e.postText(t, sid, `tool:sleep args:{"ms":60000}`)
+	waitUntil(t, "the sleep to run", func() bool { return e.sessionOf(t, sid).Status == "running" })
+	e.do(t, "POST", "/v1/sessions", e.keyA, closed).wantProblem(t, http.StatusConflict, api.CodeSessionBusy)
+	e.do(t, "POST", "/v1/sessions", e.keyA, fork).wantProblem(t, http.StatusConflict, api.CodeSessionBusy)
+	if n := e.sessionCount(t); n != 1 {
+		t.Fatalf("%d sessions after refused forks, want 1", n)
+	}
+	e.do(t, "POST", "/v1/sessions/"+sid+"/cancel", e.keyA, nil).want(t, http.StatusOK)
+	e.endedTurn(t, sid, 2)
+	waitUntil(t, "the lease to be free", func() bool { return e.sessionOf(t, sid).Status == "idle" })
+	var child sessionOut
+	e.do(t, "POST", "/v1/sessions", e.keyA, fork).want(t, http.StatusCreated).json(t, &child)
+	if b, err := os.ReadFile(filepath.Join(w.Root(), child.ID.String(), "files", "notes.txt")); err != nil || string(b) != "from the source" {
+		t.Fatalf("the child's workspace: %q %v", b, err)
+	}
+	e.postText(t, sid, "text") // the fork gave the lease back
+	e.endedTurn(t, sid, 3)
+}
+
+// TestForkIsCountedAgainstTheTenantWorkspaceBound (issue 17, finding 3): with the tenant bound
+// at 50 MiB, forks of a session over it were accepted (the disk grew by 1.2 GB). Scaled down: a
+// fork is admitted against the bound before it copies and refused with 409
+// workspace_quota_exceeded once the copy would go over, writing nothing and leaving no child.
+func TestForkIsCountedAgainstTheTenantWorkspaceBound(t *testing.T) {
+	t.Parallel()
+	const bound = 4 << 20
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *api.Config) { c.Workspaces = w })
+	src := e.sessionCreate(t, e.keyA)
+	if err := w.Bind(src.String(), e.tenantA.String()); err != nil { // as the agents do before a turn
+		t.Fatal(err)
+	}
+	ws, err := w.Open(src.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := os.WriteFile(filepath.Join(ws.Dir, "big"), make([]byte, 3<<19), 0o644); err != nil { // 1.5 MiB
+		t.Fatal(err)
+	}
+	fork := map[string]any{"fork": map[string]any{"sessionId": src}}
+	e.do(t, "POST", "/v1/sessions", e.keyA, fork).want(t, http.StatusCreated) // 3 MiB in all
+	e.do(t, "POST", "/v1/sessions", e.keyA, fork).wantProblem(t, http.StatusConflict, api.CodeWorkspaceQuotaExceeded)
+	if n := e.sessionCount(t); n != 2 {
+		t.Fatalf("%d sessions, want the source and one fork", n)
+	}
+	// A command wrote past the bound: no fork of it is accepted.
+	if err := os.WriteFile(filepath.Join(ws.Dir, "bigger"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		e.do(t, "POST", "/v1/sessions", e.keyA, fork).wantProblem(t, http.StatusConflict, api.CodeWorkspaceQuotaExceeded)
+	}
+	if n, err := w.TenantUsage(e.tenantA.String()); err != nil || n != 3<<19+3<<19+2<<20 {
+		t.Fatalf("the tenant's usage %d (%v): the refused forks wrote something", n, err)
+	}
+	entries, err := os.ReadDir(w.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range entries {
+		if strings.HasPrefix(d.Name(), ".copy-") {
+			t.Errorf("a refused fork left %s", d.Name())
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -175,27 +176,13 @@ func (w *Workspaces) measure(tenant string) (int64, error) {
 		if !validID.MatchString(e.Name()) {
 			continue
 		}
-		n += treeBytes(filepath.Join(w.cfg.Root, e.Name(), "files"))
+		m, err := treeBytes(filepath.Join(w.cfg.Root, e.Name(), "files"))
+		if err != nil {
+			return 0, fmt.Errorf("sandbox: tenant usage: %w", err)
+		}
+		n += m
 	}
 	return n, nil
-}
-
-// treeBytes is the bytes of the regular files under dir (never following a link); what cannot
-// be read is not counted.
-func treeBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 // reserveTenant admits a write that grows tenant's workspaces by grow bytes, or returns
@@ -225,6 +212,7 @@ func (w *Workspaces) reserveTenant(tenant string, grow int64) error {
 	if u != nil {
 		used = u.bytes
 	}
+	used += w.pending[tenant]
 	if used+grow > q {
 		return fmt.Errorf("%w: the tenant's workspaces hold %d bytes, this write adds %d, the bound is %d; remove files to make room",
 			ErrTenantQuota, used, grow, q)
@@ -233,6 +221,58 @@ func (w *Workspaces) reserveTenant(tenant string, grow int64) error {
 		u.bytes += grow
 	}
 	return nil
+}
+
+// AdmitCopy admits a fork's copy of the workspace of src (Copy) against the bound of src's
+// tenant, before anything is written: the bytes of src's files, measured now, plus the tenant's
+// usage over WorkspacesConfig.TenantQuotaBytes is ErrTenantQuota. An admitted copy counts for the
+// tenant at once, so that concurrent forks (and writes) of this Workspaces count each other;
+// done, which the caller calls once after Copy (whatever its outcome), ends that: a finished copy
+// is then measured with the tenant's workspaces. No bound, or a source without a tenant, admits
+// at once.
+func (w *Workspaces) AdmitCopy(src string) (done func(), err error) {
+	d, err := w.dir(src)
+	if err != nil {
+		return nil, err
+	}
+	tenant, err := w.tenantOf(src)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: admit copy: %w", err)
+	}
+	q := w.cfg.TenantQuotaBytes
+	if q <= 0 || tenant == "" {
+		return func() {}, nil
+	}
+	n, err := treeBytes(filepath.Join(d, "files"))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: admit copy: %w", err)
+	}
+	used, err := w.tenantUsed(tenant)
+	if err != nil {
+		return nil, err
+	}
+	w.usageMu.Lock()
+	defer w.usageMu.Unlock()
+	if u := w.usage[tenant]; u != nil {
+		used = u.bytes
+	}
+	used += w.pending[tenant]
+	if used+n > q {
+		return nil, fmt.Errorf("%w: the tenant's workspaces hold %d bytes, the fork copies %d, the bound is %d; remove files to make room",
+			ErrTenantQuota, used, n, q)
+	}
+	w.pending[tenant] += n
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.usageMu.Lock()
+			if w.pending[tenant] -= n; w.pending[tenant] <= 0 {
+				delete(w.pending, tenant)
+			}
+			delete(w.usage, tenant) // measured again, with the copy when it was made
+			w.usageMu.Unlock()
+		})
+	}, nil
 }
 
 // Tenant returns the tenant the workspace is bound to, "" when it is bound to none.

@@ -63,9 +63,11 @@ type Workspaces struct {
 	cfg WorkspacesConfig
 	// locks serialise the observation updates of a workspace (striped by id).
 	locks [64]sync.Mutex
-	// usageMu guards usage, the cached usage of the tenants (tenant.go).
+	// usageMu guards usage, the cached usage of the tenants, and pending, the bytes of the forks'
+	// copies admitted and not yet done, by tenant (tenant.go).
 	usageMu sync.Mutex
 	usage   map[string]*tenantUsage
+	pending map[string]int64
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
@@ -90,7 +92,7 @@ func NewWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
 	}
-	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}}, nil
+	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}, pending: map[string]int64{}}, nil
 }
 
 // Root returns the absolute workspace root.
@@ -239,21 +241,14 @@ func (ws *Workspace) MkdirAll(rel string) error {
 	return nil
 }
 
-// Usage returns the bytes of the workspace's regular files.
+// Usage returns the bytes of the workspace's regular files, walked without following anything
+// its tenant controls (walk.go).
 func (ws *Workspace) Usage() (int64, error) {
-	var n int64
-	err := fs.WalkDir(ws.Root.FS(), ".", func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // a file removed meanwhile, an unreadable directory: not counted
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n, err
+	n, err := treeBytes(ws.Dir)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: workspace usage: %w", err)
+	}
+	return n, nil
 }
 
 // CheckQuota returns ErrQuota when growing the workspace by grow bytes (negative: it shrinks)

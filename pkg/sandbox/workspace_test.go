@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/dshd/dshd/pkg/sandbox"
@@ -185,5 +186,58 @@ func TestTenantUsageFollowsBindCopyAndDelete(t *testing.T) {
 	usage("t2", 300)
 	if err := w.Bind("a", "../x"); !errors.Is(err, sandbox.ErrBadID) {
 		t.Fatalf("a bad tenant id: %v", err)
+	}
+}
+
+// TestForkCopyIsAdmittedAgainstTheTenantBound (issue 17, finding 3): five forks of a session
+// whose tenant was over its bound were all accepted. A fork's copy is admitted before it is
+// made, and counted at once: of five concurrent admissions of a 1.5 MiB source under a 4 MiB
+// bound exactly one passes (two would make 4.5 MiB), and none of an over-bound source.
+func TestForkCopyIsAdmittedAgainstTheTenantBound(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Bind("src", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	src := open(t, w, "src")
+	if err := src.Root.WriteFile("big", make([]byte, 3<<19), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admit := func() (admitted int, dones []func()) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				done, err := w.AdmitCopy("src")
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					admitted++
+					dones = append(dones, done)
+				case !errors.Is(err, sandbox.ErrTenantQuota):
+					t.Errorf("admit: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		return admitted, dones
+	}
+	n, dones := admit()
+	if n != 1 {
+		t.Fatalf("%d of 5 concurrent forks admitted, want 1", n)
+	}
+	if err := w.Copy("src", "child"); err != nil {
+		t.Fatal(err)
+	}
+	dones[0]()
+	if n, err := w.TenantUsage("t1"); err != nil || n != 3<<20 {
+		t.Fatalf("usage after the copy: %d %v", n, err)
+	}
+	if n, _ := admit(); n != 0 { // 3 MiB + 1.5 MiB
+		t.Fatalf("%d forks admitted over the bound", n)
 	}
 }

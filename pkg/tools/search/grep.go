@@ -80,6 +80,9 @@ func (t tools) grepBody(ctx context.Context, exec *registry.Execution, a GrepArg
 
 // file searches one file; it reports whether counting is over (MaxCountedMatches).
 func (st *grepState) file(ws *sandbox.Workspace, p string) (done bool) {
+	if walkOpenHook != nil {
+		walkOpenHook(p)
+	}
 	f, err := ws.Root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false

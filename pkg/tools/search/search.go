@@ -104,7 +104,11 @@ func (t tools) open(exec *registry.Execution, p string) (ws *sandbox.Workspace, 
 // (capped reports that) and at ctx's end (an aborted error).
 func walk(ctx context.Context, ws *sandbox.Workspace, base string, fn func(p string, d iofs.DirEntry) error) (capped bool, err error) {
 	n := 0
-	err = iofs.WalkDir(ws.Root.FS(), base, func(p string, d iofs.DirEntry, err error) error {
+	fsys := ws.Root.FS()
+	if walkOpenHook != nil {
+		fsys = hookedFS{fsys}
+	}
+	err = iofs.WalkDir(fsys, base, func(p string, d iofs.DirEntry, err error) error {
 		if err != nil {
 			if p == base {
 				return err
@@ -130,6 +134,23 @@ func walk(ctx context.Context, ws *sandbox.Workspace, base string, fn func(p str
 		err = aborted()
 	}
 	return capped, err
+}
+
+// A walk lists a directory, then opens its entries by path: a command of the session may swap an
+// entry for a link meanwhile. Every open goes through the workspace's os.Root, which resolves the
+// path beneath the workspace at the time of the open and refuses a link out of it, so the swap
+// reaches nothing outside (TestSearchWalkFollowsNoLinkSwappedIn).
+
+// walkOpenHook, set only by tests (export_test.go), is called before each open of a walk (a
+// directory, a file grep reads), with its path: where a command would swap it.
+var walkOpenHook func(p string)
+
+// hookedFS calls walkOpenHook before each open (tests only).
+type hookedFS struct{ iofs.FS }
+
+func (h hookedFS) Open(name string) (iofs.File, error) {
+	walkOpenHook(name)
+	return h.FS.Open(name)
 }
 
 // under returns p relative to base ("." for the workspace).

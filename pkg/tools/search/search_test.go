@@ -185,3 +185,58 @@ func TestSearchEscapesAreDenied(t *testing.T) {
 		t.Errorf("glob followed a link out: %q", got)
 	}
 }
+
+// TestSearchWalkFollowsNoLinkSwappedIn (issue 17, finding 1: every host-side walk of a
+// workspace): grep and glob list a directory and then open its entries by path, so a command may
+// swap a listed directory or file for a link out of the workspace in between. Swapped at that
+// moment, the links reach nothing outside: the walk's opens go through the workspace's os.Root.
+func TestSearchWalkFollowsNoLinkSwappedIn(t *testing.T) {
+	e := newEnv(t)
+	e.file("d/x.txt", "needle in the workspace", 0)
+	e.file("y.txt", "needle in the workspace too", 0)
+	if err := os.WriteFile(filepath.Join(e.other, "secret.txt"), []byte("needle of another session"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	swapped := map[string]bool{}
+	search.SetWalkOpenHook(t, func(p string) {
+		if swapped[p] {
+			return
+		}
+		switch p {
+		case "d": // a listed directory becomes a link to another session's files
+			swapped[p] = true
+			if err := os.Rename(filepath.Join(e.dir, "d"), filepath.Join(e.dir, ".d")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(e.other, filepath.Join(e.dir, "d")); err != nil {
+				t.Fatal(err)
+			}
+		case "y.txt": // a listed file becomes a link to a file of another session
+			swapped[p] = true
+			if err := os.Remove(filepath.Join(e.dir, "y.txt")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(e.other, "secret.txt"), filepath.Join(e.dir, "y.txt")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	got, _ := e.call("grep", map[string]any{"pattern": "needle"})
+	if !swapped["d"] || !swapped["y.txt"] {
+		t.Fatalf("the walk did not open d and y.txt: %v", swapped)
+	}
+	if strings.Contains(got, "another session") || strings.Contains(got, "secret") {
+		t.Errorf("grep followed a link swapped in: %q", got)
+	}
+	// Put d back for glob's own walk, and swap it again there.
+	if err := os.Remove(filepath.Join(e.dir, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(e.dir, ".d"), filepath.Join(e.dir, "d")); err != nil {
+		t.Fatal(err)
+	}
+	delete(swapped, "d")
+	if got, _ := e.call("glob", map[string]any{"pattern": "**/secret.txt"}); got != "No files found." || !swapped["d"] {
+		t.Errorf("glob followed a link swapped in: %q (swapped: %v)", got, swapped)
+	}
+}
