@@ -18,9 +18,11 @@ type Config struct {
 	// "out of memory" error in the program. Default DefaultMemoryLimitBytes (64 MiB).
 	MemoryLimitBytes int
 
-	// CPUTimeout bounds the time one run spends executing JavaScript (time spent waiting for
-	// tools does not count). Past it the run fails with the timeout kind. Default
-	// DefaultCPUTimeout (10 s).
+	// CPUTimeout bounds the CPU time one run spends executing JavaScript: the CPU time of the
+	// engine's OS thread, to which the run is locked (on Linux; elsewhere the wall time spent in
+	// JavaScript). Time spent waiting for tools, for a slot (MaxConcurrent) or for the processor
+	// (descheduled) does not count. Past it the run fails with the timeout kind, overrunning it
+	// by about a millisecond at most. Default DefaultCPUTimeout (10 s).
 	CPUTimeout time.Duration
 
 	// WallTimeout bounds one run from start to end, waiting for tools included. Past it the run

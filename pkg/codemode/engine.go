@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,9 +74,10 @@ type session struct {
 
 	logs        []string
 	outBytes    int
-	calls       int // binding calls accepted
-	outstanding int // accepted calls not settled in the engine yet
-	cpuLeft     time.Duration
+	calls       int           // binding calls accepted
+	outstanding int           // accepted calls not settled in the engine yet
+	cpuLeft     time.Duration // the CPU budget left (cpumeter.go)
+	clock       threadClock   // the CPU clock of the engine's thread
 
 	finished bool // the program's main function settled
 	status   string
@@ -88,9 +90,12 @@ type session struct {
 
 // run runs js, a function expression (see strip), in a fresh engine with the tool names bound
 // on `tools`. It returns when the program's main function has settled or the run failed; it
-// never leaves work running in the engine.
+// never leaves work running in the engine. The calling goroutine stays locked to its OS thread
+// for the whole run, so that the thread's CPU clock measures the run (cpumeter.go).
 func run(ctx context.Context, cfg *Config, js string, names []string, h host) outcome {
-	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{})}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, clock: currentThreadClock(), kill: make(chan struct{})}
 	s.exec(ctx, js, names)
 	return s.outcome()
 }
@@ -237,35 +242,26 @@ func (s *session) loop() {
 	}
 }
 
-// enter runs f, which calls into JavaScript, within what is left of the CPU budget.
+// enter runs f, which calls into JavaScript, within what is left of the CPU budget: the thread
+// CPU time f uses is charged, and the watcher stops f when it spends what is left.
 func (s *session) enter(f func() error) error {
 	if s.cpuLeft <= 0 {
 		s.cpuExhausted()
 		return errCPU
 	}
-	if err := s.vm.SetEvalTimeout(s.cpuLeft); err != nil {
-		return err
-	}
-	t := time.Now()
+	w := s.watch()
 	err := f()
-	s.cpuLeft -= time.Since(t)
-	if err != nil && (s.cpuLeft <= 0 || s.reason.Load() == nil && !s.finished && interrupted(err)) {
-		// Only the eval timeout interrupts the engine without recording a failure first.
+	s.cpuLeft -= w.stop()
+	if err != nil && s.cpuLeft <= 0 {
 		s.cpuExhausted()
 	}
 	return err
 }
 
-// interrupted reports whether err is the engine's interrupt exception.
-func interrupted(err error) bool {
-	var qe *quickjs.Error
-	return errors.As(err, &qe) && qe.Name == "InternalError" && qe.Message == "interrupted"
-}
-
 var errCPU = errors.New("cpu budget exhausted")
 
 func (s *session) cpuExhausted() {
-	s.fail(KindTimeout, fmt.Sprintf("the program used up its CPU-time limit of %v", s.cfg.CPUTimeout))
+	s.fail(KindTimeout, fmt.Sprintf("the program used up its CPU-time limit of %v (CPU time its JavaScript ran; waiting for tools or for the processor is not counted)", s.cfg.CPUTimeout))
 }
 
 // engineError records an error returned by the engine: the failure already recorded (an
@@ -361,12 +357,6 @@ func (s *session) log(line string) {
 // failure stands. A failure after the outcome (a timer) is ignored in turn.
 func (s *session) done(status, text string) {
 	if s.finished || s.reason.Load() != nil {
-		return
-	}
-	if status == "error" && text == "InternalError: interrupted" {
-		// The engine's eval timeout interrupted the main function, which rejected its promise
-		// with the (otherwise uncatchable) interrupt: the CPU budget is spent.
-		s.cpuExhausted()
 		return
 	}
 	s.finished, s.status, s.text = true, status, text
