@@ -3,6 +3,7 @@ package codemode
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/dshd/dshd/pkg/telemetry"
@@ -43,6 +44,12 @@ type Config struct {
 	// esbuild parses on the goroutine's stack: long operator chains (`a=a=...`) cost a few KiB
 	// of stack per level, so a larger cap raises the memory a hostile program can take.
 	MaxSourceBytes int
+
+	// MaxConcurrent bounds the programs that run at once in this process (the replica); a call
+	// past it waits for a slot in a queue that serves tenants round robin (slots.go). The wait
+	// counts against the call's timeout and ends with a cancel, not against CPUTimeout or
+	// WallTimeout. Default (0): runtime.GOMAXPROCS(0), the cores the process may use.
+	MaxConcurrent int
 
 	// Logger receives failures of the dispatch log and contained listener failures. Default
 	// (nil): slog.Default() at the time New is called.
@@ -88,6 +95,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"MaxOutputBytes", &cfg.MaxOutputBytes, DefaultMaxOutputBytes},
 		{"MaxToolCalls", &cfg.MaxToolCalls, DefaultMaxToolCalls},
 		{"MaxSourceBytes", &cfg.MaxSourceBytes, DefaultMaxSourceBytes},
+		{"MaxConcurrent", &cfg.MaxConcurrent, runtime.GOMAXPROCS(0)},
 	} {
 		if *f.v < 0 {
 			return cfg, fmt.Errorf("codemode: %s must not be negative", f.name)

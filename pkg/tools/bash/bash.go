@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshd/dshd/pkg/fairq"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/sandbox"
@@ -34,6 +35,11 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps timeoutMs. Default MaxTimeout.
 	MaxTimeout time.Duration
+	// Slots bounds the commands that run at once, in total and per tenant (limit.go); share one
+	// queue between every definition of the process. nil: no bound.
+	Slots *fairq.Queue
+
+	onQueued func() // tests: called when a command starts waiting for a slot
 }
 
 // Timeouts.
@@ -121,7 +127,15 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 	if err != nil {
 		return "", err
 	}
-	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: timeout, Network: t.cfg.Network}
+	release, left, err := t.waitSlot(ctx, ws, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	if left <= 0 {
+		return t.notRun(timeout), nil
+	}
+	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: left, Network: t.cfg.Network}
 	res, err := t.cfg.Shell.Run(ctx, spec)
 	switch {
 	case ctx.Err() != nil:
@@ -129,7 +143,7 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 	case err != nil:
 		return "", fmt.Errorf("bash: the command could not be run: %v", err)
 	}
-	return render(res, timeout) + quotaNote(ws), nil
+	return render(res, left) + quotaNote(ws), nil
 }
 
 // quotaNote measures the usage of the workspace's tenant after a command (which may have written
