@@ -45,10 +45,12 @@ type Config struct {
 	// of stack per level, so a larger cap raises the memory a hostile program can take.
 	MaxSourceBytes int
 
-	// MaxConcurrent bounds the programs that run at once in this process (the replica); a call
-	// past it waits for a slot in a queue that serves tenants round robin (slots.go). The wait
-	// counts against the call's timeout and ends with a cancel, not against CPUTimeout or
-	// WallTimeout. Default (0): runtime.GOMAXPROCS(0), the cores the process may use.
+	// MaxConcurrent bounds the programs that run JavaScript at once in this process (the
+	// replica); a program holds its slot only while in JavaScript, not while it waits for tools.
+	// A program past it waits for a slot in a queue that serves tenants round robin (slots.go).
+	// The wait counts against the call's timeout and WallTimeout and ends with a cancel; it does
+	// not count against CPUTimeout. Default (0): runtime.GOMAXPROCS(0), the cores the process may
+	// use.
 	MaxConcurrent int
 
 	// Logger receives failures of the dispatch log and contained listener failures. Default

@@ -36,7 +36,7 @@ func runBlocking(t *testing.T, cpu time.Duration, code string) outcome {
 	if rerr != nil {
 		t.Fatal(rerr.msg)
 	}
-	return run(context.Background(), &cfg, js, []string{"slow"}, &blockingHost{box: newMailbox(), block: 3 * cpu})
+	return run(context.Background(), &cfg, js, []string{"slow"}, &blockingHost{box: newMailbox(), block: 3 * cpu}, nil)
 }
 
 // TestCPUBudgetChargesNoDescheduledTime: run_code's CPU budget was the wall time spent inside

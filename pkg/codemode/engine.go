@@ -83,6 +83,10 @@ type session struct {
 	status   string
 	text     string
 
+	lease    *lease          // the run's program slot (slots.go); nil: no slots
+	waitCtx  context.Context // ends with the call or the first failure: the wait for a slot
+	stopWait context.CancelFunc
+
 	reason   atomic.Pointer[runError] // the first failure; set from any goroutine
 	kill     chan struct{}            // closed with the first failure
 	killOnce sync.Once
@@ -91,11 +95,15 @@ type session struct {
 // run runs js, a function expression (see strip), in a fresh engine with the tool names bound
 // on `tools`. It returns when the program's main function has settled or the run failed; it
 // never leaves work running in the engine. The calling goroutine stays locked to its OS thread
-// for the whole run, so that the thread's CPU clock measures the run (cpumeter.go).
-func run(ctx context.Context, cfg *Config, js string, names []string, h host) outcome {
+// for the whole run, so that the thread's CPU clock measures the run (cpumeter.go). l is the
+// run's program slot, held when run is called; nil runs without slots. run gives it back.
+func run(ctx context.Context, cfg *Config, js string, names []string, h host, l *lease) outcome {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, clock: currentThreadClock(), kill: make(chan struct{})}
+	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, clock: currentThreadClock(), kill: make(chan struct{}), lease: l}
+	s.waitCtx, s.stopWait = context.WithCancel(ctx)
+	defer s.stopWait()
+	defer s.dropSlot()
 	s.exec(ctx, js, names)
 	return s.outcome()
 }
@@ -242,13 +250,18 @@ func (s *session) loop() {
 	}
 }
 
-// enter runs f, which calls into JavaScript, within what is left of the CPU budget: the thread
-// CPU time f uses is charged, and the watcher stops f when it spends what is left.
+// enter runs f, which calls into JavaScript, within what is left of the CPU budget and holding a
+// program slot: the thread CPU time f uses is charged, and the watcher stops f when it spends
+// what is left. The slot is given back when f returns.
 func (s *session) enter(f func() error) error {
 	if s.cpuLeft <= 0 {
 		s.cpuExhausted()
 		return errCPU
 	}
+	if !s.holdSlot() {
+		return errNoSlot
+	}
+	defer s.dropSlot()
 	w := s.watch()
 	err := f()
 	s.cpuLeft -= w.stop()
@@ -258,7 +271,10 @@ func (s *session) enter(f func() error) error {
 	return err
 }
 
-var errCPU = errors.New("cpu budget exhausted")
+var (
+	errCPU    = errors.New("cpu budget exhausted")
+	errNoSlot = errors.New("the run failed while it waited for a program slot")
+)
 
 func (s *session) cpuExhausted() {
 	s.fail(KindTimeout, fmt.Sprintf("the program used up its CPU-time limit of %v (CPU time its JavaScript ran; waiting for tools or for the processor is not counted)", s.cfg.CPUTimeout))
@@ -281,7 +297,12 @@ func (s *session) engineError(err error) {
 // goroutine.
 func (s *session) fail(kind Kind, msg string) {
 	if s.reason.CompareAndSwap(nil, &runError{kind: kind, msg: msg}) {
-		s.killOnce.Do(func() { close(s.kill) })
+		s.killOnce.Do(func() {
+			close(s.kill)
+			if s.stopWait != nil {
+				s.stopWait()
+			}
+		})
 		if s.vm != nil {
 			s.vm.Interrupt()
 		}

@@ -12,21 +12,16 @@ import (
 
 // TestRunCodeWaitsForAProgramSlot: run_code programs shared the server's cores with no bound
 // (issue 17, finding 4: one tenant's programs took every core from other tenants' turns). With
-// MaxConcurrent 1 and one program running (held in a tool call), a second call waits for the
-// slot: cancelled or timed out while it waits it fails with the documented message and holds
-// nothing, and once the first program ends the next call runs at once.
+// MaxConcurrent 1 and the slot held, a call waits: cancelled or timed out while it waits it fails
+// with the documented message and holds nothing, and once the slot is given back the waiting
+// call runs.
 func TestRunCodeWaitsForAProgramSlot(t *testing.T) {
 	t.Parallel()
-	g := newGate()
-	fx := newFixture(t, registry.ModeCode, codemode.Config{MaxConcurrent: 1}, g.tool(t, "gate", true))
+	fx := newFixture(t, registry.ModeCode, codemode.Config{MaxConcurrent: 1})
 	queued := make(chan struct{}, 10)
 	codemode.OnQueued(fx.rt, func() { queued <- struct{}{} })
-
-	first := make(chan *registry.Result, 1)
-	go func() {
-		first <- fx.reg.Execute(context.Background(), fx.input("c1", `return await tools.gate({text: "one"});`))
-	}()
-	<-g.started // the first program holds the slot
+	slots := codemode.Slots(fx.rt)
+	holder := slots.Enqueue("other tenant")
 
 	for _, c := range []struct {
 		name, want string
@@ -46,12 +41,47 @@ func TestRunCodeWaitsForAProgramSlot(t *testing.T) {
 		}
 	}
 
-	close(g.release)
-	if v := mustValue(t, <-first); string(v.Result) != `"one"` {
-		t.Fatalf("first program's result %s", v.Result)
+	res := make(chan *registry.Result, 1)
+	go func() { res <- fx.run(context.Background(), `return 3;`) }()
+	<-queued
+	holder.Release()
+	if v := mustValue(t, <-res); string(v.Result) != "3" {
+		t.Fatalf("the program that waited: %s", v.Result)
 	}
-	if v := mustValue(t, fx.run(context.Background(), `return 3;`)); string(v.Result) != "3" {
-		t.Fatalf("a program after the others: %s", v.Result)
+	if again := slots.Enqueue("other tenant"); !ready(again) {
+		t.Fatal("a slot is still held after every program ended")
+	} else {
+		again.Release()
+	}
+}
+
+// TestRunCodeHoldsNoSlotWhileItWaitsForTools: a program waiting for a tool call computes nothing,
+// so it gives its slot back meanwhile: with MaxConcurrent 1, a second program runs to its end
+// while the first waits in a tool, and the first then goes on with the tool's result.
+func TestRunCodeHoldsNoSlotWhileItWaitsForTools(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	fx := newFixture(t, registry.ModeCode, codemode.Config{MaxConcurrent: 1}, g.tool(t, "gate", true))
+	first := make(chan *registry.Result, 1)
+	go func() {
+		first <- fx.reg.Execute(context.Background(), fx.input("c1", `const a = await tools.gate({text: "one"}); return a + "!";`))
+	}()
+	<-g.started
+	if v := mustValue(t, fx.reg.Execute(context.Background(), fx.input("c2", `return 2;`))); string(v.Result) != "2" {
+		t.Fatalf("second program: %s", v.Result)
+	}
+	close(g.release)
+	if v := mustValue(t, <-first); string(v.Result) != `"one!"` {
+		t.Fatalf("first program: %s", v.Result)
+	}
+}
+
+func ready(tk interface{ Ready() <-chan struct{} }) bool {
+	select {
+	case <-tk.Ready():
+		return true
+	default:
+		return false
 	}
 }
 
