@@ -53,6 +53,6 @@ func (t tool) waitSlot(ctx context.Context, ws *sandbox.Workspace, timeout time.
 // notRun is the result of a command that waited its whole timeout for a slot.
 func (t tool) notRun(timeout time.Duration) string {
 	q := t.cfg.Slots
-	return fmt.Sprintf("[not run: the command waited its whole timeout of %dms for a command slot; this server runs at most %d commands at once, "+
+	return fmt.Sprintf("[not run: the command waited its whole timeout of %dms for a command slot; this replica runs at most %d commands at once, "+
 		"at most %d of one tenant: try again when other commands have finished]", timeout.Milliseconds(), q.Limit(), q.Share())
 }

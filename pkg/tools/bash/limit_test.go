@@ -52,7 +52,7 @@ func TestBashCommandSlotsBoundATenantAndTheReplica(t *testing.T) {
 	bg := context.Background()
 	holdA := q.Enqueue("A")
 
-	notRun := "[not run: the command waited its whole timeout of 1ms for a command slot; this server runs at most 2 commands at once, at most 1 of one tenant"
+	notRun := "[not run: the command waited its whole timeout of 1ms for a command slot; this replica runs at most 2 commands at once, at most 1 of one tenant"
 	if got, code := e.call(bg, "s2", map[string]any{"command": "echo ran", "timeoutMs": 1}); code != "" || !strings.HasPrefix(got, notRun) {
 		t.Fatalf("A's command past A's share: %q %s", got, code)
 	}
