@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/fairq"
 )
 
@@ -13,8 +14,8 @@ import (
 // Past a bound, a program or command waits its turn in a queue that serves tenants round robin.
 type CPUSettings struct {
 	// CodeMaxConcurrent (DSHD_CODE_MAX_CONCURRENT) bounds the run_code programs that run
-	// JavaScript at once on this replica (codemode.Config.MaxConcurrent). Default: the cores
-	// the process may use (GOMAXPROCS).
+	// JavaScript at once on this replica (codemode.Config.MaxConcurrent). Default: half the
+	// cores the process may use (codemode.DefaultMaxConcurrent), at least 1.
 	CodeMaxConcurrent int
 	// BashMaxConcurrent (DSHD_BASH_MAX_CONCURRENT) bounds the bash commands that run at once on
 	// this replica, of all tenants. Default: twice the cores, at least 4.
@@ -33,7 +34,7 @@ func (c *CPUSettings) parse(env func(name, def string) string) error {
 		def  int
 		to   *int
 	}{
-		{"DSHD_CODE_MAX_CONCURRENT", cores, &c.CodeMaxConcurrent},
+		{"DSHD_CODE_MAX_CONCURRENT", codemode.DefaultMaxConcurrent(), &c.CodeMaxConcurrent},
 		{"DSHD_BASH_MAX_CONCURRENT", total, &c.BashMaxConcurrent},
 		{"DSHD_BASH_MAX_PER_TENANT", 0, &c.BashMaxPerTenant},
 	} {

@@ -14,7 +14,7 @@ func TestParseCPUSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	cores := runtime.GOMAXPROCS(0)
-	if got, want := c.CPU, (CPUSettings{cores, max(2*cores, 4), max(2*cores, 4) / 2}); got != want {
+	if got, want := c.CPU, (CPUSettings{max(cores/2, 1), max(2*cores, 4), max(2*cores, 4) / 2}); got != want {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}
 	env := map[string]string{"DSHD_CODE_MAX_CONCURRENT": "3", "DSHD_BASH_MAX_CONCURRENT": "10", "DSHD_BASH_MAX_PER_TENANT": "4"}
