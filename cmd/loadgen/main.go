@@ -87,6 +87,7 @@ type options struct {
 
 	neighbour                    bool // -neighbour: the noisy-neighbour measurement (neighbour.go)
 	noisyPrograms, noisyCommands int
+	noisyCommand                 string
 }
 
 func main() {
@@ -133,6 +134,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.neighbour, "neighbour", false, "measure a quiet tenant's text turns (-duration each) alone and beside a noisy tenant's CPU-bound run_code programs and bash commands, instead of the cases")
 	fs.IntVar(&o.noisyPrograms, "noisy-programs", 12, "with -neighbour: the noisy tenant's concurrent CPU-bound run_code turns")
 	fs.IntVar(&o.noisyCommands, "noisy-commands", 12, "with -neighbour: the noisy tenant's concurrent CPU-bound bash turns")
+	fs.StringVar(&o.noisyCommand, "noisy-command", "sha256sum </dev/zero", "with -neighbour: the command of the noisy bash turns (run for up to 20 s)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

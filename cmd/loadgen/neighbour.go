@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -18,10 +20,15 @@ import (
 // the median within 2x).
 
 // Noisy turns: the scripted model calls the tool once with these arguments, then answers.
-const (
-	noisyProgram = `tool:run_code args:{"code":"for(;;){}","description":"Spin"}`
-	noisyCommand = `tool:bash args:{"command":"sha256sum</dev/zero","description":"Spin","timeoutMs":20000}`
-)
+const noisyProgram = `tool:run_code args:{"code":"for(;;){}","description":"Spin"}`
+
+// noisyCommand is the script of a bash turn running command (-noisy-command, default a
+// CPU-bound sha256sum of /dev/zero) for up to 20 s; the arguments are URL-encoded, as a script
+// value cannot hold a space.
+func noisyCommand(command string) string {
+	args, _ := json.Marshal(map[string]any{"command": command, "description": "Spin", "timeoutMs": 20000})
+	return "tool:bash args:" + url.PathEscape(string(args))
+}
 
 // NeighbourReport is the result of -neighbour.
 type NeighbourReport struct {
@@ -72,7 +79,7 @@ func measureNeighbour(ctx context.Context, o options, e *env) (*NeighbourReport,
 	for i := range n {
 		script := noisyProgram
 		if i >= o.noisyPrograms {
-			script = noisyCommand
+			script = noisyCommand(o.noisyCommand)
 		}
 		wg.Go(func() { noisyClient(noiseCtx, noisy, noisyPreset, script, started, &done, &failed) })
 	}
