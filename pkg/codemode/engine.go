@@ -226,6 +226,7 @@ func (s *session) loop() {
 			s.fail(KindTimeout, "the program waits for a promise that nothing will ever settle")
 			return
 		}
+		s.dropSlot() // nothing to compute until a tool call settles
 		select {
 		case <-s.kill:
 			return
@@ -251,8 +252,8 @@ func (s *session) loop() {
 }
 
 // enter runs f, which calls into JavaScript, within what is left of the CPU budget and holding a
-// program slot: the thread CPU time f uses is charged, and the watcher stops f when it spends
-// what is left. The slot is given back when f returns.
+// program slot (taken again when the run gave it back to wait for tools): the thread CPU time f
+// uses is charged, and the watcher stops f when it spends what is left.
 func (s *session) enter(f func() error) error {
 	if s.cpuLeft <= 0 {
 		s.cpuExhausted()
@@ -261,7 +262,6 @@ func (s *session) enter(f func() error) error {
 	if !s.holdSlot() {
 		return errNoSlot
 	}
-	defer s.dropSlot()
 	w := s.watch()
 	err := f()
 	s.cpuLeft -= w.stop()
