@@ -20,8 +20,8 @@ type Config struct {
 	MemoryLimitBytes int
 
 	// CPUTimeout bounds the CPU time one run spends executing JavaScript: the CPU time of the
-	// engine's OS thread, to which the run is locked (on Linux; elsewhere the wall time spent in
-	// JavaScript). Time spent waiting for tools, for a slot (MaxConcurrent) or for the processor
+	// engine's OS thread, to which each call into JavaScript is locked (on Linux; elsewhere the
+	// wall time spent in JavaScript). Time spent waiting for tools, for a slot (MaxConcurrent) or for the processor
 	// (descheduled) does not count. Past it the run fails with the timeout kind, overrunning it
 	// by about a millisecond at most. Default DefaultCPUTimeout (10 s).
 	CPUTimeout time.Duration

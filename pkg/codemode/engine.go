@@ -77,7 +77,6 @@ type session struct {
 	calls       int           // binding calls accepted
 	outstanding int           // accepted calls not settled in the engine yet
 	cpuLeft     time.Duration // the CPU budget left (cpumeter.go)
-	clock       threadClock   // the CPU clock of the engine's thread
 
 	finished bool // the program's main function settled
 	status   string
@@ -94,13 +93,10 @@ type session struct {
 
 // run runs js, a function expression (see strip), in a fresh engine with the tool names bound
 // on `tools`. It returns when the program's main function has settled or the run failed; it
-// never leaves work running in the engine. The calling goroutine stays locked to its OS thread
-// for the whole run, so that the thread's CPU clock measures the run (cpumeter.go). l is the
-// run's program slot, held when run is called; nil runs without slots. run gives it back.
+// never leaves work running in the engine. l is the run's program slot, held when run is called;
+// nil runs without slots. run gives it back.
 func run(ctx context.Context, cfg *Config, js string, names []string, h host, l *lease) outcome {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, clock: currentThreadClock(), kill: make(chan struct{}), lease: l}
+	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{}), lease: l}
 	s.waitCtx, s.stopWait = context.WithCancel(ctx)
 	defer s.stopWait()
 	defer s.dropSlot()
@@ -262,9 +258,11 @@ func (s *session) enter(f func() error) error {
 	if !s.holdSlot() {
 		return errNoSlot
 	}
-	w := s.watch()
+	runtime.LockOSThread() // the thread's CPU clock then measures f only (cpumeter.go)
+	w := s.watch(currentThreadClock())
 	err := f()
 	s.cpuLeft -= w.stop()
+	runtime.UnlockOSThread()
 	if err != nil && s.cpuLeft <= 0 {
 		s.cpuExhausted()
 	}
