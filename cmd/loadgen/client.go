@@ -62,7 +62,15 @@ func (c *client) createTenant(ctx context.Context, adminToken, name string) (str
 
 // createPreset creates the load preset on the OpenAI-compatible model at baseURL.
 func (c *client) createPreset(ctx context.Context, baseURL string) (string, error) {
+	return c.createPresetMode(ctx, baseURL, "")
+}
+
+// createPresetMode is createPreset with tools.mode (native, code, both; "": the default).
+func (c *client) createPresetMode(ctx context.Context, baseURL, mode string) (string, error) {
 	body := map[string]any{"name": "load", "model": map[string]string{"provider": "openai", "model": "mock", "baseUrl": baseURL}}
+	if mode != "" {
+		body["tools"] = map[string]string{"mode": mode}
+	}
 	var out struct {
 		ID string `json:"id"`
 	}

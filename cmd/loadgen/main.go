@@ -22,6 +22,12 @@
 //	go run ./cmd/loadgen -turns steps:20 -sessions 8 -duration 20s
 //	go run ./cmd/loadgen -turns text -sessions 1 -count 3000 -json
 //
+// -neighbour measures instead a quiet tenant's text turns alone and beside a noisy tenant that keeps
+// 12 CPU-bound run_code programs and 12 CPU-bound bash commands going (neighbour.go; the server
+// gets a workspace root and the bwrap shell):
+//
+//	go run ./cmd/loadgen -neighbour -duration 15s
+//
 // -cpuprofile writes a CPU profile of the server during one case (-profile-case TURN@N, default
 // the first case): the server is restarted with DSHD_CPU_PROFILE for that case, warmed up, and
 // stopped right after its measurement, so the profile covers its start, a few warm-up turns, the
@@ -78,6 +84,10 @@ type options struct {
 	serverPID            int
 	postmasterPID        int
 	databaseURL          string
+
+	neighbour                    bool // -neighbour: the noisy-neighbour measurement (neighbour.go)
+	noisyPrograms, noisyCommands int
+	noisyCommand                 string
 }
 
 func main() {
@@ -121,6 +131,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.serverPID, "server-pid", 0, "with -url: pid of the server, for its CPU time")
 	fs.IntVar(&o.postmasterPID, "postmaster-pid", 0, "with -url: pid of the PostgreSQL postmaster, for its CPU time")
 	fs.StringVar(&o.databaseURL, "database-url", "", "with -url: database for the statistics and the insert ceiling (a scratch table is created and dropped)")
+	fs.BoolVar(&o.neighbour, "neighbour", false, "measure a quiet tenant's text turns (-duration each) alone and beside a noisy tenant's CPU-bound run_code programs and bash commands, instead of the cases")
+	fs.IntVar(&o.noisyPrograms, "noisy-programs", 12, "with -neighbour: the noisy tenant's concurrent CPU-bound run_code turns")
+	fs.IntVar(&o.noisyCommands, "noisy-commands", 12, "with -neighbour: the noisy tenant's concurrent CPU-bound bash turns")
+	fs.StringVar(&o.noisyCommand, "noisy-command", "sha256sum </dev/zero", "with -neighbour: the command of the noisy bash turns (run for up to 20 s)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -203,6 +217,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.neighbour {
+		rep, err := measureNeighbour(ctx, o, e)
+		if err != nil {
+			return err
+		}
+		if o.jsonOut {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		}
+		rep.print(stdout)
+		return nil
+	}
 	rep, err := measure(ctx, o, e)
 	if err != nil {
 		return err
@@ -247,7 +274,11 @@ func setup(ctx context.Context, o options) (*env, error) {
 				return e, err
 			}
 		}
-		if err := e.startServer(ctx, bin, o.serverLogLevel, nil); err != nil {
+		var extra []string
+		if o.neighbour {
+			extra = neighbourEnv(dir)
+		}
+		if err := e.startServer(ctx, bin, o.serverLogLevel, extra); err != nil {
 			return e, err
 		}
 		return e, nil

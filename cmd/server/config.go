@@ -197,6 +197,8 @@ type Config struct {
 
 	// Webhooks are the settings of tenant webhooks (docs/webhooks.md).
 	Webhooks WebhookSettings
+	// CPU bounds the concurrent run_code programs and bash commands (cpu_config.go).
+	CPU CPUSettings
 }
 
 // WebhookSettings configure tenant webhooks: which endpoints may be registered and how their
@@ -374,6 +376,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	c.MetricsModels = splitList(getenv("DSHD_METRICS_MODELS"))
 	if err := c.Webhooks.parse(env); err != nil {
+		return Config{}, err
+	}
+	if err := c.CPU.parse(env); err != nil {
 		return Config{}, err
 	}
 	c.MetricsToken = getenv("DSHD_METRICS_TOKEN")

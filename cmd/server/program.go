@@ -109,7 +109,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger, Metrics: metrics})
+	codeRuntime, err := codemode.New(codemode.Config{Logger: m.Logger, Metrics: metrics, MaxConcurrent: m.Config.CPU.CodeMaxConcurrent})
 	if err != nil {
 		return err
 	}

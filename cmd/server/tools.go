@@ -42,5 +42,9 @@ func (c Config) workspaceTools(log *slog.Logger) (*agents.WorkspaceTools, error)
 	if err != nil {
 		return nil, fmt.Errorf("dshd: DSHD_WORKSPACE_ROOT: %w", err)
 	}
-	return &agents.WorkspaceTools{Workspaces: ws, Shell: shell, Web: web.Config{AllowPrivate: c.WebAllowPrivate}}, nil
+	slots, err := c.CPU.commandSlots()
+	if err != nil {
+		return nil, err
+	}
+	return &agents.WorkspaceTools{Workspaces: ws, Shell: shell, Web: web.Config{AllowPrivate: c.WebAllowPrivate}, CommandSlots: slots}, nil
 }

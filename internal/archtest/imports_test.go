@@ -54,6 +54,7 @@ var layers = []struct {
 	{5, []string{"pkg/telemetry"}},                                   // metrics and trace helpers: below everything that records them
 	{5, []string{"pkg/netguard"}},                                    // outbound requests kept off private addresses
 	{20, []string{"pkg/webhook"}},                                    // tenant webhooks: signatures, delivery attempts
+	{5, []string{"pkg/fairq"}},                                       // a semaphore shared fairly by tenants (code mode, bash)
 }
 
 // The PostgreSQL adapter is the only package that may import pgx or a River driver; programs and
@@ -82,6 +83,8 @@ var stdOnly = map[string][]string{
 	// outbound webhook requests: the address guard, and the tenant webhooks' signatures and attempts
 	"pkg/netguard": nil,
 	"pkg/webhook":  {"pkg/netguard"},
+
+	"pkg/fairq": nil, // the fair semaphore of run_code programs and bash commands
 }
 
 // Nothing in pkg/ may import these, not even from test files.

@@ -364,7 +364,7 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	if sc.err != nil {
 		cfg.Prompt, cfg.PromptInput = sc.failing, promptasm.Input{Chain: promptasm.Chain{sc.key}}
 	}
-	unhold := a.hold(cfg.SessionID, sc)
+	unhold := a.hold(cfg.SessionID, s.TenantID.String(), sc)
 	var once sync.Once
 	return cfg, func() {
 		once.Do(func() {

@@ -12,13 +12,14 @@ import (
 // the agents' registry, and the prompt of a preset in mode code or both gets the runtime's SDK.
 
 // mountCodeRuntime installs run_code through f when Config.CodeRuntime is set; its sub-calls are
-// capped by the agent's maxParallelSubCalls (Settings).
+// capped by the agent's maxParallelSubCalls (Settings), and its programs wait for a slot queued
+// by the agent's tenant.
 func (a *Agents) mountCodeRuntime(f *kernel.Fiber) error {
 	rt := a.cfg.CodeRuntime
 	if rt == nil {
 		return nil
 	}
-	if _, err := rt.Install(f, a.reg, a.maxParallelSubCalls); err != nil {
+	if _, err := rt.Install(f, a.reg, a.maxParallelSubCalls, a.tenantOf); err != nil {
 		return fmt.Errorf("agents: install run_code: %w", err)
 	}
 	a.codeRuntime = rt.PromptRuntime(a.reg)

@@ -97,16 +97,17 @@ type held struct {
 	sc     *scope
 	n      int
 	policy string
+	tenant string // the session's tenant: run_code's fair queue (tenantOf)
 }
 
-// hold records that the configuration of agent, of scope sc, is held once more; the func it
-// returns undoes that.
-func (a *Agents) hold(agent string, sc *scope) func() {
+// hold records that the configuration of agent (a session of tenant), of scope sc, is held once
+// more; the func it returns undoes that.
+func (a *Agents) hold(agent, tenant string, sc *scope) func() {
 	a.heldMu.Lock()
 	defer a.heldMu.Unlock()
 	h := a.held[agent]
 	if h == nil {
-		h = &held{}
+		h = &held{tenant: tenant}
 		a.held[agent] = h
 	}
 	h.sc = sc // the latest: a session's agent is always of its one pinned version
@@ -197,4 +198,15 @@ func (a *Agents) ApprovalTimeout(agent string) time.Duration {
 		return 0
 	}
 	return s.Approval.Timeout
+}
+
+// tenantOf is the tenant of a held agent, "" for one not held: the tenant by which the agent's
+// run_code programs wait for a slot (codemode.TenantFunc).
+func (a *Agents) tenantOf(agent string) string {
+	a.heldMu.RLock()
+	defer a.heldMu.RUnlock()
+	if h, ok := a.held[agent]; ok {
+		return h.tenant
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package agents
 import (
 	"errors"
 
+	"github.com/dshd/dshd/pkg/fairq"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/sandbox"
 	"github.com/dshd/dshd/pkg/tools/bash"
@@ -24,6 +25,9 @@ type WorkspaceTools struct {
 	Shell sandbox.Provider
 	// Web configures web_fetch.
 	Web web.Config
+	// CommandSlots bounds bash's concurrent commands, in total and per tenant, for both bash
+	// definitions (bash.Config.Slots); nil: no bound.
+	CommandSlots *fairq.Queue
 }
 
 func (w WorkspaceTools) tools() ([]*registry.Tool, error) {
@@ -45,7 +49,7 @@ func (w WorkspaceTools) tools() ([]*registry.Tool, error) {
 	}
 	out = append(out, wf)
 	if w.Shell != nil {
-		b, err := bash.Tool(bash.Config{Shell: w.Shell, Workspaces: w.Workspaces})
+		b, err := bash.Tool(bash.Config{Shell: w.Shell, Workspaces: w.Workspaces, Slots: w.CommandSlots})
 		if err != nil {
 			return nil, err
 		}
@@ -61,7 +65,7 @@ func (w WorkspaceTools) networkTools() ([]*registry.Tool, error) {
 	if w.Workspaces == nil || w.Shell == nil || w.Shell.Name() == "local" {
 		return nil, nil
 	}
-	b, err := bash.Tool(bash.Config{Shell: w.Shell, Workspaces: w.Workspaces, Network: true})
+	b, err := bash.Tool(bash.Config{Shell: w.Shell, Workspaces: w.Workspaces, Network: true, Slots: w.CommandSlots})
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func BenchmarkEngine(b *testing.B) {
 	js, _ := strip(`return 1;`)
 	h := noHost{box: newMailbox()}
 	for b.Loop() {
-		if out := run(context.Background(), &cfg, js, []string{"echo", "sleep"}, h); out.err != nil {
+		if out := run(context.Background(), &cfg, js, []string{"echo", "sleep"}, h, nil); out.err != nil {
 			b.Fatal(out.err.msg)
 		}
 	}

@@ -3,6 +3,7 @@ package codemode
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/dshd/dshd/pkg/telemetry"
@@ -18,9 +19,11 @@ type Config struct {
 	// "out of memory" error in the program. Default DefaultMemoryLimitBytes (64 MiB).
 	MemoryLimitBytes int
 
-	// CPUTimeout bounds the time one run spends executing JavaScript (time spent waiting for
-	// tools does not count). Past it the run fails with the timeout kind. Default
-	// DefaultCPUTimeout (10 s).
+	// CPUTimeout bounds the CPU time one run spends executing JavaScript: the CPU time of the
+	// engine's OS thread, to which each call into JavaScript is locked (on Linux; elsewhere the
+	// wall time spent in JavaScript). Time spent waiting for tools, for a slot (MaxConcurrent) or for the processor
+	// (descheduled) does not count. Past it the run fails with the timeout kind, overrunning it
+	// by about a millisecond at most. Default DefaultCPUTimeout (10 s).
 	CPUTimeout time.Duration
 
 	// WallTimeout bounds one run from start to end, waiting for tools included. Past it the run
@@ -42,6 +45,13 @@ type Config struct {
 	// of stack per level, so a larger cap raises the memory a hostile program can take.
 	MaxSourceBytes int
 
+	// MaxConcurrent bounds the programs that run JavaScript at once in this process (the
+	// replica); a program holds its slot only while in JavaScript, not while it waits for tools.
+	// A program past it waits for a slot in a queue that serves tenants round robin (slots.go).
+	// The wait counts against the call's timeout and WallTimeout and ends with a cancel; it does
+	// not count against CPUTimeout. Default (0): DefaultMaxConcurrent(), half the cores.
+	MaxConcurrent int
+
 	// Logger receives failures of the dispatch log and contained listener failures. Default
 	// (nil): slog.Default() at the time New is called.
 	Logger *slog.Logger
@@ -61,6 +71,14 @@ const (
 	DefaultMaxToolCalls     = 1000
 	DefaultMaxSourceBytes   = 64 << 10
 )
+
+// DefaultMaxConcurrent is the default of Config.MaxConcurrent: half the cores the process may use
+// (GOMAXPROCS), at least 1. A program's engine keeps its goroutine, and so one of the Go
+// scheduler's GOMAXPROCS processors, busy while it computes: with as many programs as cores, the
+// server's own goroutines wait for a 10 ms time slice at every step of every other turn (a quiet
+// tenant's text turns measured 18x slower beside 12 CPU-bound programs with 2 of 2 cores taken,
+// 1.5x with 1 of 2).
+func DefaultMaxConcurrent() int { return max(runtime.GOMAXPROCS(0)/2, 1) }
 
 // LanguageTypeScript is the language of the runtime (Runtime.Language).
 const LanguageTypeScript = "typescript"
@@ -86,6 +104,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"MaxOutputBytes", &cfg.MaxOutputBytes, DefaultMaxOutputBytes},
 		{"MaxToolCalls", &cfg.MaxToolCalls, DefaultMaxToolCalls},
 		{"MaxSourceBytes", &cfg.MaxSourceBytes, DefaultMaxSourceBytes},
+		{"MaxConcurrent", &cfg.MaxConcurrent, DefaultMaxConcurrent()},
 	} {
 		if *f.v < 0 {
 			return cfg, fmt.Errorf("codemode: %s must not be negative", f.name)

@@ -26,8 +26,8 @@
 //
 // The engine runs in the server process. Its heap is capped (an allocation past the cap throws
 // "out of memory" in the program), JavaScript recursion is capped by the engine's stack limit,
-// and every entry into JavaScript is bounded by the remaining CPU budget; the host side of a
-// run never blocks on the program. The hostile tests (hostile_test.go) cover infinite loops,
+// and every entry into JavaScript is bounded by the remaining CPU budget, measured as the CPU
+// time of the engine's thread (cpumeter.go); the host side of a run never blocks on the program. The hostile tests (hostile_test.go) cover infinite loops,
 // memory bombs, deep recursion in JavaScript, in the parser and in JSON, output floods,
 // promises that never settle, tool-call floods and escape attempts. What in-process running
 // cannot contain is a defect of the engine itself (it is C translated to Go that manages its

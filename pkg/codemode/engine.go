@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,13 +74,17 @@ type session struct {
 
 	logs        []string
 	outBytes    int
-	calls       int // binding calls accepted
-	outstanding int // accepted calls not settled in the engine yet
-	cpuLeft     time.Duration
+	calls       int           // binding calls accepted
+	outstanding int           // accepted calls not settled in the engine yet
+	cpuLeft     time.Duration // the CPU budget left (cpumeter.go)
 
 	finished bool // the program's main function settled
 	status   string
 	text     string
+
+	lease    *lease          // the run's program slot (slots.go); nil: no slots
+	waitCtx  context.Context // ends with the call or the first failure: the wait for a slot
+	stopWait context.CancelFunc
 
 	reason   atomic.Pointer[runError] // the first failure; set from any goroutine
 	kill     chan struct{}            // closed with the first failure
@@ -88,9 +93,13 @@ type session struct {
 
 // run runs js, a function expression (see strip), in a fresh engine with the tool names bound
 // on `tools`. It returns when the program's main function has settled or the run failed; it
-// never leaves work running in the engine.
-func run(ctx context.Context, cfg *Config, js string, names []string, h host) outcome {
-	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{})}
+// never leaves work running in the engine. l is the run's program slot, held when run is called;
+// nil runs without slots. run gives it back.
+func run(ctx context.Context, cfg *Config, js string, names []string, h host, l *lease) outcome {
+	s := &session{ctx: ctx, cfg: cfg, host: h, cpuLeft: cfg.CPUTimeout, kill: make(chan struct{}), lease: l}
+	s.waitCtx, s.stopWait = context.WithCancel(ctx)
+	defer s.stopWait()
+	defer s.dropSlot()
 	s.exec(ctx, js, names)
 	return s.outcome()
 }
@@ -213,6 +222,7 @@ func (s *session) loop() {
 			s.fail(KindTimeout, "the program waits for a promise that nothing will ever settle")
 			return
 		}
+		s.dropSlot() // nothing to compute until a tool call settles
 		select {
 		case <-s.kill:
 			return
@@ -237,35 +247,35 @@ func (s *session) loop() {
 	}
 }
 
-// enter runs f, which calls into JavaScript, within what is left of the CPU budget.
+// enter runs f, which calls into JavaScript, within what is left of the CPU budget and holding a
+// program slot (taken again when the run gave it back to wait for tools): the thread CPU time f
+// uses is charged, and the watcher stops f when it spends what is left.
 func (s *session) enter(f func() error) error {
 	if s.cpuLeft <= 0 {
 		s.cpuExhausted()
 		return errCPU
 	}
-	if err := s.vm.SetEvalTimeout(s.cpuLeft); err != nil {
-		return err
+	if !s.holdSlot() {
+		return errNoSlot
 	}
-	t := time.Now()
+	runtime.LockOSThread() // the thread's CPU clock then measures f only (cpumeter.go)
+	w := s.watch(currentThreadClock())
 	err := f()
-	s.cpuLeft -= time.Since(t)
-	if err != nil && (s.cpuLeft <= 0 || s.reason.Load() == nil && !s.finished && interrupted(err)) {
-		// Only the eval timeout interrupts the engine without recording a failure first.
+	s.cpuLeft -= w.stop()
+	runtime.UnlockOSThread()
+	if err != nil && s.cpuLeft <= 0 {
 		s.cpuExhausted()
 	}
 	return err
 }
 
-// interrupted reports whether err is the engine's interrupt exception.
-func interrupted(err error) bool {
-	var qe *quickjs.Error
-	return errors.As(err, &qe) && qe.Name == "InternalError" && qe.Message == "interrupted"
-}
-
-var errCPU = errors.New("cpu budget exhausted")
+var (
+	errCPU    = errors.New("cpu budget exhausted")
+	errNoSlot = errors.New("the run failed while it waited for a program slot")
+)
 
 func (s *session) cpuExhausted() {
-	s.fail(KindTimeout, fmt.Sprintf("the program used up its CPU-time limit of %v", s.cfg.CPUTimeout))
+	s.fail(KindTimeout, fmt.Sprintf("the program used up its CPU-time limit of %v (CPU time its JavaScript ran; waiting for tools or for the processor is not counted)", s.cfg.CPUTimeout))
 }
 
 // engineError records an error returned by the engine: the failure already recorded (an
@@ -285,7 +295,12 @@ func (s *session) engineError(err error) {
 // goroutine.
 func (s *session) fail(kind Kind, msg string) {
 	if s.reason.CompareAndSwap(nil, &runError{kind: kind, msg: msg}) {
-		s.killOnce.Do(func() { close(s.kill) })
+		s.killOnce.Do(func() {
+			close(s.kill)
+			if s.stopWait != nil {
+				s.stopWait()
+			}
+		})
 		if s.vm != nil {
 			s.vm.Interrupt()
 		}
@@ -361,12 +376,6 @@ func (s *session) log(line string) {
 // failure stands. A failure after the outcome (a timer) is ignored in turn.
 func (s *session) done(status, text string) {
 	if s.finished || s.reason.Load() != nil {
-		return
-	}
-	if status == "error" && text == "InternalError: interrupted" {
-		// The engine's eval timeout interrupted the main function, which rejected its promise
-		// with the (otherwise uncatchable) interrupt: the CPU budget is spent.
-		s.cpuExhausted()
 		return
 	}
 	s.finished, s.status, s.text = true, status, text

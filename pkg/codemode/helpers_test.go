@@ -63,7 +63,7 @@ func newFixtureCap(t testing.TB, mode registry.PresentMode, cfg codemode.Config,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.Install(g, reg, subCalls); err != nil {
+	if _, err := rt.Install(g, reg, subCalls, nil); err != nil {
 		t.Fatal(err)
 	}
 	s, err := k.Scopes().Declare(agentScope, nil)

@@ -15,9 +15,10 @@ import (
 	"github.com/dshd/dshd/pkg/registry"
 )
 
-// hostileConfig keeps the hostile runs short: 300 ms of CPU, 16 MiB of heap.
+// hostileConfig keeps the hostile runs short: 300 ms of CPU, 16 MiB of heap; two program slots,
+// so that an ordinary program runs beside a hostile one on any number of cores.
 var hostileConfig = codemode.Config{CPUTimeout: 300 * time.Millisecond, WallTimeout: 5 * time.Second,
-	MemoryLimitBytes: 16 << 20}
+	MemoryLimitBytes: 16 << 20, MaxConcurrent: 2}
 
 // hostileCases are programs that attack the sandbox, with the kind of failure they end in and a
 // text its message contains. kind may list alternatives ("timeout|exception"); "ok" stands for a

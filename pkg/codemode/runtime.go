@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/dshd/dshd/pkg/fairq"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/promptasm"
@@ -14,7 +15,11 @@ import (
 // its configuration and hooks, so one Runtime may be installed in any number of registries and
 // is safe for concurrent use; every run gets a fresh engine (CODE-13).
 type Runtime struct {
-	cfg Config
+	cfg   Config
+	slots *fairq.Queue // the replica's program slots (slots.go)
+
+	// onQueued, when set (tests), is called when a call starts waiting for a slot.
+	onQueued func()
 
 	// DispatchLog is the tools/code-dispatch-log waterfall (CODE-7): it may replace the content
 	// a `tool/code-dispatch` event logs for a sub-call (the *registry.Call carries the sub-call's
@@ -29,7 +34,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := &Runtime{cfg: cfg}
+	slots, err := fairq.New(cfg.MaxConcurrent, 0)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Runtime{cfg: cfg, slots: slots}
 	rt.DispatchLog = kernel.NewWaterfall("tools/code-dispatch-log",
 		func(_ context.Context, c *registry.Call) ([]llm.Block, error) { return c.Result.Content, nil })
 	return rt, nil
@@ -47,15 +56,18 @@ type SubCallsFunc func(agent string) int
 
 // Install installs `run_code` in reg through f (registry.InstallRunCode): visible to scopes
 // whose mode is code or both (REG-5). subCalls gives an agent's sub-call cap; nil means the
-// registry's for every agent. The disposer (also run when f is disposed) uninstalls it.
-func (rt *Runtime) Install(f *kernel.Fiber, reg *registry.Registry, subCalls SubCallsFunc) (kernel.Disposer, error) {
-	return reg.InstallRunCode(f, rt.Tool(reg, subCalls))
+// registry's for every agent. tenant gives an agent's tenant, by which programs wait for a slot
+// fairly (slots.go); nil queues every agent's programs as of one tenant. The disposer (also run
+// when f is disposed) uninstalls it.
+func (rt *Runtime) Install(f *kernel.Fiber, reg *registry.Registry, subCalls SubCallsFunc, tenant TenantFunc) (kernel.Disposer, error) {
+	return reg.InstallRunCode(f, rt.Tool(reg, subCalls, tenant))
 }
 
 // Tool returns the `run_code` definition whose programs call the tools of reg (CODE-1, CODE-2:
-// it has no concurrency classifier, so it is always exclusive).
-func (rt *Runtime) Tool(reg *registry.Registry, subCalls SubCallsFunc) *registry.Tool {
-	b := &binding{rt: rt, reg: reg, subCalls: subCalls}
+// it has no concurrency classifier, so it is always exclusive). Its programs share the
+// runtime's slots with those of every other definition of the runtime.
+func (rt *Runtime) Tool(reg *registry.Registry, subCalls SubCallsFunc, tenant TenantFunc) *registry.Tool {
+	b := &binding{rt: rt, reg: reg, subCalls: subCalls, tenant: tenant}
 	s := rt.Schema()
 	return &registry.Tool{
 		Name: registry.RunCodeName, Description: s.Description, Parameters: s.Parameters,

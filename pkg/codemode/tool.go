@@ -35,10 +35,11 @@ type binding struct {
 	rt       *Runtime
 	reg      *registry.Registry
 	subCalls SubCallsFunc
+	tenant   TenantFunc
 }
 
-// execute is the body of run_code: it strips the program, runs it in a fresh engine with a
-// bridge to the pipeline, settles the bridge and returns {logs, result} or CODE_RUN_FAILED
+// execute is the body of run_code: it strips the program, waits for a program slot (slots.go),
+// runs it in a fresh engine with a bridge to the pipeline, settles the bridge and returns {logs, result} or CODE_RUN_FAILED
 // (CODE-11, CODE-12).
 func (b *binding) execute(ctx context.Context, exec *registry.Execution) (json.RawMessage, error) {
 	code, err := parseArgs(exec.Args)
@@ -53,9 +54,13 @@ func (b *binding) execute(ctx context.Context, exec *registry.Execution) (json.R
 	if rerr != nil {
 		return nil, failedError(rerr, nil)
 	}
+	tk, werr := b.rt.waitSlot(ctx, b.tenantOf(exec.Agent))
+	if werr != nil {
+		return nil, failedError(werr, nil)
+	}
 	names := programTools(b.reg, exec.Scope.Key())
 	br := newBridge(ctx, b.rt, b.reg, exec, names, b.limit(exec.Agent))
-	out := run(br.ctx, cfg, js, names, br)
+	out := run(br.ctx, cfg, js, names, br, &lease{q: b.rt.slots, tenant: b.tenantOf(exec.Agent), tk: tk})
 	if err := br.close(); err != nil {
 		return nil, fmt.Errorf("run_code: writing the sub-call log failed: %w", err)
 	}
@@ -67,6 +72,14 @@ func (b *binding) execute(ctx context.Context, exec *registry.Execution) (json.R
 		logs = []string{}
 	}
 	return marshalNoEscape(Value{Logs: logs, Result: out.result})
+}
+
+// tenantOf is the tenant of agent, "" without a TenantFunc.
+func (b *binding) tenantOf(agent string) string {
+	if b.tenant == nil {
+		return ""
+	}
+	return b.tenant(agent)
 }
 
 // limit is the sub-call cap of agent (PRS-1).

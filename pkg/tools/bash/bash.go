@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dshd/dshd/pkg/fairq"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/sandbox"
@@ -38,6 +39,11 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps timeoutMs. Default MaxTimeout.
 	MaxTimeout time.Duration
+	// Slots bounds the commands that run at once, in total and per tenant (limit.go); share one
+	// queue between every definition of the process. nil: no bound.
+	Slots *fairq.Queue
+
+	onQueued func() // tests: called when a command starts waiting for a slot
 }
 
 // Timeouts.
@@ -125,7 +131,15 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 	if err != nil {
 		return "", err
 	}
-	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: timeout, Network: t.cfg.Network}
+	release, left, err := t.waitSlot(ctx, ws, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	if left <= 0 {
+		return t.notRun(timeout), nil
+	}
+	spec := sandbox.Spec{Command: a.Command, Workspace: ws.Dir, Dir: dir, Timeout: left, Network: t.cfg.Network}
 	cmdCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var dog *watchdog
@@ -143,11 +157,11 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 		return "", registry.NewError(registry.NameAbort, fault.CodeAborted, "tool call aborted")
 	case err != nil && errors.Is(context.Cause(cmdCtx), errOverQuota): // the watchdog stopped it (not: fired after it ended)
 		res.ExitCode = 0 // the kill's, not the command's: the note says why it ended
-		return render(res, timeout) + stoppedNote(ws), nil
+		return render(res, left) + stoppedNote(ws), nil
 	case err != nil:
 		return "", fmt.Errorf("bash: the command could not be run: %v", err)
 	}
-	return render(res, timeout) + fileLimitNote(res, spec.Limits.FileBytes) + quotaNote(ws), nil
+	return render(res, left) + fileLimitNote(res, spec.Limits.FileBytes) + quotaNote(ws), nil
 }
 
 // stoppedNote says that the watchdog stopped the command, and how much the tenant holds now.

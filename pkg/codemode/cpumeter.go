@@ -1,0 +1,81 @@
+package codemode
+
+import (
+	"sync"
+	"time"
+)
+
+// The CPU budget of a run is the CPU time of the engine's thread while it evaluates JavaScript.
+// The engine (modernc.org/quickjs, C translated to Go) runs on the run's goroutine, which each
+// call into JavaScript locks to its OS thread (the host functions JavaScript calls and the jobs
+// it queues run within the call, on the same goroutine): the thread's CPU clock then counts that
+// goroutine only, and time the thread spends descheduled (other goroutines, other processes, a host call
+// that blocks) is not charged. The engine's own interrupt check cannot be given a clock, so a
+// watcher reads the thread's clock instead: it runs first when the budget could be spent at the
+// earliest (CPU time never runs faster than the wall clock), and again when what is left could be
+// spent, so the hot path of the engine pays nothing and a program overruns its budget by at most
+// about minCheck. The goroutine is locked only within a call into JavaScript, not for the whole
+// run: a locked goroutine costs a thread handoff each time it blocks or is preempted (for a
+// collection), which made a run that only returns 1 three times slower when the whole run was
+// locked, engine start and close included.
+
+const (
+	// minCheck is the shortest interval between two readings of the watcher.
+	minCheck = time.Millisecond
+	// reinterrupt is how often the watcher repeats the interrupt of a run whose budget is spent
+	// while the run is still in the engine: an engine call that began after the first interrupt
+	// cleared it (each call from Go into JavaScript starts with no interrupt pending).
+	reinterrupt = 10 * time.Millisecond
+)
+
+// cpuWatch measures one call into JavaScript against what is left of the budget and stops the
+// run when the call spends it. Its methods are safe for concurrent use.
+type cpuWatch struct {
+	s     *session
+	clock threadClock   // the CPU clock of the call's thread
+	start time.Duration // the thread's CPU time when the call began
+	left  time.Duration // the budget left when the call began
+
+	mu     sync.Mutex
+	active bool
+	timer  *time.Timer
+}
+
+// watch starts measuring a call into JavaScript on the thread of clock, to which the caller is
+// locked; stop ends it.
+func (s *session) watch(clock threadClock) *cpuWatch {
+	w := &cpuWatch{s: s, clock: clock, start: clock.now(), left: s.cpuLeft, active: true}
+	w.mu.Lock()
+	w.timer = time.AfterFunc(w.left, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+// check is the watcher's reading: it fails the run when the call has spent what was left, and
+// otherwise runs again when what is still left could be spent.
+func (w *cpuWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.active {
+		return
+	}
+	next := w.left - (w.clock.now() - w.start)
+	switch {
+	case next <= 0:
+		w.s.cpuExhausted()
+		w.s.vm.Interrupt()
+		next = reinterrupt
+	case w.s.reason.Load() != nil:
+		w.s.vm.Interrupt() // a failure recorded meanwhile whose interrupt an engine call cleared
+	}
+	w.timer.Reset(max(next, minCheck))
+}
+
+// stop ends the measurement and returns the CPU time the call used.
+func (w *cpuWatch) stop() time.Duration {
+	w.mu.Lock()
+	w.active = false
+	w.timer.Stop()
+	w.mu.Unlock()
+	return w.clock.now() - w.start
+}
