@@ -26,6 +26,9 @@ type BwrapConfig struct {
 	Limits Limits
 	// OutputBytes is how much of each output stream a Result keeps. Default DefaultOutputBytes.
 	OutputBytes int
+	// PastaPath and NftPath are the egress network's tools (Spec.Network, egress.go). Default:
+	// "pasta" and "nft" on PATH or in /usr/sbin, /usr/bin.
+	PastaPath, NftPath string
 }
 
 // Bwrap runs commands in bubblewrap sandboxes. What holds:
@@ -35,7 +38,9 @@ type BwrapConfig struct {
 //     hosts, nsswitch, localtime; resolv.conf with the network), a fresh /proc, a minimal /dev and
 //     an empty /tmp are visible; the session's workspace is the only writable host directory, at
 //     WorkspacePath. No other workspace, no /home, /root, /etc/shadow or server file is mounted.
-//   - Network: none (a new network namespace with only its own loopback) unless Spec.Network.
+//   - Network: none (a new network namespace with only its own loopback) unless Spec.Network,
+//     which adds egress to public addresses only, through pasta, with nftables rules refusing the
+//     host's addresses, its gateways and every non-public range (egress.go).
 //   - Identity: a new user namespace with no capabilities and nested user namespaces disabled;
 //     run by a server that is root, the sandbox is BwrapConfig.UID on the host.
 //   - Environment: empty, then the minimal PATH, HOME, LANG, TMPDIR and Spec.Env.
@@ -49,14 +54,15 @@ type BwrapConfig struct {
 // What does not hold: no seccomp filter (the kernel's whole syscall surface is reachable, as it
 // is for any unprivileged user), no disk quota on what a command writes (only RLIMIT_FSIZE per
 // file; the file tools check the workspace and tenant bounds, and the bash tool reports a command
-// that took the tenant over its bound afterwards), no per-sandbox memory or CPU share. With
-// Spec.Network the sandbox shares the host's network namespace: it reaches what the host reaches.
+// that took the tenant over its bound afterwards), no per-sandbox memory or CPU share.
 type Bwrap struct {
 	cfg  BwrapConfig
 	bin  string
 	cred *syscall.Credential
 	// system mounts the host's read-only system entries: bwrap arguments, computed once.
 	system []string
+	// net is the egress network's tools (Spec.Network, egress.go).
+	net egress
 }
 
 // NewBwrap finds bubblewrap and checks that it can run here (user namespaces are allowed): it
@@ -79,7 +85,7 @@ func NewBwrap(cfg BwrapConfig) (*Bwrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap not found (install the bubblewrap package: scripts/ensure-deps.sh): %w", err)
 	}
-	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds()}
+	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds(), net: findEgress(cfg.PastaPath, cfg.NftPath)}
 	if os.Geteuid() == 0 {
 		b.cred = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), NoSetGroups: false}
 	}
@@ -133,9 +139,6 @@ func (b *Bwrap) probe() error {
 func (b *Bwrap) baseArgs(network bool) []string {
 	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
 		"--die-with-parent", "--new-session", "--hostname", "sandbox"}
-	if network {
-		args = append(args, "--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf")
-	}
 	args = append(args, b.system...)
 	return append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv")
 }
@@ -169,6 +172,14 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	dir := path.Join(WorkspacePath, path.Clean("/"+spec.Dir))
 	args := b.baseArgs(spec.Network)
+	var egress *egressRun // the network (egress.go): its pipes are the first ExtraFiles
+	if spec.Network {
+		var err error
+		if egress, err = b.net.prepare(3); err != nil {
+			return Result{}, err
+		}
+		args = append(args, egress.args...)
+	}
 	args = append(args, "--bind", spec.Workspace, WorkspacePath, "--chdir", dir)
 	for _, kv := range environ(WorkspacePath, spec.Env) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -180,8 +191,21 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	cmd.Env = environ("/", nil) // bwrap itself gets nothing of the server's environment either
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
-	return run(ctx, cmd, spec.Timeout, b.cfg.OutputBytes, killGroup)
+	if egress == nil {
+		return run(ctx, cmd, spec.Timeout, b.cfg.OutputBytes, killGroup)
+	}
+	cmd.ExtraFiles = append(egress.files, cmd.ExtraFiles...)
+	egress.start()
+	res, err := run(ctx, cmd, spec.Timeout, b.cfg.OutputBytes, killGroup)
+	if nerr := egress.finish(); nerr != nil && err == nil {
+		return Result{}, nerr
+	}
+	return res, err
 }
+
+// NetworkErr says why Spec.Network cannot run here (pasta, nft or nsenter missing), nil when
+// it can: such a command then fails with this error, and commands without it are unaffected.
+func (b *Bwrap) NetworkErr() error { return b.net.err }
 
 // killGroup kills the process group led by pid. For bwrap that is bwrap and the init of the
 // sandbox's PID namespace, whose death takes every process of the namespace with it.

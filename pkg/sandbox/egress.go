@@ -1,0 +1,432 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/dshd/dshd/pkg/netguard"
+)
+
+// The egress network (Spec.Network): the sandbox keeps the network namespace of its own that
+// bubblewrap makes, and pasta (Debian's passt package) attaches to it, giving it one interface
+// whose connections pasta makes again from the host, as the host's own sockets. Before that, and
+// before the command's first instruction, nftables rules are loaded into the namespace that
+// refuse every destination that is not public (netguard.NonPublicPrefixes), every address of the
+// host's interfaces and its gateways. The order, for one command:
+//
+//  1. bwrap starts with --info-fd and --block-fd: it makes the namespaces, writes the sandbox's
+//     PID and blocks before it runs the command;
+//  2. the server (root) opens the sandbox's network namespace and, through the namespace, the
+//     user namespace that owns it; it loads the rules with nft in that network namespace;
+//  3. it runs pasta on the two namespaces (no port forwarded either way, --no-map-gw, DNS
+//     queries to egressDNS forwarded to the host's resolver) and waits until pasta has set the
+//     interface up (pasta forks into the background when it is ready);
+//  4. it writes to the block pipe: the command starts. A failure in 2 or 3 kills the sandbox
+//     instead (closing the pipe unwritten would let the command start).
+//
+// The command runs as an unprivileged user in a user namespace nested below the one that owns
+// the network namespace, with no capabilities: it can neither change the rules nor the routes.
+// pasta is killed when the command ends (and quits by itself when the namespace goes away).
+
+// egressDNS is the address the sandbox's resolv.conf names: pasta forwards DNS queries sent to
+// it to the host's first resolver, and the rules let port 53 to it through. It is link-local, so
+// nothing else is reached through it.
+const egressDNS = "169.254.1.53"
+
+// egressSetupTimeout bounds steps 2 and 3.
+const egressSetupTimeout = 20 * time.Second
+
+// egress is the network mode's tools, found once.
+type egress struct {
+	pasta, nft, nsenter string
+	// err says why the mode cannot run here (a tool missing); nil when it can.
+	err error
+}
+
+// findEgress looks for pasta, nft and nsenter on PATH and in /usr/sbin and /usr/bin; pasta and
+// nft are the given paths when they are not empty.
+func findEgress(pasta, nft string) egress {
+	var e egress
+	var missing []string
+	for _, t := range []struct {
+		name, pkg string
+		dst       *string
+	}{{orDefault(pasta, "pasta"), "passt", &e.pasta}, {orDefault(nft, "nft"), "nftables", &e.nft}, {"nsenter", "util-linux", &e.nsenter}} {
+		p, err := lookTool(t.name)
+		if err != nil {
+			missing = append(missing, t.name+" (package "+t.pkg+")")
+			continue
+		}
+		*t.dst = p
+	}
+	if len(missing) > 0 {
+		e.err = fmt.Errorf("sandbox: the network mode needs %s, not found (scripts/ensure-deps.sh installs them)",
+			strings.Join(missing, ", "))
+	}
+	return e
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func lookTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil || strings.Contains(name, "/") {
+		return p, err
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/sbin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+// egressRun is the network of one command: its pipes to bwrap and its pasta.
+type egressRun struct {
+	e *egress
+	// info and block are the server's ends of bwrap's --info-fd and --block-fd pipes; files are
+	// bwrap's ends (its ExtraFiles, in the order of args), closed by close.
+	info, block *os.File
+	files       []*os.File
+	args        []string
+	done        chan struct{}
+	cancel      context.CancelFunc
+	err         error
+	// pasta is a pidfd of the pasta daemon, -1 until it runs.
+	pasta int
+	dir   string
+}
+
+// prepare makes the pipes of one command. Its files become the command's ExtraFiles from
+// firstFD on (3 when they are the only ones), as args says.
+func (e *egress) prepare(firstFD int) (*egressRun, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	n := &egressRun{e: e, done: make(chan struct{}), pasta: -1}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		infoR.Close()
+		infoW.Close()
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	resolvR, resolvW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{infoR, infoW, blockR, blockW} {
+			f.Close()
+		}
+		return nil, fmt.Errorf("sandbox: pipe: %w", err)
+	}
+	_, _ = resolvW.WriteString("nameserver " + egressDNS + "\noptions edns0 trust-ad\n") // fits a pipe's buffer
+	resolvW.Close()
+	n.info, n.block, n.files = infoR, blockW, []*os.File{infoW, blockR, resolvR}
+	fd := strconv.Itoa
+	n.args = []string{"--info-fd", fd(firstFD), "--block-fd", fd(firstFD + 1),
+		"--ro-bind-data", fd(firstFD + 2), "/etc/resolv.conf"}
+	return n, nil
+}
+
+// start sets the network up while bwrap waits (steps 2 to 4), in a goroutine: bwrap must have
+// been started with n.files. wait returns its error.
+func (n *egressRun) start() {
+	ctx, cancel := context.WithTimeout(context.Background(), egressSetupTimeout)
+	n.cancel = cancel
+	go func() {
+		defer close(n.done)
+		n.err = n.setup(ctx)
+	}()
+}
+
+// setup runs steps 2 to 4; on an error the sandbox is killed before the command starts.
+func (n *egressRun) setup(ctx context.Context) error {
+	var info struct {
+		Pid int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(n.info).Decode(&info); err != nil || info.Pid <= 0 {
+		return fmt.Errorf("sandbox: the network: bubblewrap gave no sandbox PID: %v", err)
+	}
+	child, err := pidfdOpen(info.Pid)
+	if err != nil {
+		return fmt.Errorf("sandbox: the network: the sandbox is gone: %w", err)
+	}
+	defer syscall.Close(child)
+	if err := n.attach(ctx, info.Pid, child); err != nil {
+		_ = pidfdSignal(child, syscall.SIGKILL) // never let the command start without the rules
+		return err
+	}
+	if _, err := n.block.Write([]byte{1}); err != nil {
+		_ = pidfdSignal(child, syscall.SIGKILL)
+		return fmt.Errorf("sandbox: the network: cannot start the command: %w", err)
+	}
+	return nil
+}
+
+// attach loads the rules into the sandbox's network namespace and connects pasta to it.
+func (n *egressRun) attach(ctx context.Context, pid, child int) error {
+	netns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return fmt.Errorf("sandbox: the network: %w", err)
+	}
+	defer netns.Close()
+	if err := pidfdSignal(child, 0); err != nil { // the namespace opened is the sandbox's own
+		return fmt.Errorf("sandbox: the network: the sandbox is gone: %w", err)
+	}
+	owner, err := nsOwner(netns)
+	if err != nil {
+		return err
+	}
+	defer owner.Close()
+	rules := egressRules(hostAddrs())
+	nft := exec.CommandContext(ctx, n.e.nsenter, "--net=/proc/self/fd/3", "--", n.e.nft, "-f", "-")
+	nft.ExtraFiles = []*os.File{netns}
+	nft.Stdin = strings.NewReader(rules)
+	if out, err := nft.CombinedOutput(); err != nil {
+		return fmt.Errorf("sandbox: the network: nft could not load the egress rules: %v: %s", err, clip(out))
+	}
+	if n.dir, err = os.MkdirTemp("", "dshd-pasta-"); err != nil {
+		return fmt.Errorf("sandbox: the network: %w", err)
+	}
+	pidFile := filepath.Join(n.dir, "pid")
+	pasta := exec.CommandContext(ctx, n.e.pasta, "--runas", "0", "--quiet", "--config-net", "--no-map-gw",
+		"-t", "none", "-u", "none", "-T", "none", "-U", "none", "--dns-forward", egressDNS,
+		"--userns", "/proc/self/fd/3", "--netns", "/proc/self/fd/4", "--pid", pidFile)
+	pasta.ExtraFiles = []*os.File{owner, netns}
+	pasta.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	var stderr bytes.Buffer
+	pasta.Stderr = &stderr
+	if err := pasta.Run(); err != nil { // pasta forks into the background once the interface is up
+		return fmt.Errorf("sandbox: the network: pasta failed: %v: %s", err, clip(stderr.Bytes()))
+	}
+	raw, err := os.ReadFile(pidFile)
+	ppid, perr := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || perr != nil {
+		return fmt.Errorf("sandbox: the network: pasta wrote no PID: %v", errors.Join(err, perr))
+	}
+	if n.pasta, err = pidfdOpen(ppid); err != nil {
+		n.pasta = -1
+		return fmt.Errorf("sandbox: the network: pasta is gone: %w", err)
+	}
+	return nil
+}
+
+// finish ends the network once bwrap has exited: it stops the setup if it still runs, kills
+// pasta and waits for it to exit, and closes every file. It returns the setup's error.
+func (n *egressRun) finish() error {
+	n.closeFiles()
+	_ = n.info.Close() // a setup still reading bwrap's PID stops
+	if n.cancel != nil {
+		n.cancel()
+		<-n.done
+	}
+	_ = n.block.Close()
+	if n.pasta >= 0 {
+		_ = pidfdSignal(n.pasta, syscall.SIGKILL)
+		pidfdWait(n.pasta)
+		_ = syscall.Close(n.pasta)
+	}
+	if n.dir != "" {
+		_ = os.RemoveAll(n.dir)
+	}
+	return n.err
+}
+
+// closeFiles closes bwrap's ends of the pipes (once bwrap has them, or when it did not start).
+func (n *egressRun) closeFiles() {
+	for _, f := range n.files {
+		_ = f.Close()
+	}
+}
+
+// egressRules is the nftables ruleset of a sandbox with the egress network: its own loopback
+// and DNS to egressDNS pass; every non-public range, and every address in deny (the host's),
+// is refused at once (an ICMP error, so a connect fails fast instead of timing out); nothing
+// comes in but the answers to its own connections and neighbour discovery.
+func egressRules(deny []netip.Prefix) string {
+	var v4, v6 []string
+	for _, p := range collapse(append(netguard.NonPublicPrefixes(), deny...)) {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.String())
+		} else {
+			v6 = append(v6, p.String())
+		}
+	}
+	var b strings.Builder
+	b.WriteString("table inet dshd_egress {\n")
+	fmt.Fprintf(&b, "\tset deny4 { type ipv4_addr; flags interval; elements = { %s } }\n", strings.Join(v4, ", "))
+	fmt.Fprintf(&b, "\tset deny6 { type ipv6_addr; flags interval; elements = { %s } }\n", strings.Join(v6, ", "))
+	b.WriteString("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n" +
+		"\t\toifname \"lo\" accept\n" +
+		"\t\tip daddr " + egressDNS + " meta l4proto { tcp, udp } th dport 53 accept\n" +
+		"\t\tip daddr @deny4 reject with icmpx type admin-prohibited\n" +
+		"\t\tip6 daddr @deny6 reject with icmpx type admin-prohibited\n\t}\n")
+	b.WriteString("\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n" +
+		"\t\tiifname \"lo\" accept\n" +
+		"\t\tct state established,related accept\n" +
+		"\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-advert } accept\n\t}\n")
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// collapse drops the prefixes that another one of ps contains (nft refuses overlapping
+// elements), and sorts none: the order is ps's.
+func collapse(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for i, p := range ps {
+		p = p.Masked()
+		inside := false
+		for j, q := range ps {
+			q = q.Masked()
+			if i != j && q.Addr().Is4() == p.Addr().Is4() && q.Bits() <= p.Bits() && q.Contains(p.Addr()) &&
+				(q.Bits() < p.Bits() || j < i) {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// hostAddrs returns every address of the host's interfaces and its gateways (IPv4 and IPv6
+// default and other routes' next hops), each as a single-address prefix, read now: the egress
+// rules refuse them whatever range they are in.
+func hostAddrs() []netip.Prefix {
+	var out []netip.Prefix
+	add := func(a netip.Addr) {
+		if a.IsValid() && !a.IsUnspecified() {
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				ip, _ := netip.AddrFromSlice(ipn.IP)
+				add(ip)
+			}
+		}
+	}
+	for _, gw := range gateways() {
+		add(gw)
+	}
+	return out
+}
+
+// gateways reads the next hops of the host's routes from /proc/net/route and ipv6_route.
+func gateways() []netip.Addr {
+	var out []netip.Addr
+	eachLine("/proc/net/route", func(f []string) {
+		if len(f) > 2 && len(f[2]) == 8 {
+			if b, err := hex.DecodeString(f[2]); err == nil {
+				out = append(out, netip.AddrFrom4([4]byte{b[3], b[2], b[1], b[0]}))
+			}
+		}
+	})
+	eachLine("/proc/net/ipv6_route", func(f []string) {
+		if len(f) > 4 && len(f[4]) == 32 {
+			if b, err := hex.DecodeString(f[4]); err == nil {
+				out = append(out, netip.AddrFrom16([16]byte(b)))
+			}
+		}
+	})
+	return out
+}
+
+func eachLine(path string, fn func([]string)) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fn(strings.Fields(s.Text()))
+	}
+}
+
+// nsOwner returns the user namespace that owns the network namespace ns (ioctl NS_GET_USERNS):
+// bubblewrap's sandbox runs in a user namespace nested below it, which cannot act on it.
+func nsOwner(ns *os.File) (*os.File, error) {
+	const nsGetUserns = 0xb701 // _IO(0xb7, 0x1), linux/nsfs.h
+	fd, _, errno := syscall.Syscall(syscall.SYS_IOCTL, ns.Fd(), nsGetUserns, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("sandbox: the network: the owner of the sandbox's network namespace: %w", errno)
+	}
+	syscall.CloseOnExec(int(fd))
+	return os.NewFile(fd, "userns"), nil
+}
+
+// The pidfd system calls have the same numbers on every Linux architecture (they came after
+// the tables were unified); pidfds are close-on-exec.
+const (
+	sysPidfdSendSignal = 424
+	sysPidfdOpen       = 434
+)
+
+func pidfdOpen(pid int) (int, error) {
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), 0, 0)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), nil
+}
+
+func pidfdSignal(fd int, sig syscall.Signal) error {
+	if _, _, errno := syscall.Syscall6(sysPidfdSendSignal, uintptr(fd), uintptr(sig), 0, 0, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// pidfdWait waits until the process of fd has exited (its pidfd polls readable), at most 10 s.
+func pidfdWait(fd int) {
+	type pollFd struct {
+		fd             int32
+		events, revent int16
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		p := pollFd{fd: int32(fd), events: 1} // POLLIN
+		ts := syscall.NsecToTimespec(int64(time.Second))
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&p)), 1,
+			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		if (errno == 0 && n == 1) || (errno != 0 && errno != syscall.EINTR) {
+			return
+		}
+	}
+}
+
+// clip keeps at most 512 bytes of a tool's message.
+func clip(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 512 {
+		b = append(b[:512:512], "…"...)
+	}
+	return string(b)
+}

@@ -1,0 +1,369 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/pkg/sandbox"
+)
+
+// The egress tests run in a network the test makes itself (testNet), never on the machine's
+// own: a "host" namespace where the test's sandboxes run (it plays the server's host: its
+// interfaces, loopback and gateway are the ones the rules must refuse), with a veth to a second
+// namespace that is its gateway and holds the "public" address. No packet of these tests can
+// leave the two namespaces, whatever the sandbox does.
+const (
+	netChildEnv = "DSHD_EGRESS_TEST_PEER" // set in the re-executed test: the peer namespace's name
+	hostAddr    = "10.77.0.1"             // the host's address on the veth (the sandbox gets it too)
+	gatewayAddr = "10.77.0.2"             // the host's gateway, in the peer namespace
+	privateAddr = "172.31.77.1"           // a private address of the host, on a second interface
+	// publicHostAddr is an address of the host that netguard treats as public, and publicAddr a
+	// public address in the peer namespace, behind the gateway. Both are in 192.88.99.0/24, the
+	// former 6to4 relay anycast range (RFC 7526 deprecated it): public to netguard, and no
+	// packet to it leaves the test's namespaces.
+	publicHostAddr = "192.88.99.77"
+	publicAddr     = "192.88.99.1"
+)
+
+// egressTools fails (CI) or skips the test when the egress network's tools are missing.
+func egressTools(t *testing.T) {
+	t.Helper()
+	var missing []string
+	for _, tool := range []string{"pasta", "nft", "ip", "nsenter"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if _, err := os.Stat("/usr/sbin/" + tool); err != nil {
+				missing = append(missing, tool)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("the egress network needs %s (scripts/ensure-deps.sh installs passt, nftables, iproute2)", missing)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + " (CI requires the sandbox's network)")
+		}
+		t.Skip("SKIP: " + msg)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: the egress tests make network namespaces, which needs root (the server runs as root)")
+	}
+}
+
+// inTestNet runs the calling test again inside the host namespace of a network it makes (see
+// above), removed when the test ends, and returns false; in that re-executed test it returns
+// true and the peer namespace's name: the caller then runs its body.
+func inTestNet(t *testing.T) (peer string, inside bool) {
+	t.Helper()
+	if p := os.Getenv(netChildEnv); p != "" {
+		return p, true
+	}
+	egressTools(t)
+	bwrapOrSkip(t)
+	id := strconv.Itoa(os.Getpid()) + strconv.Itoa(int(netSeq.Add(1)))
+	host, peer := "dshd-eh"+id, "dshd-ep"+id
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{host, peer} {
+		ip("netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		ip("-n", ns, "link", "set", "lo", "up")
+	}
+	ip("-n", host, "link", "add", "veth0", "type", "veth", "peer", "name", "veth0", "netns", peer)
+	ip("-n", host, "addr", "add", hostAddr+"/24", "dev", "veth0")
+	ip("-n", host, "link", "set", "veth0", "up")
+	ip("-n", host, "route", "add", "default", "via", gatewayAddr)
+	ip("-n", host, "link", "add", "veth1", "type", "veth", "peer", "name", "veth2") // a second interface
+	ip("-n", host, "addr", "add", privateAddr+"/32", "dev", "veth1")
+	ip("-n", host, "addr", "add", publicHostAddr+"/32", "dev", "veth1")
+	ip("-n", host, "link", "set", "veth1", "up")
+	ip("-n", host, "link", "set", "veth2", "up")
+	ip("-n", peer, "addr", "add", gatewayAddr+"/24", "dev", "veth0")
+	ip("-n", peer, "addr", "add", publicAddr+"/32", "dev", "lo")
+	ip("-n", peer, "link", "set", "veth0", "up")
+
+	cmd := exec.Command("ip", "netns", "exec", host, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), netChildEnv+"="+peer)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
+		t.Fatalf("in the test's network: %v\n%s", err, out)
+	}
+	t.Logf("in the test's network:\n%s", out)
+	return "", false
+}
+
+var netSeq atomic.Int32
+
+// listener accepts connections on addr (in the namespace peer when it is not ""), writes its
+// name to each, and counts them.
+type listener struct {
+	name    string
+	ln      net.Listener
+	accepts atomic.Int32
+	wg      sync.WaitGroup
+}
+
+func listen(t *testing.T, peer, network, addr, name string) *listener {
+	t.Helper()
+	l := &listener{name: name}
+	var err error
+	if peer == "" {
+		l.ln, err = net.Listen(network, addr)
+	} else {
+		l.ln, err = listenIn(peer, network, addr)
+	}
+	if err != nil {
+		t.Fatalf("listen %s %s: %v", name, addr, err)
+	}
+	t.Cleanup(func() { l.close() })
+	l.wg.Go(func() {
+		for {
+			c, err := l.ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepts.Add(1)
+			_, _ = c.Write([]byte("reached-" + name + "\n"))
+			_ = c.Close()
+		}
+	})
+	return l
+}
+
+func (l *listener) close() { _ = l.ln.Close(); l.wg.Wait() }
+
+// listenIn opens a listener in the named network namespace: on a thread of its own that joins
+// the namespace and is never returned to the pool (the goroutine ends locked, so the thread
+// exits with it); the socket stays in the namespace it was made in.
+func listenIn(ns, network, addr string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open(filepath.Join("/run/netns", ns))
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer f.Close()
+		if err := setns(f); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		ln, err := net.Listen(network, addr)
+		ch <- result{ln, err}
+	}()
+	r := <-ch
+	return r.ln, r.err
+}
+
+// connect is a shell line that connects to addr:port and prints what the listener wrote, or
+// "refused <addr>" when the connection fails: at most 20 s each (a refusal is immediate).
+func connect(addr string, port int) string {
+	host := addr
+	if strings.Contains(addr, ":") {
+		host = "[" + addr + "]"
+	}
+	return fmt.Sprintf(`timeout 20 bash -c 'exec 3<>/dev/tcp/%s/%d && read -r l <&3 && echo "$l"' 2>/dev/null || echo "refused %s:%d"; `,
+		addr, port, host, port)
+}
+
+func port(l *listener) int { return l.ln.Addr().(*net.TCPAddr).Port }
+
+// TestEgressReachesOnlyPublicAddresses: with Spec.Network a command reaches a public address
+// (so "no network at all" does not pass), and none of the host's own: not its loopback
+// (127.0.0.1, ::1), not an address of its interfaces (private or public), not its gateway, nor
+// the host's loopback through the gateway's address (pasta maps the gateway to the host unless
+// --no-map-gw). Before the egress network the same command shared the host's network namespace
+// and reached every one of them (issue 17, "network egress without the host's network").
+func TestEgressReachesOnlyPublicAddresses(t *testing.T) {
+	peer, inside := inTestNet(t)
+	if !inside {
+		return
+	}
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "egress")
+	public := listen(t, peer, "tcp4", publicAddr+":0", "public")
+	refused := []*listener{
+		listen(t, "", "tcp4", "127.0.0.1:0", "host-loopback"),
+		listen(t, "", "tcp6", "[::1]:0", "host-loopback6"),
+		listen(t, "", "tcp4", hostAddr+":0", "host-veth"),
+		listen(t, "", "tcp4", privateAddr+":0", "host-private"),
+		listen(t, "", "tcp4", publicHostAddr+":0", "host-public"),
+		listen(t, peer, "tcp4", gatewayAddr+":0", "gateway"),
+	}
+	addrs := []string{"127.0.0.1", "::1", hostAddr, privateAddr, publicHostAddr, gatewayAddr}
+	var cmd strings.Builder
+	cmd.WriteString(connect(publicAddr, port(public)))
+	for i, l := range refused {
+		cmd.WriteString(connect(addrs[i], port(l)))
+	}
+	cmd.WriteString(connect(gatewayAddr, port(refused[0]))) // the host's loopback through the gateway
+	res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Network: true, Command: cmd.String()})
+	if !strings.Contains(res.Stdout, "reached-public\n") {
+		t.Errorf("the public listener was not reached: %+v", res)
+	}
+	if strings.Count(res.Stdout, "reached-") != 1 || strings.Count(res.Stdout, "refused ") != len(refused)+1 {
+		t.Errorf("a host listener was reached, or a connection neither reached nor refused: %+v", res)
+	}
+	public.close()
+	if n := public.accepts.Load(); n != 1 {
+		t.Errorf("the public listener accepted %d connections, want 1", n)
+	}
+	for _, l := range refused {
+		l.close()
+		if n := l.accepts.Load(); n != 0 {
+			t.Errorf("%s accepted %d connections from the sandbox", l.name, n)
+		}
+	}
+}
+
+// TestEgressRulesCannotBeChangedByTheCommand: the command can neither flush the egress rules,
+// nor add a rule, nor change its routes or addresses (EPERM: it has no capability in the user
+// namespace that owns its network namespace), and after trying the host is still out of reach.
+func TestEgressRulesCannotBeChangedByTheCommand(t *testing.T) {
+	peer, inside := inTestNet(t)
+	if !inside {
+		return
+	}
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "rules")
+	private := listen(t, "", "tcp4", privateAddr+":0", "host-private")
+	gateway := listen(t, peer, "tcp4", gatewayAddr+":0", "gateway")
+	cmd := "/usr/sbin/nft flush ruleset; echo nft-flush=$?; " +
+		"/usr/sbin/nft add table inet mine; echo nft-add=$?; " +
+		"ip route del default; echo route-del=$?; " +
+		"ip route add " + privateAddr + "/32 dev lo; echo route-add=$?; " +
+		"ip addr add " + gatewayAddr + "/32 dev lo; echo addr-add=$?; " +
+		connect(privateAddr, port(private)) + connect(gatewayAddr, port(gateway))
+	res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Network: true, Command: cmd})
+	for _, step := range []string{"nft-flush", "nft-add", "route-del", "route-add", "addr-add"} {
+		if !strings.Contains(res.Stdout, step+"=") || strings.Contains(res.Stdout, step+"=0") {
+			t.Errorf("%s succeeded or did not run: %+v", step, res)
+		}
+	}
+	if strings.Count(res.Stderr, "Operation not permitted") < 5 {
+		t.Errorf("want EPERM for every change: %+v", res)
+	}
+	if strings.Contains(res.Stdout, "reached-") || strings.Count(res.Stdout, "refused ") != 2 {
+		t.Errorf("the host was reached after the command tried to change its network: %+v", res)
+	}
+}
+
+// TestEgressPastaEndsWithTheCommand: when Run returns, the command's pasta has exited (no pasta
+// process is left in the test's host namespace), after a command that ended by itself and after
+// one killed at its timeout.
+func TestEgressPastaEndsWithTheCommand(t *testing.T) {
+	if _, inside := inTestNet(t); !inside {
+		return
+	}
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "pasta")
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []sandbox.Spec{
+		{Workspace: ws.Dir, Network: true, Command: "true"},
+		{Workspace: ws.Dir, Network: true, Command: "sleep 600", Timeout: 2 * time.Second},
+	} {
+		res := runOK(t, b, spec)
+		if n := pastas(t, self); n != 0 {
+			t.Errorf("%d pasta processes outlived %q (%+v)", n, spec.Command, res)
+		}
+	}
+}
+
+// pastas counts the live pasta processes in the network namespace ns.
+func pastas(t *testing.T, ns string) int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "comm"))
+		if strings.TrimSpace(string(comm)) != "pasta" {
+			continue
+		}
+		if l, err := os.Readlink(filepath.Join("/proc", d.Name(), "ns/net")); err == nil && l == ns {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEgressSetupFailureStopsTheCommand: when the egress network cannot be set up (pasta or nft
+// fails) Run returns an error that names the failing step, and the command never ran (it would
+// have run without its rules, or without its network); when a tool is missing, NetworkErr says
+// so, a command with the network fails with that error, and one without it runs.
+func TestEgressSetupFailureStopsTheCommand(t *testing.T) {
+	t.Parallel()
+	egressTools(t)
+	bwrapOrSkip(t)
+	for _, c := range []struct {
+		name string
+		cfg  sandbox.BwrapConfig
+		want string
+	}{
+		{"pasta fails", sandbox.BwrapConfig{PastaPath: "/bin/false"}, "pasta failed"},
+		{"nft fails", sandbox.BwrapConfig{NftPath: "/bin/false"}, "nft could not load the egress rules"},
+	} {
+		b, err := sandbox.NewBwrap(c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := open(t, workspaces(t, ownerOf(b)), "fail")
+		_, err = b.Run(t.Context(), sandbox.Spec{Workspace: ws.Dir, Network: true, Command: "echo ran > ran", Timeout: time.Minute})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
+		}
+		if _, serr := os.Stat(filepath.Join(ws.Dir, "ran")); serr == nil {
+			t.Errorf("%s: the command ran", c.name)
+		}
+	}
+	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{PastaPath: "/nonexistent/pasta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.NetworkErr(); err == nil || !strings.Contains(err.Error(), "pasta (package passt)") {
+		t.Fatalf("NetworkErr: %v", err)
+	}
+	ws := open(t, workspaces(t, ownerOf(b)), "missing")
+	if _, err := b.Run(t.Context(), sandbox.Spec{Workspace: ws.Dir, Network: true, Command: "true"}); err == nil ||
+		!strings.Contains(err.Error(), "pasta (package passt)") {
+		t.Errorf("with the network: %v", err)
+	}
+	if res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Command: "echo fine"}); res.Stdout != "fine\n" {
+		t.Errorf("without the network: %+v", res)
+	}
+}
+
+// setns moves the calling thread into the network namespace of f.
+func setns(f *os.File) error {
+	if _, _, errno := syscall.RawSyscall(sysSetns, f.Fd(), syscall.CLONE_NEWNET, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
