@@ -263,7 +263,8 @@ func (n *egressRun) closeFiles() {
 
 // egressRules is the nftables ruleset of a sandbox with the egress network: its own loopback
 // and DNS to egressDNS pass; every non-public range, and every address in deny (the host's),
-// is refused at once (an ICMP error, so a connect fails fast instead of timing out); nothing
+// is refused at once (a TCP reset, an ICMP error for the rest, so a connect fails fast instead
+// of timing out); nothing
 // comes in but the answers to its own connections and neighbour discovery.
 func egressRules(deny []netip.Prefix) string {
 	var v4, v6 []string
@@ -281,6 +282,8 @@ func egressRules(deny []netip.Prefix) string {
 	b.WriteString("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n" +
 		"\t\toifname \"lo\" accept\n" +
 		"\t\tip daddr " + egressDNS + " meta l4proto { tcp, udp } th dport 53 accept\n" +
+		"\t\tip daddr @deny4 meta l4proto tcp reject with tcp reset\n" +
+		"\t\tip6 daddr @deny6 meta l4proto tcp reject with tcp reset\n" +
 		"\t\tip daddr @deny4 reject with icmpx type admin-prohibited\n" +
 		"\t\tip6 daddr @deny6 reject with icmpx type admin-prohibited\n\t}\n")
 	b.WriteString("\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n" +
