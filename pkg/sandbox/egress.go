@@ -433,3 +433,30 @@ func clip(b []byte) string {
 	}
 	return string(b)
 }
+
+// ProbeNetwork runs `true` with Spec.Network in an empty workspace, to learn at startup whether
+// the egress network works here (the tools are there, /dev/net/tun and nftables work in a user
+// namespace): nil when it does, the error a command with the network would get otherwise.
+func (b *Bwrap) ProbeNetwork(ctx context.Context) error {
+	if err := b.NetworkErr(); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "dshd-netprobe-")
+	if err != nil {
+		return fmt.Errorf("sandbox: the network probe: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // the sandbox's user binds it
+		return fmt.Errorf("sandbox: the network probe: %w", err)
+	}
+	res, err := b.Run(ctx, Spec{Workspace: dir, Network: true, Timeout: time.Minute,
+		Command: "test $(grep -c : /proc/net/dev) -gt 1"})
+	switch {
+	case err != nil:
+		return err
+	case res.ExitCode != 0:
+		return fmt.Errorf("sandbox: the network probe: the sandbox has no interface but its loopback (exit %d: %s)",
+			res.ExitCode, clip([]byte(res.Stderr)))
+	}
+	return nil
+}

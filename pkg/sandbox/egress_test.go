@@ -316,8 +316,9 @@ func pastas(t *testing.T, ns string) int {
 
 // TestEgressSetupFailureStopsTheCommand: when the egress network cannot be set up (pasta or nft
 // fails) Run returns an error that names the failing step, and the command never ran (it would
-// have run without its rules, or without its network); when a tool is missing, NetworkErr says
-// so, a command with the network fails with that error, and one without it runs.
+// have run without its rules, or without its network), and so does ProbeNetwork, the server's
+// startup check; when a tool is missing, NetworkErr says so, a command with the network fails
+// with that error, and one without it runs.
 func TestEgressSetupFailureStopsTheCommand(t *testing.T) {
 	t.Parallel()
 	egressTools(t)
@@ -342,6 +343,12 @@ func TestEgressSetupFailureStopsTheCommand(t *testing.T) {
 		if _, serr := os.Stat(filepath.Join(ws.Dir, "ran")); serr == nil {
 			t.Errorf("%s: the command ran", c.name)
 		}
+		if err := b.ProbeNetwork(t.Context()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: the startup probe: %v", c.name, err)
+		}
+	}
+	if err := bwrapOrSkip(t).ProbeNetwork(t.Context()); err != nil {
+		t.Errorf("the startup probe with the tools: %v", err)
 	}
 	b, err := sandbox.NewBwrap(sandbox.BwrapConfig{PastaPath: "/nonexistent/pasta"})
 	if err != nil {

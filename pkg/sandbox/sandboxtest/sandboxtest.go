@@ -2,8 +2,11 @@
 package sandboxtest
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/pkg/sandbox"
 )
@@ -37,6 +40,31 @@ func WorkspaceRoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// Greeter opens a listener on the host's loopback that writes a greeting to every connection,
+// and returns a shell command that connects to it and prints what it reads: the command prints
+// the greeting only when it reached this listener, which no sandbox may (the egress network
+// refuses the host's addresses too).
+func Greeter(t testing.TB) (command, greeting string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	greeting = fmt.Sprintf("hello-from-the-host-%d", time.Now().UnixNano())
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(greeting + "\n"))
+			_ = c.Close()
+		}
+	}()
+	return fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && read -r line <&3 && echo \"$line\"", ln.Addr().(*net.TCPAddr).Port), greeting
 }
 
 // Network fails (CI) or skips the test when b cannot run commands with Spec.Network here
