@@ -59,7 +59,7 @@ type egress struct {
 }
 
 // findEgress looks for pasta, nft and nsenter on PATH and in /usr/sbin and /usr/bin; pasta and
-// nft are the given paths when they are not empty.
+// nft are the given paths when they are not empty. The mode also needs root.
 func findEgress(pasta, nft string) egress {
 	var e egress
 	var missing []string
@@ -74,9 +74,13 @@ func findEgress(pasta, nft string) egress {
 		}
 		*t.dst = p
 	}
-	if len(missing) > 0 {
+	switch {
+	case len(missing) > 0:
 		e.err = fmt.Errorf("sandbox: the network mode needs %s, not found (scripts/ensure-deps.sh installs them)",
 			strings.Join(missing, ", "))
+	case os.Geteuid() != 0:
+		e.err = errors.New("sandbox: the network mode needs the server to run as root (it sets up each " +
+			"sandbox's network namespace from outside)")
 	}
 	return e
 }

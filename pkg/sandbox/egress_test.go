@@ -96,6 +96,18 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 	ip("-n", peer, "addr", "add", publicAddr+"/32", "dev", "lo")
 	ip("-n", peer, "link", "set", "veth0", "up")
 
+	// The host's resolver is in the peer namespace, on the public address (ip netns exec mounts
+	// /etc/netns/<name>/resolv.conf over /etc/resolv.conf): pasta forwards the sandbox's DNS
+	// queries to it.
+	etc := filepath.Join("/etc/netns", host)
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(etc); _ = os.Remove("/etc/netns") }) // the latter only when empty
+	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver "+publicAddr+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	cmd := exec.Command("ip", "netns", "exec", host, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), netChildEnv+"="+peer)
 	out, err := cmd.CombinedOutput()
@@ -146,32 +158,93 @@ func listen(t *testing.T, peer, network, addr, name string) *listener {
 
 func (l *listener) close() { _ = l.ln.Close(); l.wg.Wait() }
 
-// listenIn opens a listener in the named network namespace: on a thread of its own that joins
-// the namespace and is never returned to the pool (the goroutine ends locked, so the thread
-// exits with it); the socket stays in the namespace it was made in.
-func listenIn(ns, network, addr string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
+// listenPacket opens a UDP socket on addr (in the namespace peer when it is not "") and counts
+// the datagrams that reach it; when answer is set, it answers each with answer(datagram).
+type packetListener struct {
+	name     string
+	pc       net.PacketConn
+	received atomic.Int32
+	wg       sync.WaitGroup
+}
+
+func listenPacket(t *testing.T, peer, addr, name string, answer func([]byte) []byte) *packetListener {
+	t.Helper()
+	l := &packetListener{name: name}
+	var err error
+	if peer == "" {
+		l.pc, err = net.ListenPacket("udp4", addr)
+	} else {
+		err = inNetns(peer, func() (err error) { l.pc, err = net.ListenPacket("udp4", addr); return err })
 	}
-	ch := make(chan result, 1)
+	if err != nil {
+		t.Fatalf("listen %s %s: %v", name, addr, err)
+	}
+	t.Cleanup(func() { l.close() })
+	l.wg.Go(func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := l.pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			l.received.Add(1)
+			if answer != nil {
+				if a := answer(buf[:n]); a != nil {
+					_, _ = l.pc.WriteTo(a, from)
+				}
+			}
+		}
+	})
+	return l
+}
+
+func (l *packetListener) close() { _ = l.pc.Close(); l.wg.Wait() }
+
+func (l *packetListener) port() int { return l.pc.LocalAddr().(*net.UDPAddr).Port }
+
+// answerA answers a DNS query for any name with one A record, publicAddr; nil for what is not a
+// query of class IN and type A (the resolver then gets no answer for it).
+func answerA(q []byte) []byte {
+	if len(q) < 12 || q[2]&0x80 != 0 || q[4] != 0 || q[5] != 1 {
+		return nil
+	}
+	i := 12
+	for i < len(q) && q[i] != 0 {
+		i += int(q[i]) + 1
+	}
+	if i+5 > len(q) || q[i+1] != 0 || q[i+2] != 1 || q[i+3] != 0 || q[i+4] != 1 {
+		return nil
+	}
+	a := append([]byte{q[0], q[1], 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0}, q[12:i+5]...)
+	ip := net.ParseIP(publicAddr).To4()
+	return append(a, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, ip[0], ip[1], ip[2], ip[3])
+}
+
+// inNetns runs fn on a thread of its own in the named network namespace (see listenIn).
+func inNetns(ns string, fn func() error) error {
+	ch := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
 		f, err := os.Open(filepath.Join("/run/netns", ns))
 		if err != nil {
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer f.Close()
 		if err := setns(f); err != nil {
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
-		ln, err := net.Listen(network, addr)
-		ch <- result{ln, err}
+		ch <- fn()
 	}()
-	r := <-ch
-	return r.ln, r.err
+	return <-ch
+}
+
+// listenIn opens a listener in the named network namespace (the socket stays in the namespace
+// it was made in).
+func listenIn(ns, network, addr string) (ln net.Listener, err error) {
+	err = inNetns(ns, func() error { ln, err = net.Listen(network, addr); return err })
+	return ln, err
 }
 
 // connect is a shell line that connects to addr:port and prints what the listener wrote, or
@@ -373,4 +446,46 @@ func setns(f *os.File) error {
 		return errno
 	}
 	return nil
+}
+
+// TestEgressResolvesNamesAndRefusesUDPToTheHost: with Spec.Network a command resolves a name
+// through the host's resolver (pasta forwards the queries sent to the sandbox's nameserver), and
+// its UDP datagrams to the host's loopback, an address of its interfaces or its gateway never
+// arrive, while one to a public address does (the control).
+func TestEgressResolvesNamesAndRefusesUDPToTheHost(t *testing.T) {
+	peer, inside := inTestNet(t)
+	if !inside {
+		return
+	}
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "dns")
+	dns := listenPacket(t, peer, publicAddr+":53", "resolver", answerA)
+	public := listenPacket(t, peer, publicAddr+":0", "public", func([]byte) []byte { return []byte("pong") })
+	refused := []*packetListener{
+		listenPacket(t, "", "127.0.0.1:0", "host-loopback", nil),
+		listenPacket(t, "", privateAddr+":0", "host-private", nil),
+		listenPacket(t, "", publicHostAddr+":0", "host-public", nil),
+		listenPacket(t, peer, gatewayAddr+":0", "gateway", nil),
+	}
+	addrs := []string{"127.0.0.1", privateAddr, publicHostAddr, gatewayAddr}
+	var cmd strings.Builder
+	for i, l := range refused {
+		fmt.Fprintf(&cmd, "echo ping > /dev/udp/%s/%d; ", addrs[i], l.port())
+	}
+	// The control waits for the answer, so the public datagram has arrived when Run returns.
+	fmt.Fprintf(&cmd, "exec 3<>/dev/udp/%s/%d && echo ping >&3 && timeout 20 head -c 4 <&3 && echo; ", publicAddr, public.port())
+	cmd.WriteString("getent ahostsv4 egress.test | head -n 1")
+	res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Network: true, Command: cmd.String()})
+	if !strings.Contains(res.Stdout, "pong\n") || !strings.Contains(res.Stdout, publicAddr+" ") {
+		t.Errorf("no answer from the public address, or the name did not resolve to it: %+v", res)
+	}
+	if dns.received.Load() == 0 {
+		t.Errorf("the resolver got no query: %+v", res)
+	}
+	for _, l := range refused {
+		l.close()
+		if n := l.received.Load(); n != 0 {
+			t.Errorf("%s received %d datagrams from the sandbox", l.name, n)
+		}
+	}
 }
