@@ -109,7 +109,7 @@ func lookTool(name string) (string, error) {
 type egressRun struct {
 	e *egress
 	// info and block are the server's ends of bwrap's --info-fd and --block-fd pipes; files are
-	// bwrap's ends (its ExtraFiles, in the order of args), closed by close.
+	// bwrap's ends (its ExtraFiles, in the order of args). finish closes them all.
 	info, block *os.File
 	files       []*os.File
 	args        []string
@@ -155,7 +155,7 @@ func (e *egress) prepare(firstFD int) (*egressRun, error) {
 }
 
 // start sets the network up while bwrap waits (steps 2 to 4), in a goroutine: bwrap must have
-// been started with n.files. wait returns its error.
+// been started with n.files. finish returns its error.
 func (n *egressRun) start() {
 	ctx, cancel := context.WithTimeout(context.Background(), egressSetupTimeout)
 	n.cancel = cancel

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/pkg/sandbox"
+	"github.com/dshd/dshd/pkg/sandbox/sandboxtest"
 )
 
 // The egress tests run in a network the test makes itself (testNet), never on the machine's
@@ -487,5 +488,31 @@ func TestEgressResolvesNamesAndRefusesUDPToTheHost(t *testing.T) {
 		if n := l.received.Load(); n != 0 {
 			t.Errorf("%s received %d datagrams from the sandbox", l.name, n)
 		}
+	}
+}
+
+// BenchmarkBwrapRunNetwork measures what the egress network adds to a command: `true` without
+// the network, then with it (rules, pasta, and pasta's end). It runs in the machine's network
+// namespace and sends nothing.
+func BenchmarkBwrapRunNetwork(b *testing.B) {
+	bw := sandboxtest.Bwrap(b)
+	sandboxtest.Network(b, bw)
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: sandboxtest.WorkspaceRoot(b), Owner: ownerOf(bw)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ws, err := w.Open("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ws.Close()
+	for _, network := range []bool{false, true} {
+		b.Run(fmt.Sprintf("network=%v", network), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := bw.Run(b.Context(), sandbox.Spec{Workspace: ws.Dir, Network: network, Command: "true"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
