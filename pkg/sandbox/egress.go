@@ -265,8 +265,9 @@ func (n *egressRun) closeFiles() {
 	}
 }
 
-// egressRules is the nftables ruleset of a sandbox with the egress network: its own loopback
-// and DNS to egressDNS pass; every non-public range, and every address in deny (the host's),
+// egressRules is the nftables ruleset of a sandbox with the egress network: its own loopback,
+// DNS to egressDNS and IPv6 neighbour discovery (which pasta answers itself; the kernel sends it
+// to multicast addresses, which are refused otherwise) pass; every non-public range, and every address in deny (the host's),
 // is refused at once (a TCP reset, an ICMP error for the rest, so a connect fails fast instead
 // of timing out); nothing
 // comes in but the answers to its own connections and neighbour discovery.
@@ -286,6 +287,7 @@ func egressRules(deny []netip.Prefix) string {
 	b.WriteString("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n" +
 		"\t\toifname \"lo\" accept\n" +
 		"\t\tip daddr " + egressDNS + " meta l4proto { tcp, udp } th dport 53 accept\n" +
+		"\t\tip6 hoplimit 255 icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept\n" +
 		"\t\tip daddr @deny4 meta l4proto tcp reject with tcp reset\n" +
 		"\t\tip6 daddr @deny6 meta l4proto tcp reject with tcp reset\n" +
 		"\t\tip daddr @deny4 reject with icmpx type admin-prohibited\n" +
