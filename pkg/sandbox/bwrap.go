@@ -35,8 +35,8 @@ type BwrapConfig struct {
 //
 //   - Filesystem: only /usr (with the /bin, /lib, /sbin links of a merged-/usr system, or those
 //     directories read-only), a few harmless /etc entries (alternatives, ld.so, TLS certificates,
-//     hosts, nsswitch, localtime; resolv.conf with the network), a fresh /proc, a minimal /dev and
-//     an empty /tmp are visible; the session's workspace is the only writable host directory, at
+//     hosts, nsswitch, localtime; with the network a resolv.conf of its own), a fresh /proc, a
+//     minimal /dev and an empty /tmp are visible; the session's workspace is the only writable host directory, at
 //     WorkspacePath. No other workspace, no /home, /root, /etc/shadow or server file is mounted.
 //   - Network: none (a new network namespace with only its own loopback) unless Spec.Network,
 //     which adds egress to public addresses only, through pasta, with nftables rules refusing the
@@ -203,8 +203,8 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	return res, err
 }
 
-// NetworkErr says why Spec.Network cannot run here (pasta, nft or nsenter missing), nil when
-// it can: such a command then fails with this error, and commands without it are unaffected.
+// NetworkErr says why Spec.Network cannot run here (pasta, nft or nsenter missing, or the
+// server is not root), nil when it can (ProbeNetwork also runs it): such a command then fails with this error, and commands without it are unaffected.
 func (b *Bwrap) NetworkErr() error { return b.net.err }
 
 // killGroup kills the process group led by pid. For bwrap that is bwrap and the init of the
