@@ -17,7 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/dshd/dshd/pkg/netguard"
 )
@@ -34,14 +33,20 @@ import (
 //  2. the server (root) opens the sandbox's network namespace and, through the namespace, the
 //     user namespace that owns it; it loads the rules with nft in that network namespace;
 //  3. it runs pasta on the two namespaces (no port forwarded either way, --no-map-gw, DNS
-//     queries to egressDNS forwarded to the host's resolver) and waits until pasta has set the
-//     interface up (pasta forks into the background when it is ready);
+//     queries to egressDNS forwarded to the host's resolver), in the foreground and inside the
+//     sandbox's PID namespace (nsenter --pid), and waits until pasta has set the interface up:
+//     pasta writes its PID file then, and the file is a FIFO the server reads;
 //  4. it writes to the block pipe: the command starts. A failure in 2 or 3 kills the sandbox
 //     instead (closing the pipe unwritten would let the command start).
 //
 // The command runs as an unprivileged user in a user namespace nested below the one that owns
 // the network namespace, with no capabilities: it can neither change the rules nor the routes.
-// pasta is killed when the command ends (and quits by itself when the namespace goes away).
+// pasta would not quit by itself when the sandbox ends (it holds the network namespace), and a
+// parent-death signal does not survive its change of credentials; so it runs in the sandbox's
+// PID namespace, whose end (the sandbox's init exits, or the server dies and bubblewrap with it)
+// kills it with every other process there. It runs as root, with no capability left, so the
+// command (another user, without capabilities) can neither signal nor trace it. finish kills the
+// sandbox's init and waits for pasta's end.
 
 // egressDNS is the address the sandbox's resolv.conf names: pasta forwards DNS queries sent to
 // it to the host's first resolver, and the rules let port 53 to it through. It is link-local, so
@@ -116,9 +121,12 @@ type egressRun struct {
 	done        chan struct{}
 	cancel      context.CancelFunc
 	err         error
-	// pasta is a pidfd of the pasta daemon, -1 until it runs.
-	pasta int
-	dir   string
+	// child is a pidfd of the sandbox's init (the first process of its PID namespace), -1
+	// until setup has it. pastaDone is closed when pasta has exited and been waited for; nil
+	// until pasta started.
+	child     int
+	pastaDone chan struct{}
+	dir       string
 }
 
 // prepare makes the pipes of one command. Its files become the command's ExtraFiles from
@@ -127,7 +135,7 @@ func (e *egress) prepare(firstFD int) (*egressRun, error) {
 	if e.err != nil {
 		return nil, e.err
 	}
-	n := &egressRun{e: e, done: make(chan struct{}), pasta: -1}
+	n := &egressRun{e: e, done: make(chan struct{}), child: -1}
 	infoR, infoW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: pipe: %w", err)
@@ -177,7 +185,7 @@ func (n *egressRun) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: the network: the sandbox is gone: %w", err)
 	}
-	defer syscall.Close(child)
+	n.child = child // closed by finish
 	if err := n.attach(ctx, info.Pid, child); err != nil {
 		_ = pidfdSignal(child, syscall.SIGKILL) // never let the command start without the rules
 		return err
@@ -196,6 +204,11 @@ func (n *egressRun) attach(ctx context.Context, pid, child int) error {
 		return fmt.Errorf("sandbox: the network: %w", err)
 	}
 	defer netns.Close()
+	pidns, err := os.Open(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		return fmt.Errorf("sandbox: the network: %w", err)
+	}
+	defer pidns.Close()
 	if err := pidfdSignal(child, 0); err != nil { // the namespace opened is the sandbox's own
 		return fmt.Errorf("sandbox: the network: the sandbox is gone: %w", err)
 	}
@@ -211,34 +224,69 @@ func (n *egressRun) attach(ctx context.Context, pid, child int) error {
 	if out, err := nft.CombinedOutput(); err != nil {
 		return fmt.Errorf("sandbox: the network: nft could not load the egress rules: %v: %s", err, clip(out))
 	}
+	return n.startPasta(ctx, owner, netns, pidns)
+}
+
+// startPasta runs pasta on the namespaces and returns once it has set the sandbox's interface
+// up, or with its error when it failed or ctx ended first.
+func (n *egressRun) startPasta(ctx context.Context, owner, netns, pidns *os.File) error {
+	var err error
 	if n.dir, err = os.MkdirTemp("", "dshd-pasta-"); err != nil {
 		return fmt.Errorf("sandbox: the network: %w", err)
 	}
-	pidFile := filepath.Join(n.dir, "pid")
-	pasta := exec.CommandContext(ctx, n.e.pasta, "--runas", "0", "--quiet", "--config-net", "--no-map-gw",
-		"-t", "none", "-u", "none", "-T", "none", "-U", "none", "--dns-forward", egressDNS,
-		"--userns", "/proc/self/fd/3", "--netns", "/proc/self/fd/4", "--pid", pidFile)
-	pasta.ExtraFiles = []*os.File{owner, netns}
+	fifo := filepath.Join(n.dir, "pid")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		return fmt.Errorf("sandbox: the network: %w", err)
+	}
+	// Read and write: pasta's open never blocks, and the read ends only with pasta's PID.
+	ready, err := os.OpenFile(fifo, os.O_RDWR|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox: the network: %w", err)
+	}
+	defer ready.Close()
+	// nsenter forks pasta into the PID namespace and waits for it.
+	pasta := exec.Command(n.e.nsenter, "--pid=/proc/self/fd/5", "--", n.e.pasta, "--runas", "0", "--quiet",
+		"--foreground", "--config-net", "--no-map-gw", "-t", "none", "-u", "none", "-T", "none", "-U", "none",
+		"--dns-forward", egressDNS, "--userns", "/proc/self/fd/3", "--netns", "/proc/self/fd/4", "--pid", fifo)
+	pasta.ExtraFiles = []*os.File{owner, netns, pidns}
 	pasta.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	var stderr bytes.Buffer
-	pasta.Stderr = &stderr
-	if err := pasta.Run(); err != nil { // pasta forks into the background once the interface is up
-		return fmt.Errorf("sandbox: the network: pasta failed: %v: %s", err, clip(stderr.Bytes()))
+	stderr := &capWriter{max: 4 << 10}
+	pasta.Stderr = stderr
+	if err := pasta.Start(); err != nil {
+		return fmt.Errorf("sandbox: the network: pasta cannot start: %w", err)
 	}
-	raw, err := os.ReadFile(pidFile)
-	ppid, perr := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || perr != nil {
-		return fmt.Errorf("sandbox: the network: pasta wrote no PID: %v", errors.Join(err, perr))
+	n.pastaDone = make(chan struct{})
+	go func() {
+		defer close(n.pastaDone)
+		_ = pasta.Wait()
+	}()
+	pid := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 32)
+		k, err := ready.Read(buf)
+		if err == nil && k > 0 && buf[k-1] == '\n' {
+			_, err = strconv.Atoi(string(buf[:k-1]))
+		} else if err == nil {
+			err = errors.New("a short PID")
+		}
+		pid <- err
+	}()
+	select {
+	case err := <-pid:
+		if err != nil {
+			return fmt.Errorf("sandbox: the network: pasta's PID file: %w", err)
+		}
+		return nil
+	case <-n.pastaDone:
+		return fmt.Errorf("sandbox: the network: pasta failed: %v: %s", pasta.ProcessState, clip(stderr.buf))
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox: the network: pasta did not set the interface up in %v", egressSetupTimeout)
 	}
-	if n.pasta, err = pidfdOpen(ppid); err != nil {
-		n.pasta = -1
-		return fmt.Errorf("sandbox: the network: pasta is gone: %w", err)
-	}
-	return nil
 }
 
-// finish ends the network once bwrap has exited: it stops the setup if it still runs, kills
-// pasta and waits for it to exit, and closes every file. It returns the setup's error.
+// finish ends the network once bwrap has exited: it stops the setup if it still runs, ends the
+// sandbox's PID namespace (bwrap's exit already did, unless it was killed) and waits for pasta
+// to exit with it, and closes every file. It returns the setup's error.
 func (n *egressRun) finish() error {
 	n.closeFiles()
 	_ = n.info.Close() // a setup still reading bwrap's PID stops
@@ -247,10 +295,13 @@ func (n *egressRun) finish() error {
 		<-n.done
 	}
 	_ = n.block.Close()
-	if n.pasta >= 0 {
-		_ = pidfdSignal(n.pasta, syscall.SIGKILL)
-		pidfdWait(n.pasta)
-		_ = syscall.Close(n.pasta)
+	if n.child >= 0 {
+		// The sandbox's init: its death ends its PID namespace, pasta with it.
+		_ = pidfdSignal(n.child, syscall.SIGKILL)
+		_ = syscall.Close(n.child)
+	}
+	if n.pastaDone != nil {
+		<-n.pastaDone
 	}
 	if n.dir != "" {
 		_ = os.RemoveAll(n.dir)
@@ -411,24 +462,6 @@ func pidfdSignal(fd int, sig syscall.Signal) error {
 		return errno
 	}
 	return nil
-}
-
-// pidfdWait waits until the process of fd has exited (its pidfd polls readable), at most 10 s.
-func pidfdWait(fd int) {
-	type pollFd struct {
-		fd             int32
-		events, revent int16
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		p := pollFd{fd: int32(fd), events: 1} // POLLIN
-		ts := syscall.NsecToTimespec(int64(time.Second))
-		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&p)), 1,
-			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		if (errno == 0 && n == 1) || (errno != 0 && errno != syscall.EINTR) {
-			return
-		}
-	}
 }
 
 // clip keeps at most 512 bytes of a tool's message.

@@ -1,8 +1,11 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -366,7 +369,8 @@ func TestEgressRulesCannotBeChangedByTheCommand(t *testing.T) {
 
 // TestEgressPastaEndsWithTheCommand: when Run returns, the command's pasta has exited (no pasta
 // process is left in the test's host namespace), after a command that ended by itself and after
-// one killed at its timeout.
+// one killed at its timeout. pasta does not quit by itself when the sandbox ends (it holds the
+// namespace), so without the kill every networked command would leave one behind.
 func TestEgressPastaEndsWithTheCommand(t *testing.T) {
 	if _, inside := inTestNet(t); !inside {
 		return
@@ -400,8 +404,9 @@ func pastas(t *testing.T, ns string) int {
 		if _, err := strconv.Atoi(d.Name()); err != nil {
 			continue
 		}
-		comm, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "comm"))
-		if strings.TrimSpace(string(comm)) != "pasta" {
+		// pasta runs as passt or passt.avx2 (its comm), called as pasta (its argv[0]).
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); filepath.Base(argv0) != "pasta" {
 			continue
 		}
 		if l, err := os.Readlink(filepath.Join("/proc", d.Name(), "ns/net")); err == nil && l == ns {
@@ -538,4 +543,81 @@ func BenchmarkBwrapRunNetwork(b *testing.B) {
 			}
 		})
 	}
+}
+
+// serverEnv marks the re-executed test of TestEgressPastaDiesWithTheServer that plays the
+// server: it runs one networked command and never returns, until it is killed.
+const serverEnv = "DSHD_EGRESS_TEST_SERVER"
+
+// TestEgressPastaDiesWithTheServer: when the server dies (SIGKILL) while a command with the
+// network runs, its pasta does not outlive it: the command dies with bubblewrap, and pasta, in
+// the sandbox's PID namespace, with the namespace. pasta would not quit by itself, and a
+// parent-death signal does not survive its change of credentials.
+func TestEgressPastaDiesWithTheServer(t *testing.T) {
+	if _, inside := inTestNet(t); !inside {
+		return
+	}
+	if os.Getenv(serverEnv) != "" {
+		playServer(t)
+		return
+	}
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	server.Env = append(os.Environ(), serverEnv+"=1")
+	out, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.Stderr = os.Stderr
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "command-started\n" {
+		_ = server.Process.Kill()
+		_ = server.Wait()
+		t.Fatalf("the server did not start its command: %q %v", line, err)
+	}
+	if n := pastas(t, self); n != 1 {
+		t.Errorf("%d pasta processes while the command runs, want 1", n)
+	}
+	_ = server.Process.Kill()
+	_ = server.Wait()
+	// The kernel ends the sandbox and its namespace after the server's death, asynchronously:
+	// wait for it, with a generous bound (it takes milliseconds).
+	deadline := time.Now().Add(30 * time.Second)
+	for pastas(t, self) != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := pastas(t, self); n != 0 {
+		t.Fatalf("%d pasta processes outlived the server by 30 s", n)
+	}
+}
+
+// playServer runs a command with the network that tells, through a FIFO in its workspace, that
+// it runs, prints command-started and waits to be killed.
+func playServer(t *testing.T) {
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "server")
+	fifo := filepath.Join(ws.Dir, "up")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = b.Run(context.Background(), sandbox.Spec{Workspace: ws.Dir, Network: true,
+			Command: "echo up > up; exec sleep 600", Timeout: 10 * time.Minute})
+	}()
+	f, err := os.Open(fifo) // blocks until the command opens it
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(f)
+	fmt.Println("command-started")
+	select {}
 }
