@@ -335,9 +335,10 @@ func TestEgressReachesOnlyPublicAddresses(t *testing.T) {
 	}
 }
 
-// TestEgressRulesCannotBeChangedByTheCommand: the command can neither flush the egress rules,
-// nor add a rule, nor change its routes or addresses (EPERM: it has no capability in the user
-// namespace that owns its network namespace), and after trying the host is still out of reach.
+// TestEgressRulesCannotBeChangedByTheCommand: the command can neither kill pasta (in its PID
+// namespace, another user's), nor flush the egress rules, nor add a rule, nor change its routes
+// or addresses (EPERM: it has no capability in the user namespace that owns its network
+// namespace), and after trying the host is still out of reach and the public address reached.
 func TestEgressRulesCannotBeChangedByTheCommand(t *testing.T) {
 	peer, inside := inTestNet(t)
 	if !inside {
@@ -347,13 +348,21 @@ func TestEgressRulesCannotBeChangedByTheCommand(t *testing.T) {
 	ws := open(t, workspaces(t, ownerOf(b)), "rules")
 	private := listen(t, "", "tcp4", privateAddr+":0", "host-private")
 	gateway := listen(t, peer, "tcp4", gatewayAddr+":0", "gateway")
-	cmd := "/usr/sbin/nft flush ruleset; echo nft-flush=$?; " +
+	public := listen(t, peer, "tcp4", publicAddr+":0", "public")
+	// pasta is in the sandbox's PID namespace: the command sees it but cannot kill it.
+	killPasta := `for d in /proc/[0-9]*; do case "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" in ` +
+		`*/pasta" "*) kill -9 ${d#/proc/}; echo pasta-kill=$?;; esac; done; ` // argv[0], not this script
+	cmd := killPasta + "/usr/sbin/nft flush ruleset; echo nft-flush=$?; " +
 		"/usr/sbin/nft add table inet mine; echo nft-add=$?; " +
 		"ip route del default; echo route-del=$?; " +
 		"ip route add " + privateAddr + "/32 dev lo; echo route-add=$?; " +
 		"ip addr add " + gatewayAddr + "/32 dev lo; echo addr-add=$?; " +
-		connect(privateAddr, port(private)) + connect(gatewayAddr, port(gateway))
+		connect(privateAddr, port(private)) + connect(gatewayAddr, port(gateway)) + connect(publicAddr, port(public))
 	res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Network: true, Command: cmd})
+	if !strings.Contains(res.Stdout, "pasta-kill=1\n") || strings.Contains(res.Stdout, "pasta-kill=0") ||
+		!strings.Contains(res.Stdout, "reached-public\n") {
+		t.Errorf("the command found no pasta, killed it, or lost the network: %+v", res)
+	}
 	for _, step := range []string{"nft-flush", "nft-add", "route-del", "route-add", "addr-add"} {
 		if !strings.Contains(res.Stdout, step+"=") || strings.Contains(res.Stdout, step+"=0") {
 			t.Errorf("%s succeeded or did not run: %+v", step, res)
@@ -362,7 +371,7 @@ func TestEgressRulesCannotBeChangedByTheCommand(t *testing.T) {
 	if strings.Count(res.Stderr, "Operation not permitted") < 5 {
 		t.Errorf("want EPERM for every change: %+v", res)
 	}
-	if strings.Contains(res.Stdout, "reached-") || strings.Count(res.Stdout, "refused ") != 2 {
+	if strings.Count(res.Stdout, "reached-") != 1 || strings.Count(res.Stdout, "refused ") != 2 {
 		t.Errorf("the host was reached after the command tried to change its network: %+v", res)
 	}
 }
