@@ -44,7 +44,8 @@ import (
 // pasta would not quit by itself when the sandbox ends (it holds the network namespace), and a
 // parent-death signal does not survive its change of credentials; so it runs in the sandbox's
 // PID namespace, whose end (the sandbox's init exits, or the server dies and bubblewrap with it)
-// kills it with every other process there. It runs as root, with no capability left, so the
+// kills it with every other process there. It runs as root (it opens /dev/net/tun, which may be
+// root's only), confined by its own isolation (a user namespace of its own, seccomp), and the
 // command (another user, without capabilities) can neither signal nor trace it. finish kills the
 // sandbox's init and waits for pasta's end.
 
