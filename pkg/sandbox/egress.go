@@ -271,6 +271,10 @@ func (n *egressRun) startPasta(ctx context.Context, owner, netns, pidns *os.File
 		if err != nil {
 			return fmt.Errorf("sandbox: the network: pasta's PID file: %w", err)
 		}
+		// pasta is done with the FIFO: remove it now, so that not even a server killed while
+		// the command runs leaves it behind.
+		_ = os.RemoveAll(n.dir)
+		n.dir = ""
 		return nil
 	case <-n.pastaDone:
 		return fmt.Errorf("sandbox: the network: pasta failed: %v: %s", pasta.ProcessState, clip(stderr.buf))

@@ -266,7 +266,8 @@ func BenchmarkBwrapRunNetwork(b *testing.B) {
 }
 
 // serverEnv marks the re-executed test of TestEgressPastaDiesWithTheServer that plays the
-// server: it runs one networked command and never returns, until it is killed.
+// server (it runs one networked command and never returns, until it is killed), and names its
+// workspace root.
 const serverEnv = "DSHD_EGRESS_TEST_SERVER"
 
 // TestEgressPastaDiesWithTheServer: when the server dies (SIGKILL) while a command with the
@@ -285,8 +286,9 @@ func TestEgressPastaDiesWithTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The workspace root is this test's: the killed server cleans nothing up.
 	server := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
-	server.Env = append(os.Environ(), serverEnv+"=1")
+	server.Env = append(os.Environ(), serverEnv+"="+sandboxtest.WorkspaceRoot(t))
 	out, err := server.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +323,11 @@ func TestEgressPastaDiesWithTheServer(t *testing.T) {
 // it runs, prints command-started and waits to be killed.
 func playServer(t *testing.T) {
 	b := bwrapOrSkip(t)
-	ws := open(t, workspaces(t, ownerOf(b)), "server")
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: os.Getenv(serverEnv), Owner: ownerOf(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := open(t, w, "server")
 	fifo := filepath.Join(ws.Dir, "up")
 	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
 		t.Fatal(err)
