@@ -98,10 +98,12 @@ type Config struct {
 	// WebAllowPrivate (DSHD_WEB_ALLOW_PRIVATE=1) lets web_fetch reach loopback, private and
 	// link-local addresses. Default off.
 	WebAllowPrivate bool
-	// SandboxNetwork (DSHD_SANDBOX_NETWORK) lets presets give bash's sandbox the host's network
-	// (tools.bash.network): 1 allows it. Default 0, which forbids it: such presets are refused
-	// (400), and ones stored before run without the network. The host's network includes its
-	// loopback (the database, this server) and private networks, so it is the operator's choice.
+	// SandboxNetwork (DSHD_SANDBOX_NETWORK) lets presets give bash's sandbox the egress network
+	// (tools.bash.network: public addresses only, never the host, its gateways or a private
+	// range; docs/sandbox.md): 1 allows it. Default 0, which forbids it: such presets are refused
+	// (400), and ones stored before run without the network. Tenant code reaching the internet
+	// from the operator's addresses is the operator's choice. With 1 the server checks at startup
+	// that the egress network runs (pasta, nft) and logs a warning when it does not.
 	SandboxNetwork bool
 	// TenantWorkspaceBytes (DSHD_TENANT_WORKSPACE_BYTES) bounds the bytes of all the workspaces of
 	// one tenant: write and edit refuse to go over it (FS_QUOTA_EXCEEDED), bash reports a command

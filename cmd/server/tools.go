@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -28,6 +29,12 @@ func (c Config) workspaceTools(log *slog.Logger) (*agents.WorkspaceTools, error)
 		}
 		if uid, gid, ok := b.Owner(); ok {
 			wc.Owner = &sandbox.Owner{UID: uid, GID: gid}
+		}
+		if c.SandboxNetwork {
+			if err := b.ProbeNetwork(context.Background()); err != nil {
+				log.Warn("DSHD_SANDBOX_NETWORK=1 but the sandbox's egress network cannot run here: "+
+					"commands of presets with tools.bash.network will fail", "err", err)
+			}
 		}
 		shell = b
 	case "local":

@@ -78,7 +78,7 @@ var (
 var stdOnly = map[string][]string{
 	"pkg/fault":   nil,
 	"pkg/llm":     {"pkg/fault"},
-	"pkg/sandbox": nil, // the shell providers and workspaces know nothing of tools or the log
+	"pkg/sandbox": {"pkg/netguard"}, // the shell providers and workspaces know nothing of tools or the log; the egress network's ranges are netguard's
 
 	// outbound webhook requests: the address guard, and the tenant webhooks' signatures and attempts
 	"pkg/netguard": nil,

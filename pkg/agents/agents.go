@@ -109,7 +109,7 @@ type Config struct {
 	// Workspace is the workspace tools' configuration (the same given to BuiltinTools), nil for
 	// none. With it, Agent binds each session's workspace to the session's tenant (so the
 	// tenant's workspace bound counts it), and presets whose tools.bash.network is on get a bash
-	// whose commands have the host's network (and whose description says so) in place of the
+	// whose commands have the egress network (and whose description says so) in place of the
 	// global one: it is registered in a scope of its own that such presets' scopes inherit
 	// from, so their tools.allow and tools.deny apply to it as to any tool.
 	Workspace *WorkspaceTools

@@ -6,7 +6,7 @@ import (
 )
 
 // networkScopeKey is the scope of the definitions that presets with tools.bash.network see in
-// place of the global ones (a bash with the host's network).
+// place of the global ones (a bash with the egress network).
 const networkScopeKey = "sandbox:network"
 
 // mountNetworkTools registers the network definitions of Config.Workspace in their scope, unless

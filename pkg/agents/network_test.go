@@ -90,14 +90,16 @@ func bashDescription(t *testing.T, a *agents.Agents, p preset.Preset) string {
 }
 
 // TestBashNetworkFollowsThePreset: a preset's tools.bash.network reaches the sandbox. Without it
-// (the default) a command cannot connect to a listener on the host's loopback and bash's
-// description says there is no network; with it the same command connects (the sandbox shares
-// the host's network namespace) and the description says the network is on. tools.deny still
+// (the default) a command sees no interface but its loopback and bash's description says there
+// is no network; with it the same command sees the egress network's interface (pasta's; its
+// rules are tested in pkg/sandbox, TestEgressReachesOnlyPublicAddresses) and the description
+// says the network is on. tools.deny still
 // hides that bash, and the session's workspace is bound to its tenant.
 func TestBashNetworkFollowsThePreset(t *testing.T) {
 	t.Parallel()
 	a, w := workspaceAgents(t, false)
-	cmd, greeting := sandboxtest.Greeter(t)
+	sandboxtest.Network(t, sandboxtest.Bwrap(t))
+	cmd, greeting := sandboxtest.NetworkProbe()
 	off := presetOf(t, `{"name":"off","model":{"provider":"scripted","model":"m"}}`)
 	on := presetOf(t, `{"name":"on","model":{"provider":"scripted","model":"m"},"tools":{"bash":{"network":true}}}`)
 
@@ -158,7 +160,7 @@ func TestBashNetworkForbiddenByTheOperator(t *testing.T) {
 	if d := bashDescription(t, a, stored); !strings.Contains(d, "there is no network") {
 		t.Errorf("stored preset: %q", d)
 	}
-	cmd, greeting := sandboxtest.Greeter(t)
+	cmd, greeting := sandboxtest.NetworkProbe()
 	if got := runBash(t, a, agents.Session{ID: uuid.New(), Preset: stored}, cmd); strings.Contains(got, greeting) ||
 		!strings.Contains(got, "[exit code: ") {
 		t.Fatalf("connected while forbidden: %s", got)

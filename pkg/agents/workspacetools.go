@@ -59,7 +59,7 @@ func (w WorkspaceTools) tools() ([]*registry.Tool, error) {
 }
 
 // networkTools are the definitions that replace the global ones for presets whose
-// tools.bash.network is on: bash with the host's network. None without a shell, or with the local
+// tools.bash.network is on: bash with the egress network. None without a shell, or with the local
 // shell (which isolates nothing: its one bash already has the host's network).
 func (w WorkspaceTools) networkTools() ([]*registry.Tool, error) {
 	if w.Workspaces == nil || w.Shell == nil || w.Shell.Name() == "local" {

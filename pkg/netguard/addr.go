@@ -58,3 +58,33 @@ func PublicAddr(a netip.Addr) bool {
 	}
 	return true
 }
+
+// classified are the ranges of the classes PublicAddr takes from netip (loopback, private,
+// link-local, multicast, unspecified, and what is not global unicast besides).
+var classified = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),    // loopback
+	netip.MustParsePrefix("10.0.0.0/8"),     // private
+	netip.MustParsePrefix("172.16.0.0/12"),  // private
+	netip.MustParsePrefix("192.168.0.0/16"), // private
+	netip.MustParsePrefix("169.254.0.0/16"), // link-local (cloud metadata services: 169.254.169.254)
+	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
+	netip.MustParsePrefix("::/128"),         // unspecified
+	netip.MustParsePrefix("::1/128"),        // loopback
+	netip.MustParsePrefix("fc00::/7"),       // unique local (cloud metadata services: fd00:ec2::254)
+	netip.MustParsePrefix("fe80::/10"),      // link-local
+	netip.MustParsePrefix("ff00::/8"),       // multicast
+}
+
+// NonPublicPrefixes returns every range PublicAddr refuses, for a filter that can match only
+// prefixes (the sandbox's egress rules). The IPv6 ranges whose addresses PublicAddr judges by an
+// embedded IPv4 address (IPv4-mapped ::ffff:0:0/96, NAT64 64:ff9b::/96 and 64:ff9b:1::/48, 6to4
+// 2002::/16) are returned whole, so a filter built from the list refuses a little more than
+// PublicAddr, never less (TestNonPublicPrefixesCoverPublicAddr).
+// The result is a fresh slice the caller may keep.
+func NonPublicPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(classified)+len(nonPublic)+len(embedsIPv4)+2)
+	out = append(out, classified...)
+	out = append(out, nonPublic...)
+	out = append(out, embedsIPv4...)
+	return append(out, netip.MustParsePrefix("::ffff:0:0/96"), netip.MustParsePrefix("2002::/16"))
+}

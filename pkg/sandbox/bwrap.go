@@ -42,6 +42,9 @@ type BwrapConfig struct {
 	Nice int
 	// Logger gets the one startup line that says how memory is bounded. Default slog.Default().
 	Logger *slog.Logger
+	// PastaPath and NftPath are the egress network's tools (Spec.Network, egress.go). Default:
+	// "pasta" and "nft" on PATH or in /usr/sbin, /usr/bin.
+	PastaPath, NftPath string
 }
 
 // Defaults of BwrapConfig.
@@ -56,13 +59,15 @@ const (
 //
 //   - Filesystem: only /usr (with the /bin, /lib, /sbin links of a merged-/usr system, or those
 //     directories read-only), a few harmless /etc entries (alternatives, ld.so, TLS certificates,
-//     hosts, nsswitch, localtime; resolv.conf with the network), a fresh /proc, a minimal /dev and
-//     an empty /tmp are visible; the session's workspace is the only writable host directory, at
+//     hosts, nsswitch, localtime; with the network a resolv.conf of its own), a fresh /proc, a
+//     minimal /dev and an empty /tmp are visible; the session's workspace is the only writable host directory, at
 //     WorkspacePath. No other workspace, no /home, /root, /etc/shadow or server file is mounted.
 //     / and /dev are read-only; /tmp and /dev/shm are tmpfs of TmpBytes and ShmBytes.
 //   - Arguments: bubblewrap reads its options from a pipe (--args), so no /proc/*/cmdline inside
 //     shows a host path (the workspace's is only in bwrap's options).
-//   - Network: none (a new network namespace with only its own loopback) unless Spec.Network.
+//   - Network: none (a new network namespace with only its own loopback) unless Spec.Network,
+//     which adds egress to public addresses only, through pasta, with nftables rules refusing the
+//     host's addresses, its gateways and every non-public range (egress.go).
 //   - Identity: a new user namespace with no capabilities and nested user namespaces disabled;
 //     run by a server that is root, the sandbox is BwrapConfig.UID on the host.
 //   - Environment: empty, then the minimal PATH, HOME, LANG, TMPDIR and Spec.Env.
@@ -79,8 +84,7 @@ const (
 // is for any unprivileged user), no disk quota here on what a command writes (only RLIMIT_FSIZE
 // per file; the file tools check the workspace and tenant bounds, and the bash tool's watchdog
 // stops a command that takes the tenant over its bound), no CPU share beyond the nice value, and
-// /proc/self/mountinfo shows the workspace's path within its host filesystem. With
-// Spec.Network the sandbox shares the host's network namespace: it reaches what the host reaches.
+// /proc/self/mountinfo shows the workspace's path within its host filesystem.
 type Bwrap struct {
 	cfg  BwrapConfig
 	bin  string
@@ -89,6 +93,8 @@ type Bwrap struct {
 	cgroups *cgroupParent
 	// system mounts the host's read-only system entries: bwrap arguments, computed once.
 	system []string
+	// net is the egress network's tools (Spec.Network, egress.go).
+	net egress
 }
 
 // NewBwrap finds bubblewrap and checks that it can run here (user namespaces are allowed): it
@@ -118,7 +124,7 @@ func NewBwrap(cfg BwrapConfig) (*Bwrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap not found (install the bubblewrap package: scripts/ensure-deps.sh): %w", err)
 	}
-	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds()}
+	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds(), net: findEgress(cfg.PastaPath, cfg.NftPath)}
 	if os.Geteuid() == 0 {
 		b.cred = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), NoSetGroups: false}
 	}
@@ -167,7 +173,7 @@ func (b *Bwrap) Owner() (uid, gid int, ok bool) {
 
 // probe runs `true` in the sandbox configuration without a workspace.
 func (b *Bwrap) probe() error {
-	l, err := b.launcher(append(b.baseArgs(false), sealArgs...), []string{"/bin/true"})
+	l, err := b.launcher(append(b.baseArgs(false), sealArgs...), []string{"/bin/true"}, nil)
 	if err != nil {
 		return err
 	}
@@ -204,9 +210,6 @@ func (b *Bwrap) probe() error {
 func (b *Bwrap) baseArgs(network bool) []string {
 	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
 		"--die-with-parent", "--new-session", "--hostname", "sandbox"}
-	if network {
-		args = append(args, "--share-net", "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf")
-	}
 	args = append(args, b.system...)
 	return append(args, "--proc", "/proc", "--dev", "/dev",
 		"--size", strconv.FormatInt(b.cfg.ShmBytes, 10), "--tmpfs", "/dev/shm",
@@ -246,6 +249,15 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	dir := path.Join(WorkspacePath, path.Clean("/"+spec.Dir))
 	args := b.baseArgs(spec.Network)
+	var egress *egressRun // the network (egress.go): its pipe follows the launch's (launch.go)
+	if spec.Network {
+		var err error
+		if egress, err = b.net.prepare(firstExtraFD); err != nil {
+			return Result{}, err
+		}
+		defer egress.finish()
+		args = append(args, egress.args...)
+	}
 	args = append(args, "--bind", spec.Workspace, WorkspacePath, "--chdir", dir)
 	for _, kv := range environ(WorkspacePath, spec.Env) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -253,7 +265,7 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	args = append(args, sealArgs...)
 	l, err := b.launcher(args, append([]string{"/bin/bash"},
-		shellArgs("/bin/bash", spec.Limits.or(b.cfg.Limits), true, spec.Command)...))
+		shellArgs("/bin/bash", spec.Limits.or(b.cfg.Limits), true, spec.Command)...), egress)
 	if err != nil {
 		return Result{}, err
 	}
@@ -265,6 +277,10 @@ func (b *Bwrap) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	return res, err
 }
+
+// NetworkErr says why Spec.Network cannot run here (pasta, nft or nsenter missing, or the
+// server is not root), nil when it can (ProbeNetwork also runs it): such a command then fails with this error, and commands without it are unaffected.
+func (b *Bwrap) NetworkErr() error { return b.net.err }
 
 // killGroup kills the process group led by pid. For bwrap that is bwrap and the init of the
 // sandbox's PID namespace, whose death takes every process of the namespace with it.

@@ -5,20 +5,28 @@ import (
 	"testing"
 )
 
-// TestBwrapArgsFollowNetwork: the network setting reaches bubblewrap's arguments: every sandbox
-// unshares all namespaces, and only one with the network adds --share-net (which keeps the
-// host's network namespace) and the host's resolv.conf.
-func TestBwrapArgsFollowNetwork(t *testing.T) {
+// TestBwrapArgsNeverShareTheHostNetwork: no sandbox keeps the host's network namespace
+// (bubblewrap --share-net), with the network or without it: every one unshares all namespaces,
+// and the network's arguments only add the pipes through which the server sets the egress
+// network up before the command starts (the launch's --info-fd and --block-fd, launch.go) and
+// the sandbox's resolv.conf.
+// Before the egress network, Spec.Network added --share-net (issue 17).
+func TestBwrapArgsNeverShareTheHostNetwork(t *testing.T) {
 	t.Parallel()
 	b := &Bwrap{system: systemBinds()}
-	off, on := b.baseArgs(false), b.baseArgs(true)
-	if !slices.Contains(off, "--unshare-all") || slices.Contains(off, "--share-net") || slices.Contains(off, "/etc/resolv.conf") {
-		t.Errorf("without the network: %q", off)
+	for _, network := range []bool{false, true} {
+		args := b.baseArgs(network)
+		if !slices.Contains(args, "--unshare-all") || slices.Contains(args, "--share-net") {
+			t.Errorf("network %v: %q", network, args)
+		}
 	}
-	if !slices.Contains(on, "--unshare-all") || !slices.Contains(on, "--share-net") || !slices.Contains(on, "/etc/resolv.conf") {
-		t.Errorf("with the network: %q", on)
+	n, err := (&egress{}).prepare(firstExtraFD)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if i, j := slices.Index(on, "--unshare-all"), slices.Index(on, "--share-net"); i > j {
-		t.Errorf("--share-net must follow --unshare-all: %q", on)
+	defer n.finish()
+	want := []string{"--ro-bind-data", "6", "/etc/resolv.conf"}
+	if !slices.Equal(n.args, want) {
+		t.Errorf("the network's arguments: %q, want %q", n.args, want)
 	}
 }

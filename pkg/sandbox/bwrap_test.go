@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,15 +143,17 @@ func TestBwrapHasNoNetwork(t *testing.T) {
 	if res.ExitCode == 0 || strings.Contains(res.Stdout, "CONNECTED") {
 		t.Fatalf("connected without network: %+v", res)
 	}
-	// The control: with the network shared, the same command reaches the listener.
+	// With the network (the egress network) the host's loopback stays out of reach too; what it
+	// does reach is TestEgressReachesOnlyPublicAddresses's control.
+	sandboxtest.Network(t, b)
 	res = runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Command: cmd, Network: true})
-	if !strings.Contains(res.Stdout, "CONNECTED") {
-		t.Fatalf("Network: true did not connect: %+v", res)
+	if res.ExitCode == 0 || strings.Contains(res.Stdout, "CONNECTED") {
+		t.Fatalf("Network: true reached the host's loopback: %+v", res)
 	}
 	_ = ln.Close()
 	accepted.Wait()
-	if accepts != 1 {
-		t.Fatalf("the listener accepted %d connections, want only the one with Network", accepts)
+	if accepts != 0 {
+		t.Fatalf("the listener accepted %d connections from sandboxes", accepts)
 	}
 }
 
@@ -316,9 +319,9 @@ func TestBwrapExitCodeAndWorkdir(t *testing.T) {
 	}
 }
 
-// TestBwrapNetworkNamespace: without Spec.Network a command runs in a network namespace of its
-// own (another namespace than the host's, with only a loopback interface); with it, in the host's
-// network namespace itself (bubblewrap's --share-net), where it sees the host's interfaces.
+// TestBwrapNetworkNamespace: a command runs in a network namespace of its own (another
+// namespace than the host's): without Spec.Network with only a loopback interface; with it
+// (the egress network), with its loopback and pasta's interface, never in the host's namespace.
 func TestBwrapNetworkNamespace(t *testing.T) {
 	t.Parallel()
 	b := bwrapOrSkip(t)
@@ -338,9 +341,12 @@ func TestBwrapNetworkNamespace(t *testing.T) {
 	if len(lines) == 0 || lines[0] == host || strings.Join(lines[1:], ",") != "lo" {
 		t.Fatalf("without Network: %q (the host's namespace is %s)", own.Stdout, host)
 	}
-	shared := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Command: probe, Network: true})
-	lines = strings.Fields(shared.Stdout)
-	if len(lines) == 0 || lines[0] != host || len(lines)-1 != len(hostIfaces) {
-		t.Fatalf("with Network: %q, want the host's namespace %s and its %d interfaces", shared.Stdout, host, len(hostIfaces))
+	ownNS := lines[0]
+	sandboxtest.Network(t, b)
+	egress := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Command: probe, Network: true})
+	lines = strings.Fields(egress.Stdout)
+	if len(lines) != 3 || lines[0] == host || lines[0] == ownNS || !slices.Contains(lines[1:], "lo") {
+		t.Fatalf("with Network: %q, want a namespace of its own with lo and one interface (the host's is %s, with %d)",
+			egress.Stdout, host, len(hostIfaces))
 	}
 }

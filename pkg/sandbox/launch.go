@@ -21,6 +21,9 @@ type launch struct {
 	cmd   *exec.Cmd
 	nice  int
 	group *cgroup // nil without a memory cgroup
+	// net is the command's egress network (egress.go), nil without one: set up once the child
+	// is in its cgroup, before the command runs.
+	net *egressRun
 	// argsR, infoW and blockR are the child's ends, closed once it has started; infoR and blockW
 	// are ours.
 	argsR, infoW, blockR *os.File
@@ -32,12 +35,14 @@ const (
 	argsFD  = "3"
 	infoFD  = "4"
 	blockFD = "5"
+	// firstExtraFD is the first fd after the launch's own: the egress network's pipe.
+	firstExtraFD = 6
 )
 
 // launcher prepares bwrap with opts (every option) and argv (the command after "--"), and the
 // command's memory cgroup when there is one. The caller calls close when the command is done.
-func (b *Bwrap) launcher(opts, argv []string) (*launch, error) {
-	l := &launch{nice: b.cfg.Nice}
+func (b *Bwrap) launcher(opts, argv []string, net *egressRun) (*launch, error) {
+	l := &launch{nice: b.cfg.Nice, net: net}
 	var err error
 	var argsW *os.File
 	if l.argsR, argsW, err = os.Pipe(); err != nil {
@@ -70,6 +75,9 @@ func (b *Bwrap) launcher(opts, argv []string) (*launch, error) {
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
 	cmd.ExtraFiles = []*os.File{l.argsR, l.infoW, l.blockR}
+	if net != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, net.files...)
+	}
 	l.cmd = cmd
 	return l, nil
 }
@@ -81,6 +89,9 @@ func (l *launch) started() error {
 	for _, f := range []**os.File{&l.argsR, &l.infoW, &l.blockR} {
 		_ = (*f).Close()
 		*f = nil
+	}
+	if l.net != nil {
+		l.net.closeFiles()
 	}
 	var info struct {
 		ChildPid int `json:"child-pid"`
@@ -97,6 +108,11 @@ func (l *launch) started() error {
 	if l.nice > 0 {
 		if err := syscall.Setpriority(syscall.PRIO_PROCESS, info.ChildPid, l.nice); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("sandbox: nice: %w", err)
+		}
+	}
+	if l.net != nil {
+		if err := l.net.attachPid(info.ChildPid); err != nil {
+			return err
 		}
 	}
 	return l.release()

@@ -55,7 +55,8 @@ type Spec struct {
 	Env map[string]string
 	// Limits override the provider's limits field by field (zero fields keep the provider's).
 	Limits Limits
-	// Network lets the command use the host's network (bwrap: --share-net). Default: none.
+	// Network gives the command the egress network: public addresses only, never the host's own,
+	// its gateways or a private range (bwrap: egress.go). Default: none.
 	Network bool
 }
 

@@ -54,7 +54,8 @@ func WorkspaceRoot(t testing.TB) string {
 
 // Greeter opens a listener on the host's loopback that writes a greeting to every connection,
 // and returns a shell command that connects to it and prints what it reads: the command prints
-// the greeting only when it reached this listener (a sandbox with the host's network).
+// the greeting only when it reached this listener, which no sandbox may (the egress network
+// refuses the host's addresses too).
 func Greeter(t testing.TB) (command, greeting string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -74,4 +75,26 @@ func Greeter(t testing.TB) (command, greeting string) {
 		}
 	}()
 	return fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && read -r line <&3 && echo \"$line\"", ln.Addr().(*net.TCPAddr).Port), greeting
+}
+
+// Network fails (CI) or skips the test when b cannot run commands with Spec.Network here
+// (pasta, nft or nsenter missing: scripts/ensure-deps.sh installs them). It skips, even in CI,
+// when the tests do not run as root, which the network mode needs (as the server does).
+func Network(t testing.TB, b *sandbox.Bwrap) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: the sandbox's network needs root (the server runs as root)")
+	}
+	if err := b.NetworkErr(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err.Error() + " (CI requires the sandbox's network)")
+		}
+		t.Skip("SKIP: " + err.Error())
+	}
+}
+
+// NetworkProbe is a shell command that prints marker only when the sandbox has an interface
+// besides its loopback (the egress network), without sending a packet anywhere.
+func NetworkProbe() (command, marker string) {
+	return "test $(grep -c : /proc/net/dev) -gt 1 && echo network-is-on", "network-is-on"
 }

@@ -31,8 +31,8 @@ type Config struct {
 	Shell sandbox.Provider
 	// Workspaces holds the sessions' workspaces. Required.
 	Workspaces *sandbox.Workspaces
-	// Network gives the commands the host's network (bwrap: --share-net) and says so in the
-	// description. The agents register such a definition only for presets whose
+	// Network gives the commands the egress network (bwrap: public addresses only, through pasta;
+	// pkg/sandbox egress.go) and says so in the description. The agents register such a definition only for presets whose
 	// tools.bash.network is on (pkg/agents); default false: no network.
 	Network bool
 	// DefaultTimeout bounds a call without timeoutMs. Default DefaultTimeout.
@@ -92,7 +92,9 @@ func description(cfg Config) string {
 	}
 	network := "there is no network"
 	if cfg.Network {
-		network = "the network is on (the host's network: commands may open connections)"
+		network = "the network is on for public internet addresses only (commands may open connections " +
+			"and resolve names; the host, loopback other than the sandbox's own, private and link-local " +
+			"addresses and cloud metadata services are unreachable, and nothing can connect in)"
 	}
 	return "Run a shell command in a bubblewrap sandbox (mode: " + cfg.Shell.Name() + "): the session's workspace is " +
 		sandbox.WorkspacePath + " (writable, the default working directory), the system is read-only, " + network +

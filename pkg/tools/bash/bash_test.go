@@ -181,10 +181,11 @@ func TestBashIsSandboxed(t *testing.T) {
 	}
 }
 
-// TestBashNetworkFollowsTheSetting: the default bash has no network (a connection to a listener
-// on the host's loopback fails) and says so; the definition with Config.Network (a preset's
-// tools.bash.network) shares the host's network: the same command gets the listener's greeting,
-// and its description says the network is on.
+// TestBashNetworkFollowsTheSetting: the default bash has no network (no interface but its
+// loopback; a connection to a listener on the host's loopback fails) and says so; the definition
+// with Config.Network (a preset's tools.bash.network) has the egress network: an interface, but
+// the host's loopback stays unreachable (it shared the host's network before issue 17), and its
+// description says the network is on, for public addresses only.
 func TestBashNetworkFollowsTheSetting(t *testing.T) {
 	t.Parallel()
 	off := bwrapEnv(t)
@@ -200,13 +201,25 @@ func TestBashNetworkFollowsTheSetting(t *testing.T) {
 	if d := on.tool.Description; !strings.Contains(d, "the network is on") || strings.Contains(d, "no network") {
 		t.Errorf("on: %q", d)
 	}
+	if d := on.tool.Description; !strings.Contains(d, "public internet addresses only") {
+		t.Errorf("on: %q", d)
+	}
 	cmd, greeting := sandboxtest.Greeter(t)
+	probe, marker := sandboxtest.NetworkProbe()
 	if got, _ := off.call(context.Background(), "s", map[string]any{"command": cmd}); strings.Contains(got, greeting) ||
 		!strings.Contains(got, "[exit code: ") {
 		t.Fatalf("connected without the network: %q", got)
 	}
-	if got, code := on.call(context.Background(), "s", map[string]any{"command": cmd}); got != greeting || code != "" {
-		t.Fatalf("with the network: %q %s", got, code)
+	if got, _ := off.call(context.Background(), "s", map[string]any{"command": probe}); strings.Contains(got, marker) {
+		t.Fatalf("an interface without the network: %q", got)
+	}
+	sandboxtest.Network(t, b)
+	if got, _ := on.call(context.Background(), "s", map[string]any{"command": cmd}); strings.Contains(got, greeting) ||
+		!strings.Contains(got, "[exit code: ") {
+		t.Fatalf("the host's loopback reached with the network: %q", got)
+	}
+	if got, code := on.call(context.Background(), "s", map[string]any{"command": probe}); got != marker || code != "" {
+		t.Fatalf("no interface with the network: %q %s", got, code)
 	}
 }
 
