@@ -38,9 +38,8 @@ import (
 //
 // A token is worth no more than the key that minted it: it opens a stream only while that key
 // still authenticates (not revoked, not rotated, not expired), and a stream it opened ends within
-// a heartbeat once the key no longer does, like a stream opened with the key itself. (Tokens of
-// the former format, `st1.`, minted before an upgrade, carry no key: they are accepted until they
-// expire, minutes later, and their streams are not tied to a key.)
+// a heartbeat once the key no longer does, like a stream opened with the key itself. Tokens of
+// the former format, `st1.`, which name no key, are refused like any invalid token.
 
 // DefaultStreamTokenTTL is how long a stream token opens streams when Config.StreamTokenTTL is 0.
 const DefaultStreamTokenTTL = 5 * time.Minute
