@@ -77,6 +77,11 @@ func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	k, secret, err := rs.tenants.APIKeyCreate(r.Context(), tenantID(r), spec)
+	if errors.Is(err, tenant.ErrKeyParentInactive) { // revoked (or expired) since it authenticated
+		w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="invalid_token"`)
+		writeProblem(w, CodeUnauthorized, "unknown or revoked API key")
+		return
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -112,7 +117,7 @@ func (rs apiKeyResource) handleKeyGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleKeyRotate gives the key a new secret (200 with it, shown this once); the old secret stops
-// working at once on every replica.
+// working at once on every replica, and so do the keys it created (revoked, recursively).
 func (rs apiKeyResource) handleKeyRotate(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "API key")
 	if err != nil {
@@ -142,8 +147,8 @@ func (rs apiKeyResource) handleKeyRotate(w http.ResponseWriter, r *http.Request)
 	writeJSON(w, http.StatusOK, apiKeyCreated{Key: k, Secret: secret})
 }
 
-// handleKeyRevoke revokes the key: 204, also when it was revoked before. Requests with it answer
-// 401 on every replica from then on.
+// handleKeyRevoke revokes the key and every key it created (recursively): 204, also when it was
+// revoked before. Requests with any of them answer 401 on every replica from then on.
 func (rs apiKeyResource) handleKeyRevoke(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "API key")
 	if err != nil {
@@ -173,6 +178,7 @@ func capKey(r *http.Request, spec *tenant.KeySpec) error {
 			}
 		}
 	}
+	spec.Parent = me.ID // recorded, and checked by the insert: a revoked key mints nothing
 	if spec.ExpiresAt == nil && me.ExpiresAt != nil {
 		at := *me.ExpiresAt
 		spec.ExpiresAt = &at

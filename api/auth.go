@@ -73,8 +73,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// adminOnly requires `Authorization: Bearer <DSHD_ADMIN_TOKEN>`; without a configured admin
-// token every admin request answers 401.
+// adminOnly requires `Authorization: Bearer <DSHD_ADMIN_TOKEN>` (or, during a rotation, one of
+// DSHD_ADMIN_TOKEN_PREVIOUS); without a configured admin token every admin request answers 401.
 func (s *Server) adminOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearer(r)
@@ -82,7 +82,7 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 			writeProblem(w, CodeUnauthorized, "tenant administration is disabled: the server has no DSHD_ADMIN_TOKEN")
 			return
 		}
-		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) != 1 {
+		if !ok || !s.isAdminToken(token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd-admin"`)
 			writeProblem(w, CodeUnauthorized, "send the admin token as Authorization: Bearer <token>")
 			return
@@ -90,4 +90,17 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 		info(r).authenticated()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isAdminToken reports whether token is the admin token or one of the previous ones still
+// accepted. Every candidate is compared, each in constant time, so neither the time taken nor an
+// early return tells which one (or how much of one) matched.
+func (s *Server) isAdminToken(token string) bool {
+	match := subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken))
+	for _, prev := range s.cfg.AdminTokenPrevious {
+		if prev != "" {
+			match |= subtle.ConstantTimeCompare([]byte(token), []byte(prev))
+		}
+	}
+	return match == 1
 }

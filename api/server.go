@@ -63,6 +63,9 @@ type Config struct {
 	Logger *slog.Logger
 	// AdminToken authorizes POST /v1/tenants. Empty disables tenant administration.
 	AdminToken string
+	// AdminTokenPrevious are former admin tokens still accepted beside AdminToken while a
+	// rotation is under way (auth.go); ignored without an AdminToken. Default none.
+	AdminTokenPrevious []string
 	// MaxBodyBytes caps request bodies; a larger body answers 413. Default 1 MiB.
 	MaxBodyBytes int64
 	// Heartbeat is the interval of the SSE comment heartbeat, which also re-reads the log in case
@@ -92,6 +95,9 @@ type Config struct {
 	// StreamTokenSecret signs stream tokens (tokens.go); every replica needs the same. Empty: a
 	// random secret per Server, so only this process accepts its tokens.
 	StreamTokenSecret []byte
+	// StreamTokenPreviousSecrets are former secrets whose tokens are still accepted while a
+	// rotation is under way; new tokens are signed with StreamTokenSecret only. Default none.
+	StreamTokenPreviousSecrets [][]byte
 	// StreamTokenTTL is how long a stream token opens streams. Default 5 minutes.
 	StreamTokenTTL time.Duration
 	// WriteTimeout bounds the writing of every response except SSE streams (which bound each
@@ -206,7 +212,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(cfg.Registry, cfg.Metrics), done: make(chan struct{}),
 		unauth: make(chan struct{}, cfg.MaxUnauthenticated),
 		tails:  &tails{log: cfg.Log, hub: cfg.Hub, keep: cfg.StreamTailBuffer, m: map[uuid.UUID]*tail{}},
-		tokens: newStreamTokens(cfg.StreamTokenSecret, cfg.StreamTokenTTL)}
+		tokens: newStreamTokens(cfg.StreamTokenSecret, cfg.StreamTokenPreviousSecrets, cfg.StreamTokenTTL)}
 	s.router = s.routes()
 	return s
 }

@@ -32,33 +32,36 @@ import (
 // 8 bytes of that key's hash, the mac an HMAC-SHA256 of "st2."+payload under the server's secret
 // (Config.StreamTokenSecret, DSHD_STREAM_TOKEN_SECRET). Without a configured secret each process
 // draws a random one, so replicas behind one load balancer must share a configured secret or
-// refuse each other's tokens.
+// refuse each other's tokens. For a rotation, former secrets
+// (Config.StreamTokenPreviousSecrets, DSHD_STREAM_TOKEN_SECRET_PREVIOUS) still verify tokens
+// they signed; a token is only ever signed with the current secret.
 //
 // A token is worth no more than the key that minted it: it opens a stream only while that key
 // still authenticates (not revoked, not rotated, not expired), and a stream it opened ends within
-// a heartbeat once the key no longer does, like a stream opened with the key itself. (Tokens of
-// the former format, `st1.`, minted before an upgrade, carry no key: they are accepted until they
-// expire, minutes later, and their streams are not tied to a key.)
+// a heartbeat once the key no longer does, like a stream opened with the key itself. Tokens of
+// the former format, `st1.`, which name no key, are refused like any invalid token.
 
 // DefaultStreamTokenTTL is how long a stream token opens streams when Config.StreamTokenTTL is 0.
 const DefaultStreamTokenTTL = 5 * time.Minute
 
 const streamTokenPrefix = "st2."
 
-// streamTokenPrefixV1 starts tokens of the former format, without the minting key.
-const streamTokenPrefixV1 = "st1."
-
 // tokenKeyHashBytes is how much of the minting key's hash a token carries: enough to tell a
 // rotated key from the one that minted the token.
 const tokenKeyHashBytes = 8
 
+// streamTokens mints and verifies stream tokens. It is safe for concurrent use (it never changes
+// after newStreamTokens).
 type streamTokens struct {
-	secret []byte
-	ttl    time.Duration
-	now    func() time.Time
+	secret   []byte   // signs new tokens, and verifies
+	previous [][]byte // only verify (a rotation's former secrets)
+	ttl      time.Duration
+	now      func() time.Time
 }
 
-func newStreamTokens(secret []byte, ttl time.Duration) *streamTokens {
+// newStreamTokens returns tokens signed with secret (a random one when empty) and verified with
+// it or any of previous (empty entries are skipped).
+func newStreamTokens(secret []byte, previous [][]byte, ttl time.Duration) *streamTokens {
 	if len(secret) == 0 {
 		secret = make([]byte, 32)
 		_, _ = rand.Read(secret) // never fails (crypto/rand)
@@ -66,17 +69,32 @@ func newStreamTokens(secret []byte, ttl time.Duration) *streamTokens {
 	if ttl <= 0 {
 		ttl = DefaultStreamTokenTTL
 	}
-	return &streamTokens{secret: secret, ttl: ttl, now: time.Now}
+	st := &streamTokens{secret: secret, ttl: ttl, now: time.Now}
+	for _, p := range previous {
+		if len(p) > 0 {
+			st.previous = append(st.previous, p)
+		}
+	}
+	return st
 }
 
-func (st *streamTokens) mac(prefix, payload string) []byte {
-	m := hmac.New(sha256.New, st.secret)
+func mac(secret []byte, prefix, payload string) []byte {
+	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(prefix + payload))
 	return m.Sum(nil)
 }
 
-// tokenClaims is what a stream token says: whose session it opens, and which API key minted it
-// (key is uuid.Nil for a token of the former format).
+// signedBy reports whether got is the mac of payload under the current secret or a previous one.
+// Every secret is tried, so the time taken does not tell which one matched.
+func (st *streamTokens) signedBy(got []byte, payload string) bool {
+	ok := hmac.Equal(got, mac(st.secret, streamTokenPrefix, payload))
+	for _, p := range st.previous {
+		ok = hmac.Equal(got, mac(p, streamTokenPrefix, payload)) || ok
+	}
+	return ok
+}
+
+// tokenClaims is what a stream token says: whose session it opens, and which API key minted it.
 type tokenClaims struct {
 	tenant, session uuid.UUID
 	key             uuid.UUID
@@ -94,7 +112,7 @@ func (st *streamTokens) mint(tenant, session, key uuid.UUID, keyHash []byte) (st
 	copy(b[40:56], key[:])
 	copy(b[56:], keyHash)
 	payload := base64.RawURLEncoding.EncodeToString(b[:])
-	return streamTokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(st.mac(streamTokenPrefix, payload)), exp
+	return streamTokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(st.secret, streamTokenPrefix, payload)), exp
 }
 
 var (
@@ -105,19 +123,14 @@ var (
 // verify returns the claims of a token this server (or one sharing its secret) minted and that
 // has not expired.
 func (st *streamTokens) verify(token string) (tokenClaims, error) {
-	prefix, size := streamTokenPrefix, 64
 	rest, ok := strings.CutPrefix(token, streamTokenPrefix)
-	if !ok {
-		prefix, size = streamTokenPrefixV1, 40
-		rest, ok = strings.CutPrefix(token, streamTokenPrefixV1)
-	}
 	payload, sig, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 || len(token) > 200 {
 		return tokenClaims{}, errTokenInvalid
 	}
 	gotMAC, err1 := base64.RawURLEncoding.DecodeString(sig)
 	b, err2 := base64.RawURLEncoding.DecodeString(payload)
-	if err1 != nil || err2 != nil || len(b) != size || !hmac.Equal(gotMAC, st.mac(prefix, payload)) {
+	if err1 != nil || err2 != nil || len(b) != 64 || !st.signedBy(gotMAC, payload) {
 		return tokenClaims{}, errTokenInvalid
 	}
 	var c tokenClaims
@@ -126,10 +139,8 @@ func (st *streamTokens) verify(token string) (tokenClaims, error) {
 	if exp := int64(binary.BigEndian.Uint64(b[32:40])); st.now().UnixMilli() >= exp {
 		return tokenClaims{}, errTokenExpired
 	}
-	if size == 64 {
-		copy(c.key[:], b[40:56])
-		c.keyHash = b[56:64]
-	}
+	copy(c.key[:], b[40:56])
+	c.keyHash = b[56:64]
 	return c, nil
 }
 
@@ -163,20 +174,17 @@ func (s *Server) streamTokenAuth(w http.ResponseWriter, r *http.Request, next ht
 		refuse("the stream token is for another session")
 		return
 	}
-	ctx := r.Context()
-	if claims.key != uuid.Nil {
-		check := func(ctx context.Context) error {
-			return s.cfg.Tenants.KeyActive(ctx, tenant, claims.key, claims.keyHash)
-		}
-		if err := check(ctx); errors.Is(err, tenantpkg.ErrNotFound) {
-			refuse("the API key that minted the stream token was revoked, rotated or has expired")
-			return
-		} else if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		ctx = context.WithValue(ctx, apiKeyCtx{}, &authKey{check: check})
+	check := func(ctx context.Context) error {
+		return s.cfg.Tenants.KeyActive(ctx, tenant, claims.key, claims.keyHash)
 	}
+	if err := check(r.Context()); errors.Is(err, tenantpkg.ErrNotFound) {
+		refuse("the API key that minted the stream token was revoked, rotated or has expired")
+		return
+	} else if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ctx := context.WithValue(r.Context(), apiKeyCtx{}, &authKey{check: check})
 	info(r).tenant = tenant
 	next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, tenantKey{}, tenant)))
 }

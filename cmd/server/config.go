@@ -26,6 +26,10 @@ type Config struct {
 	// AdminToken (DSHD_ADMIN_TOKEN) authorizes POST /v1/tenants. Default empty: tenant
 	// administration is disabled. `make run` sets "dev-admin-token".
 	AdminToken string
+	// AdminTokenPrevious (DSHD_ADMIN_TOKEN_PREVIOUS, comma-separated) are former admin tokens
+	// still accepted beside AdminToken during a rotation (docs/credentials-and-keys.md). Default
+	// none.
+	AdminTokenPrevious []string
 	// ModelHosts (DSHD_MODEL_HOSTS, comma-separated) are the hosts a preset's model.baseUrl may
 	// point at, a guard against server-side request forgery; "*" allows any. Default
 	// "api.deepseek.com".
@@ -132,6 +136,10 @@ type Config struct {
 	// browsers follow a session's events with. Default empty: a random secret per process, so
 	// replicas behind one load balancer need the same configured secret.
 	StreamTokenSecret string
+	// StreamTokenSecretPrevious (DSHD_STREAM_TOKEN_SECRET_PREVIOUS, comma-separated, each at
+	// least 32 bytes) are former secrets whose tokens are still accepted during a rotation; new
+	// tokens are signed with StreamTokenSecret only. Default none.
+	StreamTokenSecretPrevious []string
 	// StreamTokenTTL (DSHD_STREAM_TOKEN_TTL, a Go duration up to 1h) is how long a stream token
 	// opens streams. Default 5m.
 	StreamTokenTTL time.Duration
@@ -259,6 +267,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.StreamTokenSecret = getenv("DSHD_STREAM_TOKEN_SECRET"); c.StreamTokenSecret != "" && len(c.StreamTokenSecret) < 32 {
 		return Config{}, fmt.Errorf("DSHD_STREAM_TOKEN_SECRET must be at least 32 bytes")
+	}
+	if err := c.parsePrevious(getenv); err != nil {
+		return Config{}, err
 	}
 	if c.StreamTokenTTL, err = parseDuration("DSHD_STREAM_TOKEN_TTL", env("DSHD_STREAM_TOKEN_TTL", "5m")); err != nil || c.StreamTokenTTL > time.Hour {
 		return Config{}, fmt.Errorf("DSHD_STREAM_TOKEN_TTL must be a positive Go duration of at most 1h")
@@ -459,6 +470,26 @@ func (c *Config) parseTools(env func(name, def string) string) error {
 	}
 	c.WebAllowPrivate, err = parseBool("DSHD_WEB_ALLOW_PRIVATE", env("DSHD_WEB_ALLOW_PRIVATE", "0"))
 	return err
+}
+
+// parsePrevious reads the former values of a rotation (DSHD_ADMIN_TOKEN_PREVIOUS,
+// DSHD_STREAM_TOKEN_SECRET_PREVIOUS). Each needs its current value set: a server accepting only
+// an old token or secret would be a rotation left half done. Errors name entries by position only.
+func (c *Config) parsePrevious(getenv func(string) string) error {
+	c.AdminTokenPrevious = splitList(getenv("DSHD_ADMIN_TOKEN_PREVIOUS"))
+	if len(c.AdminTokenPrevious) > 0 && c.AdminToken == "" {
+		return fmt.Errorf("DSHD_ADMIN_TOKEN_PREVIOUS needs DSHD_ADMIN_TOKEN (the current token)")
+	}
+	c.StreamTokenSecretPrevious = splitList(getenv("DSHD_STREAM_TOKEN_SECRET_PREVIOUS"))
+	if len(c.StreamTokenSecretPrevious) > 0 && c.StreamTokenSecret == "" {
+		return fmt.Errorf("DSHD_STREAM_TOKEN_SECRET_PREVIOUS needs DSHD_STREAM_TOKEN_SECRET (the current secret)")
+	}
+	for i, s := range c.StreamTokenSecretPrevious {
+		if len(s) < 32 {
+			return fmt.Errorf("DSHD_STREAM_TOKEN_SECRET_PREVIOUS: entry %d must be at least 32 bytes", i+1)
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -187,6 +187,10 @@ func (m *Main) Run(ctx context.Context) error {
 		Quotas:              quotas,
 
 		MetricsToken: m.Config.MetricsToken,
+
+		// The former values of a rotation (config.go parsePrevious).
+		AdminTokenPrevious:         m.Config.AdminTokenPrevious,
+		StreamTokenPreviousSecrets: bytesList(m.Config.StreamTokenSecretPrevious),
 	})
 	if m.Config.StreamTokenSecret == "" {
 		m.Logger.Info("stream tokens are signed with a random secret of this process; set DSHD_STREAM_TOKEN_SECRET to one value on every replica")
@@ -309,4 +313,13 @@ func (w WebhookSettings) deliverer(store *pgstore.Store, logger *slog.Logger) *w
 	return worker.NewDeliverer(worker.WebhookConfig{Store: store, Sender: sender, Workers: w.Workers, Poll: w.Poll,
 		Lease: w.Timeout + 30*time.Second, Retention: w.Retention, Logger: logger,
 		Schedule: webhook.Schedule{Base: w.RetryBase, Max: w.RetryMax, Attempts: w.MaxAttempts}})
+}
+
+// bytesList converts a list of strings (secrets) to byte slices.
+func bytesList(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
 }

@@ -7,6 +7,7 @@
 package netguard
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -24,9 +25,10 @@ const maxEcho = 64
 
 // CheckURL checks an outbound webhook URL: absolute https (http only with allowHTTP), no
 // credentials or fragment, and, unless allowPrivate, a host that is neither a loopback name nor
-// an address PublicAddr refuses. Names are not resolved here: the transport checks the address
-// of every connection it dials. Its error messages repeat at most a short prefix of the URL's
-// parts.
+// an address PublicAddr refuses, an IPv4 address written in any form inet_aton reads (127.1,
+// 2130706433, 0x7f000001: HostAddr) judged as the address it is. Names are not resolved here: the
+// transport checks the address of every connection it dials. Its error messages repeat at most a
+// short prefix of the URL's parts.
 func CheckURL(raw string, allowHTTP, allowPrivate bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
@@ -54,7 +56,11 @@ func CheckURL(raw string, allowHTTP, allowPrivate bool) error {
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		return fmt.Errorf("host %q is a loopback name (webhooks must be on public addresses)", Clip(host, maxEcho))
 	}
-	if a, err := netip.ParseAddr(host); err == nil && !PublicAddr(a) {
+	a, isAddr, err := HostAddr(host)
+	if err != nil {
+		return fmt.Errorf("host %q is %v", Clip(host, maxEcho), err)
+	}
+	if isAddr && !PublicAddr(a) {
 		return fmt.Errorf("host %q is not a public address (webhooks must not point at loopback, private or link-local addresses)", Clip(host, maxEcho))
 	}
 	return nil
@@ -99,7 +105,7 @@ func NewTransport(cfg TransportConfig) *http.Transport {
 	}
 	return &http.Transport{
 		Proxy:                  nil,
-		DialContext:            d.DialContext,
+		DialContext:            literalDialer(d.DialContext),
 		TLSClientConfig:        &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           64,
@@ -107,6 +113,26 @@ func NewTransport(cfg TransportConfig) *http.Transport {
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    10 * time.Second,
 		MaxResponseHeaderBytes: 16 << 10,
+	}
+}
+
+// literalDialer dials a host written as an IPv4 number in another form (127.1, 0x7f000001) at the
+// address it names, so that it is never sent to a resolver and Control judges that address; a
+// numeric host that is no address (HostAddr's error) is refused without a dial.
+func literalDialer(dial func(ctx context.Context, network, address string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return dial(ctx, network, address)
+		}
+		a, isAddr, err := HostAddr(host)
+		if err != nil {
+			return nil, fmt.Errorf("host %q is %v", Clip(host, maxEcho), err)
+		}
+		if isAddr {
+			address = net.JoinHostPort(a.String(), port)
+		}
+		return dial(ctx, network, address)
 	}
 }
 

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -171,5 +172,117 @@ func TestAPIKeyLastUsedWrittenAtMostOnceAMinute(t *testing.T) {
 	}
 	if at3, _ := lastUsed(); !at3.After(old) {
 		t.Fatalf("last_used_at %v not advanced from %v", at3, old)
+	}
+}
+
+// TestKeyMintByRevokedParentRefused (issue 17, finding 5): a key minted by a key that was revoked
+// kept working. A create names its parent, and the insert itself checks that the parent still
+// authenticates: a revoked or expired parent mints nothing (tenant.ErrKeyParentInactive).
+func TestKeyMintByRevokedParentRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgstore.NewTenants(pgtest.Pool(t))
+	tn, _, err := s.TenantCreate(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, _, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: "parent", Scopes: tenant.AllScopes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, _, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: "child", Parent: parent.ID})
+	if err != nil || child.ParentID == nil || *child.ParentID != parent.ID {
+		t.Fatalf("child %+v, %v", child, err)
+	}
+	if err := s.APIKeyRevoke(ctx, tn.ID, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: "late", Parent: parent.ID}); !errors.Is(err, tenant.ErrKeyParentInactive) {
+		t.Fatalf("mint by a revoked parent: %v", err)
+	}
+	if k, err := s.APIKeyGet(ctx, tn.ID, child.ID); err != nil || k.RevokedAt == nil {
+		t.Fatalf("child after the parent's revocation: %+v, %v", k, err)
+	}
+	other, _, _ := s.TenantCreate(ctx, "other")
+	if _, _, err := s.APIKeyCreate(ctx, other.ID, tenant.KeySpec{Name: "foreign", Parent: child.ID}); !errors.Is(err, tenant.ErrKeyParentInactive) {
+		t.Fatalf("mint under another tenant's key: %v", err)
+	}
+	if keys, _ := s.APIKeyList(ctx, tn.ID); len(keys) != 3 {
+		t.Fatalf("%d keys, want 3 (first, parent, child)", len(keys))
+	}
+}
+
+// TestKeyRevocationRacingMintRevokesChild (issue 17, finding 5): a revocation that starts while a
+// create by the same parent is under way (the create has checked the parent and not committed)
+// must still revoke the child it commits. The test holds the parent's row so that the create
+// waits inside its parent check, starts the revocation, waits until both wait on locks
+// (pg_stat_activity, no sleep), releases the row, and then the child, if created, is revoked.
+func TestKeyRevocationRacingMintRevokesChild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	s := pgstore.NewTenants(pool)
+	tn, _, err := s.TenantCreate(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var got int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d statements wait on a lock, want %d", got, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := range 5 {
+		parent, _, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: "parent", Scopes: tenant.AllScopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hold.Exec(ctx, `SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE`, parent.ID); err != nil {
+			t.Fatal(err)
+		}
+		type created struct {
+			k   tenant.Key
+			err error
+		}
+		mint, revoke := make(chan created, 1), make(chan error, 1)
+		go func() {
+			k, _, err := s.APIKeyCreate(ctx, tn.ID, tenant.KeySpec{Name: "child", Parent: parent.ID})
+			mint <- created{k, err}
+		}()
+		waiting(1)
+		go func() { revoke <- s.APIKeyRevoke(ctx, tn.ID, parent.ID) }()
+		waiting(2)
+		if err := hold.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m := <-mint
+		if err := <-revoke; err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case errors.Is(m.err, tenant.ErrKeyParentInactive):
+		case m.err != nil:
+			t.Fatalf("round %d: mint: %v", i, m.err)
+		default:
+			if k, err := s.APIKeyGet(ctx, tn.ID, m.k.ID); err != nil || k.RevokedAt == nil {
+				t.Fatalf("round %d: the child minted during the revocation of its parent is not revoked: %+v, %v", i, k, err)
+			}
+		}
 	}
 }

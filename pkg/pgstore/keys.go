@@ -29,7 +29,10 @@ func (s *Tenants) KeyCreate(ctx context.Context, tenantID uuid.UUID) (string, er
 }
 
 // APIKeyCreate checks spec and adds an API key to the tenant: its record and its secret, which
-// is not stored and cannot be read again.
+// is not stored and cannot be read again. With a spec.Parent, the key is created only while the
+// parent authenticates (tenant.ErrKeyParentInactive otherwise), checked by the insert itself under
+// the tenant row lock that revocations take too (lock order: tenants row, then api_keys rows), so
+// a parent revoked concurrently either sees the child and revokes it or is seen revoked.
 func (s *Tenants) APIKeyCreate(ctx context.Context, tenantID uuid.UUID, spec tenant.KeySpec) (tenant.Key, string, error) {
 	if err := spec.Normalize(time.Now()); err != nil {
 		return tenant.Key{}, "", err
@@ -53,6 +56,8 @@ func (s *Tenants) APIKeyCreate(ctx context.Context, tenantID uuid.UUID, spec ten
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return tenant.Key{}, "", tenant.ErrNotFound
+	case errors.Is(err, tenant.ErrKeyParentInactive):
+		return tenant.Key{}, "", tenant.ErrKeyParentInactive
 	case errors.Is(err, errTooManyKeys):
 		return tenant.Key{}, "", errTooManyKeys
 	case err != nil:
@@ -150,18 +155,27 @@ func (s *Tenants) APIKeyGet(ctx context.Context, tenantID, id uuid.UUID) (tenant
 }
 
 // APIKeyRotate gives the tenant's API key id a new secret, keeping its id, name, scopes and
-// expiry: the old secret stops working at once, on every replica. A revoked key is not found; an
+// expiry: the old secret stops working at once, on every replica, and so do the keys created with
+// it (its descendants are revoked in the same transaction). A revoked key is not found; an
 // expired one cannot be rotated (tenant.ErrKeyExpired).
 func (s *Tenants) APIKeyRotate(ctx context.Context, tenantID, id uuid.UUID) (tenant.Key, string, error) {
 	secret, hash, prefix, err := tenant.NewKey()
 	if err != nil {
 		return tenant.Key{}, "", err
 	}
-	row := s.pool.QueryRow(ctx, `UPDATE api_keys SET key_hash = $3, prefix = $4, rotated_at = now()
-		WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-		RETURNING `+keyColumns, id, tenantID, hash, prefix)
-	k, _, err := scanKey(row)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var k tenant.Key
+	err = lockedForKeys(ctx, s, tenantID, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `UPDATE api_keys SET key_hash = $3, prefix = $4, rotated_at = now()
+			WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+			RETURNING `+keyColumns, id, tenantID, hash, prefix)
+		if k, _, err = scanKey(row); err != nil {
+			return err
+		}
+		// The keys created with the old secret go with it: its descendants, not the key itself.
+		_, err = tx.Exec(ctx, revokeTree+` SELECT id FROM tree WHERE id <> $1)`, id, tenantID)
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, tenant.ErrNotFound) {
 		old, gerr := s.APIKeyGet(ctx, tenantID, id)
 		if gerr == nil && old.RevokedAt == nil {
 			return tenant.Key{}, "", tenant.ErrKeyExpired
@@ -174,36 +188,69 @@ func (s *Tenants) APIKeyRotate(ctx context.Context, tenantID, id uuid.UUID) (ten
 	return k, secret, nil
 }
 
-// APIKeyRevoke revokes the tenant's API key id: later requests with it answer 401 on every
-// replica. Revoking a revoked key does nothing; an unknown one is tenant.ErrNotFound.
+// APIKeyRevoke revokes the tenant's API key id and every key it created, their children
+// included (parent_id, recursively), in one statement: later requests with any of them answer 401
+// on every replica. Revoking a revoked key revokes what it created since (nothing, as a revoked
+// key creates none) and answers nil; an unknown one is tenant.ErrNotFound.
 func (s *Tenants) APIKeyRevoke(ctx context.Context, tenantID, id uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
-		WHERE id = $1 AND tenant_id = $2`, id, tenantID)
+	var n int64
+	err := lockedForKeys(ctx, s, tenantID, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, revokeTree+` SELECT id FROM tree)`, id, tenantID)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return dbError(err, "tenant: key revoke")
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return tenant.ErrNotFound
 	}
 	return nil
 }
 
-// KeyRevoke revokes the key with secret; later authentications with it fail.
+// revokeTree, completed by a selection from tree and a closing parenthesis, is the statement that
+// revokes the keys it selects of tree: the key $1 of the tenant $2 and its descendants. A key
+// already revoked keeps its revocation time (and still counts as affected).
+const revokeTree = `WITH RECURSIVE tree AS (
+		SELECT id FROM api_keys WHERE id = $1 AND tenant_id = $2
+		UNION
+		SELECT k.id FROM api_keys k JOIN tree ON k.parent_id = tree.id WHERE k.tenant_id = $2)
+	UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id IN (`
+
+// lockedForKeys runs f in a transaction holding the tenant's row lock, which key creates and
+// revocations take first: a revocation's statement then sees every child created before it, and
+// a create's insert sees every revocation before it. tenant.ErrNotFound without the tenant.
+func lockedForKeys(ctx context.Context, s *Tenants, tenantID uuid.UUID, f func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return tenant.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return f(tx)
+	})
+}
+
+// KeyRevoke revokes the unrevoked key with secret and its descendants, as APIKeyRevoke does;
+// later authentications with any of them fail.
 func (s *Tenants) KeyRevoke(ctx context.Context, tenantID uuid.UUID, secret string) error {
-	hash := tenant.KeyHash(secret)
-	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = now()
-		WHERE tenant_id = $1 AND key_hash = $2 AND revoked_at IS NULL`, tenantID, hash)
+	var id uuid.UUID
+	err := s.pool.QueryRow(ctx, `SELECT id FROM api_keys WHERE tenant_id = $1 AND key_hash = $2 AND revoked_at IS NULL`,
+		tenantID, tenant.KeyHash(secret)).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tenant.ErrNotFound
+	}
 	if err != nil {
 		return dbError(err, "tenant: key revoke")
 	}
-	if tag.RowsAffected() == 0 {
-		return tenant.ErrNotFound
-	}
-	return nil
+	return s.APIKeyRevoke(ctx, tenantID, id)
 }
 
 const keyColumns = `id, tenant_id, name, prefix, scopes, created_at, last_used_at, expires_at, rotated_at, revoked_at,
-	(expires_at IS NOT NULL AND expires_at <= now())`
+	(expires_at IS NOT NULL AND expires_at <= now()), parent_id`
 
 const keySelect = `SELECT ` + keyColumns + ` FROM api_keys`
 
@@ -212,7 +259,7 @@ func scanKey(row pgx.Row) (tenant.Key, bool, error) {
 	var k tenant.Key
 	var expired bool
 	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.Scopes, &k.CreatedAt, &k.LastUsedAt,
-		&k.ExpiresAt, &k.RotatedAt, &k.RevokedAt, &expired)
+		&k.ExpiresAt, &k.RotatedAt, &k.RevokedAt, &expired, &k.ParentID)
 	return k, expired, err
 }
 
@@ -235,10 +282,23 @@ func keyInsert(ctx context.Context, db execer, tenantID uuid.UUID, spec tenant.K
 	if len(spec.Scopes) == 0 {
 		spec.Scopes = []string{tenant.ScopeRead, tenant.ScopeWrite}
 	}
-	row := db.QueryRow(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix, name, scopes, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+keyColumns,
-		uuid.New(), tenantID, hash, prefix, spec.Name, spec.Scopes, spec.ExpiresAt)
+	var parent *uuid.UUID
+	if spec.Parent != uuid.Nil {
+		parent = &spec.Parent
+	}
+	// The parent is checked by the insert itself, its row share-locked until the commit (a
+	// revocation's update of it waits for the child to be committed; the tenant row lock, taken
+	// by both first, is what makes the revocation's statement see the child).
+	row := db.QueryRow(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix, name, scopes, expires_at, parent_id)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8
+		WHERE $8::uuid IS NULL OR EXISTS (SELECT 1 FROM api_keys p WHERE p.id = $8 AND p.tenant_id = $2
+			AND p.revoked_at IS NULL AND (p.expires_at IS NULL OR p.expires_at > now()) FOR SHARE)
+		RETURNING `+keyColumns,
+		uuid.New(), tenantID, hash, prefix, spec.Name, spec.Scopes, spec.ExpiresAt, parent)
 	k, _, err := scanKey(row)
+	if errors.Is(err, pgx.ErrNoRows) && parent != nil {
+		return tenant.Key{}, "", tenant.ErrKeyParentInactive
+	}
 	if err != nil {
 		return tenant.Key{}, "", err
 	}

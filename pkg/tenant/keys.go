@@ -42,6 +42,9 @@ type Key struct {
 	ExpiresAt  *time.Time `json:"expiresAt"`
 	RotatedAt  *time.Time `json:"rotatedAt"`
 	RevokedAt  *time.Time `json:"revokedAt"`
+	// ParentID is the key whose request created this one; nil for a tenant's first key and for
+	// keys created before parents were recorded. Revoking a key revokes its descendants.
+	ParentID *uuid.UUID `json:"parentId"`
 }
 
 // CanWrite reports whether the key allows requests that change something.
@@ -67,12 +70,18 @@ type KeySpec struct {
 	Name      string
 	Scopes    []string
 	ExpiresAt *time.Time
+	// Parent is the key creating this one (uuid.Nil: none). The store creates the key only while
+	// the parent still authenticates (not revoked, not expired).
+	Parent uuid.UUID
 }
 
 // Key errors.
 var (
 	// ErrKeyExpired reports an API key past its expiry.
 	ErrKeyExpired = &fault.Error{Code: fault.NotFound, Message: "API key expired"}
+	// ErrKeyParentInactive reports a key create whose parent (KeySpec.Parent) was revoked or
+	// expired before the key could be stored: nothing was created.
+	ErrKeyParentInactive = &fault.Error{Code: fault.NotFound, Message: "the API key creating the key was revoked or has expired"}
 	// ErrInvalidKeySpec reports a key name or scope that breaks the rules.
 	ErrInvalidKeySpec = &fault.Error{Code: fault.Invalid, Message: "invalid API key"}
 )

@@ -181,8 +181,21 @@ func (f *fetcher) parse(raw string) (*url.URL, error) {
 	if u.User != nil {
 		return nil, webError(CodeInvalidURL, "URLs with credentials are not fetched")
 	}
-	if a, err := netip.ParseAddr(u.Hostname()); err == nil && !f.allowed(a) {
+	// An IPv4 address in another form (127.1, 0x7f000001) is judged, and fetched, as the address
+	// it is (netguard.HostAddr); a numeric host that is no address is refused.
+	a, isAddr, err := netguard.HostAddr(u.Hostname())
+	if err != nil {
+		return nil, webError(CodeInvalidURL, "%q is not an absolute http or https URL: its host is %v", raw, err)
+	}
+	if isAddr && !f.allowed(a) {
 		return nil, webError(CodeBlockedURL, "%s is not a public address", a)
+	}
+	if isAddr && a.Is4() && u.Hostname() != a.String() {
+		if port := u.Port(); port != "" {
+			u.Host = net.JoinHostPort(a.String(), port)
+		} else {
+			u.Host = a.String()
+		}
 	}
 	return u, nil
 }

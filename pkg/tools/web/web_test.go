@@ -46,7 +46,10 @@ func TestWebFetchRefusesLocalAddresses(t *testing.T) {
 	port := strings.TrimPrefix(target, "http://127.0.0.1:")
 	for _, u := range []string{target, "http://localhost:" + port + "/", "http://[::1]:" + port + "/",
 		"http://0.0.0.0:" + port, "http://169.254.169.254/latest/meta-data/", "http://10.1.2.3/", "http://192.168.0.1/",
-		"http://[fd00::1]/", "http://[::ffff:127.0.0.1]:" + port + "/", "http://100.64.0.1/"} {
+		"http://[fd00::1]/", "http://[::ffff:127.0.0.1]:" + port + "/", "http://100.64.0.1/",
+		// Non-canonical IPv4 forms of 127.0.0.1 and 169.254.169.254 (issue 17, finding 5).
+		"http://127.1:" + port + "/", "http://2130706433:" + port + "/", "http://0x7f000001:" + port + "/",
+		"http://0177.0.0.1:" + port + "/", "http://0xa9fea9fe/"} {
 		text, code := fetch(t, web.Config{}, context.Background(), u)
 		if code != web.CodeBlockedURL {
 			t.Errorf("%s: %q %s, want %s", u, text, code, web.CodeBlockedURL)
