@@ -1014,8 +1014,8 @@ class SessionView {
 // dispatches named events only to listeners of that name.
 const KNOWN_TYPES = ['agent/inbox/spliced', 'turn/start', 'turn/end', 'step/start', 'step/end', 'user/message',
   'request/header', 'request/context', 'assistant/chunk', 'assistant/message', 'tool/call', 'tool/result',
-  'todo/write', 'session/end-seed', 'llm/retry', 'agent/cancel', 'approval/asked', 'approval/decided',
-  'approval/policy', 'tool/code-dispatch-start', 'tool/code-dispatch', 'agent-preset/selected', 'command/run',
+  'todo/write', 'session/end-seed', 'llm/retry', 'agent/cancel', 'turn/trace', 'assistant/usage', 'approval/asked',
+  'approval/decided', 'approval/policy', 'tool/code-dispatch-start', 'tool/code-dispatch', 'agent-preset/selected', 'command/run',
   'command/done', 'compact/start', 'compact/end', 'compact/prune', 'compact/summary', 'feedback/record',
   'goal/change', 'hook/invoked', 'hook/result', 'llm/retry-started', 'permission/preset', 'plan/mode',
   'sandbox/mode', 'schedule/change', 'session/title', 'session/title-llm-request', 'subagent/descriptor',

@@ -30,11 +30,11 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	r.steps = 0
 	started := time.Now()
 	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
-	start := eventlog.TurnStart{Turn: turn}
+	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
 	if telemetry.Sampled(span) {
-		start.TraceID = span.SpanContext().TraceID().String()
+		r.w.stage(staged{typ: eventlog.TypeTurnTrace, ignorable: true,
+			data: eventlog.TurnTrace{Turn: turn, TraceID: span.SpanContext().TraceID().String()}})
 	}
-	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: start})
 	end, err := r.turnSteps(ctx, turn)
 	if errors.Is(err, errLog) {
 		endSpan(span, first, nil, err)
