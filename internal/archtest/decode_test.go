@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,5 +122,40 @@ func f(ev, evs, e, x any) {
 	}
 	if len(found) != 3 {
 		t.Fatalf("found %v, want the three decodes of a Data field", found)
+	}
+}
+
+// sqlDataPath is a JSON path into an event's stored data in SQL (e.data->>'turn', data #> '{a}').
+var sqlDataPath = regexp.MustCompile(`\bdata\s*(?:->>?|#>>?)\s*'[^']*'`)
+
+// plannedSQLPaths are the SQL JSON paths into event data that remain, by file, as
+// docs/architecture.md section 3 lists them with the plan that removes them. The list may only
+// shrink: a new path reads event data outside pkg/eventlog.
+var plannedSQLPaths = map[string]int{
+	"pkg/pgstore/status.go": 4, // data->>'turn' twice (SessionStates, TurnBefore), data->>'id' of asked and decided
+}
+
+// TestSQLReadsNoNewEventDataPaths: the SQL of the module (non-test Go files and migrations) reads
+// JSON paths of event data only where the plan lists them.
+func TestSQLReadsNoNewEventDataPaths(t *testing.T) {
+	r := readRepo(t)
+	got := map[string]int{}
+	for _, name := range r.sorted() {
+		if strings.HasSuffix(name, "_test.go") || !(strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".sql")) {
+			continue
+		}
+		if n := len(sqlDataPath.FindAllString(r.files[name], -1)); n > 0 {
+			got[name] = n
+		}
+	}
+	for name, n := range got {
+		if n > plannedSQLPaths[name] {
+			t.Errorf("%s reads %d JSON paths of event data in SQL; the plan (docs/architecture.md section 3) has %d there", name, n, plannedSQLPaths[name])
+		}
+	}
+	for name, n := range plannedSQLPaths {
+		if got[name] < n {
+			t.Errorf("%s reads %d JSON paths of event data, fewer than the %d planned: shrink plannedSQLPaths and the docs", name, got[name], n)
+		}
 	}
 }
