@@ -286,8 +286,8 @@ type AgentCancel struct {
 	KeepInbox bool  `json:"keepInbox,omitempty"`
 }
 
-// TurnTrace is dshd's extension event, written ignorable right after turn/start in the same
-// batch when the replica that runs the turn traces it: TraceID is the OpenTelemetry trace id (32
+// TurnTrace is dshd's extension event, written ignorable right after turn/start (the next seq)
+// when the replica that runs the turn traces it: TraceID is the OpenTelemetry trace id (32
 // lowercase hex digits) of the turn's spans (docs/observability.md).
 type TurnTrace struct {
 	Turn    int    `json:"turn"`
