@@ -7,7 +7,7 @@ GO       ?= go
 BIN      ?= bin/dshd
 BENCH    ?= .
 BENCHPKG ?= ./...
-NORACE   ?= ^(TestHostile.*|TestIssue9Finding5IdleSubscriberMemory|TestIssue9Finding5StalledReadersAreCheap)$$
+NORACE   ?= ^(TestHostile.*|TestIdleSubscriberMemory|TestStalledReadersAreCheap)$$
 
 # Development settings for `make run`; override on the command line or in the environment.
 export DSHD_ADDR        ?= 127.0.0.1:8080

@@ -84,12 +84,12 @@ func idleEnv(tb testing.TB, n int) *env {
 	})
 }
 
-// TestIssue9Finding5IdleSubscriberMemory: 1,000 idle SSE subscribers cost at most 20 KiB each in
+// TestIdleSubscriberMemory: 1,000 idle SSE subscribers cost at most 20 KiB each in
 // heap and stacks (runtime.MemStats after GC), on one session or spread over 100. -race inflates
 // both, so under it the numbers are only logged.
 //
 //	go test -run IdleSubscriberMemory -v ./api
-func TestIssue9Finding5IdleSubscriberMemory(t *testing.T) {
+func TestIdleSubscriberMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: opens 1,000 streams")
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -137,30 +136,25 @@ type turnWatch struct {
 func (t *turnWatch) observe(ev eventlog.Event) (last bool) {
 	switch ev.Type {
 	case eventlog.TypeTurnStart, eventlog.TypeStepStart, eventlog.TypeTurnEnd:
-		var d struct {
-			Turn int `json:"turn"`
-		}
-		if json.Unmarshal(ev.Data, &d) != nil {
+		n, ok := eventlog.TurnNumber(ev)
+		if !ok {
 			return false
 		}
 		if ev.Type != eventlog.TypeTurnEnd {
-			t.current = d.Turn
+			t.current = n
 			return false
 		}
 		if t.serving != 0 {
-			return d.Turn == t.serving
+			return n == t.serving
 		}
 		return t.claimed // claimed, never entered: this turn discarded it
 	case eventlog.TypeUserMessage:
-		var m struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(ev.Data, &m) == nil && m.ID == t.messageID && t.serving == 0 {
+		if id, ok := eventlog.MessageID(ev); ok && id == t.messageID && t.serving == 0 {
 			t.serving = t.current
 		}
 	case eventlog.TypeInboxSpliced:
-		var s eventlog.InboxSpliced
-		if json.Unmarshal(ev.Data, &s) != nil {
+		s, err := eventlog.Decode[eventlog.InboxSpliced](ev)
+		if err != nil {
 			return false
 		}
 		return t.splice(s)

@@ -13,9 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
-	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -34,33 +32,31 @@ const (
 	StatusWaitingApproval = "waiting-approval" // running, and a tool call waits for a person's answer
 )
 
-// Turn statuses besides running and waiting-approval: how the turn ended (turn/end reason.kind,
-// with aborted split into cancelled, by a person, and aborted, by the server), or stalled: open in
-// the log while no replica holds the lease (crash repair will end it interrupted).
+// Turn statuses besides running and waiting-approval: how the turn ended (eventlog.TurnOutcome,
+// the one outcome rule), or stalled: open in the log while no replica holds the lease (crash
+// repair will end it interrupted).
 const (
-	TurnCompleted   = "completed"
-	TurnCancelled   = "cancelled"
-	TurnAborted     = "aborted"
-	TurnFailed      = "failed"
-	TurnMaxTokens   = "max-tokens"
-	TurnInterrupted = "interrupted"
-	TurnBlocked     = "blocked"
+	TurnCompleted   = string(eventlog.OutcomeCompleted)
+	TurnCancelled   = string(eventlog.OutcomeCancelled)
+	TurnAborted     = string(eventlog.OutcomeAborted)
+	TurnFailed      = string(eventlog.OutcomeFailed)
+	TurnMaxTokens   = string(eventlog.OutcomeMaxTokens)
+	TurnInterrupted = string(eventlog.OutcomeInterrupted)
+	TurnBlocked     = string(eventlog.OutcomeBlocked)
 	TurnStalled     = "stalled"
 )
-
-// turnTypes are the event kinds a turn's resource is folded from.
-var turnTypes = []string{eventlog.TypeTurnStart, eventlog.TypeTurnEnd, eventlog.TypeStepStart,
-	eventlog.TypeUserMessage, eventlog.TypeAssistantMessage, eventlog.TypeToolCall, eventlog.TypeToolResult,
-	eventlog.TypeLLMRetry, eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided}
 
 // usageJSON counts what turns cost, as eventlog.Usage defines it (the usage tables and
 // GET /v1/usage count the same).
 type usageJSON = eventlog.Usage
 
-// turnJSON is a turn as the API shows it.
+// turnJSON is a turn as the API shows it: an eventlog.TurnSummary with its live state.
 type turnJSON struct {
 	Turn   int    `json:"turn"`
 	Status string `json:"status"`
+	// Failed is the outcome's Failed: the turn ended on an error or was interrupted (the turns
+	// a turn.failed webhook reports); false while open.
+	Failed bool `json:"failed"`
 	// EndReason is turn/end's reason, null while the turn is open.
 	EndReason json.RawMessage `json:"endReason"`
 	FirstSeq  int64           `json:"firstSeq"` // the turn/start
@@ -75,66 +71,20 @@ type turnJSON struct {
 	PendingApprovals int       `json:"pendingApprovals"`
 	Usage            usageJSON `json:"usage"`
 
-	open      bool
-	approvals []eventlog.Event
+	open bool
 }
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
-// foldTurns folds events of turnTypes (in seq order) into turns. Events outside a turn are
-// skipped. An open turn gets lastSeq as its last seq and the status stalled, until settle.
-func foldTurns(evs []eventlog.Event, lastSeq int64) []*turnJSON {
-	var (
-		out []*turnJSON
-		cur *turnJSON
-	)
-	for _, ev := range evs {
-		if ev.Type == eventlog.TypeTurnStart {
-			var d eventlog.TurnStart
-			if json.Unmarshal(ev.Data, &d) != nil {
-				continue
-			}
-			cur = &turnJSON{Turn: d.Turn, Status: TurnStalled, EndReason: json.RawMessage("null"),
-				FirstSeq: ev.Seq, LastSeq: lastSeq, StartedAt: msTime(ev.Time), MessageIDs: []string{}, open: true}
-			out = append(out, cur)
-			continue
-		}
-		if cur == nil {
-			continue
-		}
-		if _, u, ok := eventlog.EventUsage(ev); ok {
-			cur.Usage.Add(u)
-		}
-		switch ev.Type {
-		case eventlog.TypeTurnEnd:
-			var d struct {
-				Reason json.RawMessage `json:"reason"`
-			}
-			var reason eventlog.TurnReason
-			if json.Unmarshal(ev.Data, &d) != nil || json.Unmarshal(d.Reason, &reason) != nil {
-				continue
-			}
-			end := msTime(ev.Time)
-			cur.EndReason, cur.LastSeq, cur.EndedAt, cur.open = d.Reason, ev.Seq, &end, false
-			cur.DurationMs = ev.Time - cur.StartedAt.UnixMilli()
-			cur.Status = endStatus(reason)
-			cur.approvals = nil
-			cur = nil
-		case eventlog.TypeStepStart:
-			cur.Steps++
-		case eventlog.TypeUserMessage:
-			var m struct {
-				ID     string `json:"id"`
-				Source struct {
-					Kind string `json:"kind"`
-				} `json:"source"`
-			}
-			if json.Unmarshal(ev.Data, &m) == nil && m.Source.Kind == llm.SourceUser {
-				cur.MessageIDs = append(cur.MessageIDs, m.ID)
-			}
-		case eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided:
-			cur.approvals = append(cur.approvals, ev)
-		}
+// turnOut is the API's view of a folded turn. An open turn is stalled until settle.
+func turnOut(t eventlog.TurnSummary) *turnJSON {
+	out := &turnJSON{Turn: t.Turn, Status: TurnStalled, EndReason: json.RawMessage("null"), FirstSeq: t.FirstSeq,
+		LastSeq: t.LastSeq, StartedAt: msTime(t.StartMs), Steps: t.Steps, MessageIDs: t.MessageIDs,
+		PendingApprovals: len(t.Pending), Usage: t.Usage, open: t.Open}
+	if !t.Open {
+		end := msTime(t.EndMs)
+		out.Status, out.Failed, out.EndReason, out.EndedAt = string(t.Outcome), t.Outcome.Failed(), t.Reason, &end
+		out.DurationMs, out.PendingApprovals = t.EndMs-t.StartMs, 0
 	}
 	return out
 }
@@ -146,7 +96,6 @@ func settle(turns []*turnJSON, h eventlog.Head, now time.Time) {
 		if !t.open {
 			continue
 		}
-		t.PendingApprovals = len(approval.Pending(t.approvals))
 		t.DurationMs = max(0, now.UnixMilli()-t.StartedAt.UnixMilli())
 		if i == len(turns)-1 && h.Lease.HeldAt(now) {
 			t.Status = StatusRunning
@@ -155,21 +104,6 @@ func settle(turns []*turnJSON, h eventlog.Head, now time.Time) {
 			}
 		}
 	}
-}
-
-func endStatus(r eventlog.TurnReason) string {
-	switch r.Kind {
-	case eventlog.EndAborted:
-		if r.Reason != nil && r.Reason.Kind == "user" {
-			return TurnCancelled
-		}
-		return TurnAborted
-	case eventlog.EndError:
-		return TurnFailed
-	case eventlog.EndCompleted, eventlog.EndMaxTokens, eventlog.EndInterrupted, eventlog.EndBlocked:
-		return r.Kind
-	}
-	return r.Kind
 }
 
 // sessionStatus is a session's status and the number of its running turn (nil unless one runs or
@@ -225,8 +159,8 @@ func (rs sessionResource) turnRange(ctx context.Context, tenant, id uuid.UUID, h
 		return nil, false, err
 	}
 	i := slices.IndexFunc(starts, func(ev eventlog.Event) bool {
-		var d eventlog.TurnStart
-		return json.Unmarshal(ev.Data, &d) == nil && d.Turn >= first
+		n, ok := eventlog.TurnNumber(ev)
+		return ok && n >= first
 	})
 	if i < 0 {
 		return nil, false, nil
@@ -235,11 +169,15 @@ func (rs sessionResource) turnRange(ctx context.Context, tenant, id uuid.UUID, h
 	if limit >= 0 && i+limit < len(starts) {
 		until, more = starts[i+limit].Seq, true
 	}
-	evs, err := rs.events(ctx, tenant, id, starts[i].Seq-1, until, turnTypes)
+	evs, err := rs.events(ctx, tenant, id, starts[i].Seq-1, until, eventlog.TurnKinds())
 	if err != nil {
 		return nil, false, err
 	}
-	turns := foldTurns(evs, h.Last())
+	folded := eventlog.FoldTurns(evs, h.Last())
+	turns := make([]*turnJSON, len(folded))
+	for i, t := range folded {
+		turns[i] = turnOut(t)
+	}
 	settle(turns, h, time.Now())
 	return turns, more, nil
 }
@@ -395,11 +333,11 @@ func (rs sessionResource) messageAccepted(r *http.Request, id uuid.UUID, mode st
 		}
 	default:
 		evs, err := rs.s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: p.Seq - 1, Limit: 1})
-		if err != nil || len(evs) == 0 || evs[0].Type != eventlog.TypeInboxSpliced {
+		if err != nil || len(evs) == 0 {
 			return out
 		}
-		var sp eventlog.InboxSpliced
-		if json.Unmarshal(evs[0].Data, &sp) != nil || sp.Target != eventlog.InboxNextTurn {
+		sp, ok := eventlog.SpliceSizeOf(evs[0])
+		if !ok || sp.Target != eventlog.InboxNextTurn {
 			return out
 		}
 		n += sp.Start

@@ -8,10 +8,10 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 )
 
-// TestIssue9Finding9TurnWatch drives the message stream's watcher through logs: the stream ends
+// TestTurnWatch drives the message stream's watcher through logs: the stream ends
 // at the turn/end of the turn that entered the message, of a turn that claimed it and discarded
 // it, at a cancel that cleared it, and never at another message's turn.
-func TestIssue9Finding9TurnWatch(t *testing.T) {
+func TestTurnWatch(t *testing.T) {
 	t.Parallel()
 	msg := func(id string) llm.Message { return llm.NewUserMessage(id, "x") }
 	ev := func(typ string, data any) eventlog.Event {

@@ -470,6 +470,8 @@ class SessionView {
     this.approvals = new Map(); // approval id -> card
     this.inbox = { 'next-turn': [], 'next-step': [] };
     this.currentTurn = null;
+    this.endedTurns = new Set(); // ended turns whose status the turn resource has not shown yet
+    this.knownTurns = new Map(); // turn number -> the ended turn as GET .../turns showed it
     this.queue = [];
     this.closed = false;
     this.retry = 0;
@@ -597,6 +599,11 @@ class SessionView {
       if (e.status === 404) { showAlert('This session does not exist (any more).'); return; }
       this.scheduleReconnect();
       return;
+    }
+    // The turns that ended before the page opened, so that their turn/end shows their status at
+    // once (a failed read leaves them to syncTurns).
+    if (!this.turnsRead) {
+      try { await this.readTurns(); this.turnsRead = true; } catch { /* syncTurns reads them */ }
     }
     this.connecting = false;
     if (this.closed || this.es || !navigator.onLine) return;
@@ -866,16 +873,17 @@ class SessionView {
         this.place(h('p', { class: 'note' }, 'cancel requested'));
         this.refreshSoon();
         break;
-      case 'turn/end': {
-        const el = this.turnEl(d.turn);
-        const r = d.reason || {};
-        const st = r.kind === 'aborted' ? (r.reason?.kind === 'user' ? 'cancelled' : 'aborted') : r.kind === 'error' ? 'failed' : r.kind;
-        el.statusEl.replaceChildren(badge(st), r.error ? ` ${r.error.code}: ${r.error.message}` : '', r.reason?.kind && r.kind === 'aborted' ? ` (${r.reason.kind})` : '');
-        el.dataset.status = st;
+      case 'turn/end':
+        this.turnEl(d.turn);
         this.currentTurn = null;
+        if (this.knownTurns.has(d.turn)) {
+          this.showTurn(this.knownTurns.get(d.turn));
+        } else {
+          this.endedTurns.add(d.turn);
+          this.endedCount = (this.endedCount || 0) + 1;
+        }
         this.refreshSoon();
         break;
-      }
       default:
     }
   }
@@ -924,6 +932,7 @@ class SessionView {
 
   async refresh() {
     if (this.closed) return;
+    this.syncTurns();
     try {
       const s = await api('GET', `/v1/sessions/${this.id}`);
       if (this.closed) return;
@@ -938,6 +947,48 @@ class SessionView {
     } catch (e) {
       if (e.status === 404) showAlert('This session does not exist (any more).');
     }
+  }
+
+  // readTurns reads the turns after turn `after` (all of them by default) into knownTurns, the
+  // ended ones; with untilShown it stops once every turn waiting in endedTurns is known.
+  async readTurns(after = 0, untilShown = false) {
+    let cursor = String(after);
+    while (cursor && !this.closed) {
+      const page = await api('GET', `/v1/sessions/${this.id}/turns?limit=500&cursor=${cursor}`);
+      for (const t of page.items) if (t.endedAt) this.knownTurns.set(t.turn, t);
+      cursor = page.nextCursor;
+      if (untilShown && [...this.endedTurns].every((n) => this.knownTurns.has(n))) return;
+    }
+  }
+
+  // syncTurns shows the status of the ended turns as the turn resource has it (GET .../turns: the
+  // server folds the log by its one outcome rule; the dashboard does not fold turn/end itself).
+  // A failed read leaves the turns waiting for the next refresh.
+  async syncTurns() {
+    if (this.closed || this.syncingTurns || !this.endedTurns.size) return;
+    this.syncingTurns = true;
+    const seen = this.endedCount;
+    try {
+      await this.readTurns(Math.min(...this.endedTurns) - 1, true);
+      if (this.closed) return;
+      for (const n of [...this.endedTurns]) {
+        if (this.knownTurns.has(n)) { this.endedTurns.delete(n); this.showTurn(this.knownTurns.get(n)); }
+      }
+      if (this.endedCount !== seen) this.refreshSoon(); // turns that ended during the read
+    } catch {
+      // offline or refused: the next refresh reads again
+    } finally {
+      this.syncingTurns = false;
+    }
+  }
+
+  showTurn(t) {
+    const el = this.turnEl(t.turn);
+    const r = t.endReason || {};
+    el.statusEl.replaceChildren(badge(t.status), r.error ? ` ${r.error.code}: ${r.error.message}` : '',
+      t.status === 'aborted' && r.reason?.kind ? ` (${r.reason.kind})` : '');
+    el.classList.toggle('failed', t.failed);
+    el.dataset.status = t.status;
   }
 
   cancel() {
@@ -1014,8 +1065,8 @@ class SessionView {
 // dispatches named events only to listeners of that name.
 const KNOWN_TYPES = ['agent/inbox/spliced', 'turn/start', 'turn/end', 'step/start', 'step/end', 'user/message',
   'request/header', 'request/context', 'assistant/chunk', 'assistant/message', 'tool/call', 'tool/result',
-  'todo/write', 'session/end-seed', 'llm/retry', 'agent/cancel', 'approval/asked', 'approval/decided',
-  'approval/policy', 'tool/code-dispatch-start', 'tool/code-dispatch', 'agent-preset/selected', 'command/run',
+  'todo/write', 'session/end-seed', 'llm/retry', 'agent/cancel', 'turn/trace', 'assistant/usage', 'approval/asked',
+  'approval/decided', 'approval/policy', 'tool/code-dispatch-start', 'tool/code-dispatch', 'agent-preset/selected', 'command/run',
   'command/done', 'compact/start', 'compact/end', 'compact/prune', 'compact/summary', 'feedback/record',
   'goal/change', 'hook/invoked', 'hook/result', 'llm/retry-started', 'permission/preset', 'plan/mode',
   'sandbox/mode', 'schedule/change', 'session/title', 'session/title-llm-request', 'subagent/descriptor',

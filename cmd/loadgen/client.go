@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/dshd/dshd/pkg/eventlog"
 )
 
 // client talks to a dshd server with one tenant's API key. It is safe for concurrent use.
@@ -120,14 +122,11 @@ func (c *client) turn(ctx context.Context, sessionID, content string) (turnResul
 	if last != "turn/end" {
 		return res, fmt.Errorf("stream ended after %d events with %q, not turn/end", res.Events, last)
 	}
-	var end struct {
-		Data struct {
-			Reason struct {
-				Kind string `json:"kind"`
-			} `json:"reason"`
-		} `json:"data"`
+	var ev eventlog.Event
+	if err := json.Unmarshal([]byte(res.End), &ev); err != nil {
+		return res, fmt.Errorf("turn did not complete: %s", res.End)
 	}
-	if err := json.Unmarshal([]byte(res.End), &end); err != nil || end.Data.Reason.Kind != "completed" {
+	if end, err := eventlog.Decode[eventlog.TurnEnd](ev); err != nil || eventlog.TurnOutcome(end.Reason) != eventlog.OutcomeCompleted {
 		return res, fmt.Errorf("turn did not complete: %s", res.End)
 	}
 	return res, nil

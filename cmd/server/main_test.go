@@ -142,10 +142,10 @@ func TestMainServesAndShutsDownGracefully(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding4SlowClientsAreCut runs the program with short read bounds over real TCP: a
+// TestSlowClientsAreCut runs the program with short read bounds over real TCP: a
 // request head trickled a byte at a time is cut at DSHD_READ_HEADER_TIMEOUT, and a trickled body
 // answers 408 at DSHD_BODY_READ_TIMEOUT, without an API key in either case.
-func TestIssue9Finding4SlowClientsAreCut(t *testing.T) {
+func TestSlowClientsAreCut(t *testing.T) {
 	t.Parallel()
 	m := newTestMain(t, func(c *Config) {
 		c.ReadHeaderTimeout = 300 * time.Millisecond

@@ -74,9 +74,10 @@ func (c obsClient) session(preset map[string]any) string {
 }
 
 type obsEvent struct {
-	Seq  int64           `json:"seq"`
-	Type string          `json:"type"`
-	Data json.RawMessage `json:"data"`
+	Seq       int64           `json:"seq"`
+	Type      string          `json:"type"`
+	Data      json.RawMessage `json:"data"`
+	Ignorable bool            `json:"ignorable"`
 }
 
 // events returns the session's whole log.

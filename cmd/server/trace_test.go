@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,8 +154,9 @@ func attrInt(s *tracepb.Span, key string) (int64, bool) {
 // TestTraceOfToolTurns runs the program with tracing pointed at an in-test OTLP receiver (the
 // real exporter, over HTTP) and checks the span tree of a tool turn and of a run_code turn:
 // turn > step > chat and execute_tool, run_code's sub-calls under its execute_tool span; the
-// session, tenant and seq range on the turn span; the turn/start event's traceId and the
-// worker's log lines carrying the same trace id (docs/observability.md).
+// session, tenant and seq range on the turn span; the turn's traceId, on the ignorable turn/trace
+// right after its turn/start (which keeps the reference's shape, without one), and the worker's
+// log lines carrying the same trace id (docs/observability.md).
 func TestTraceOfToolTurns(t *testing.T) {
 	t.Parallel()
 	rc := newOTLPReceiver(t)
@@ -226,9 +228,13 @@ return a + b;`
 	}
 	tree := newSpanTree(spans)
 	t.Logf("the receiver got %d spans", len(spans))
-	starts, endSeqs := map[int]obsEvent{}, map[int]int64{}
+	starts, endSeqs, traces := map[int]obsEvent{}, map[int]int64{}, map[int]obsEvent{}
 	for _, ev := range evs {
 		switch ev.Type {
+		case eventlog.TypeTurnTrace:
+			var d eventlog.TurnTrace
+			_ = json.Unmarshal(ev.Data, &d)
+			traces[d.Turn] = ev
 		case eventlog.TypeTurnStart:
 			var d eventlog.TurnStart
 			_ = json.Unmarshal(ev.Data, &d)
@@ -280,10 +286,14 @@ return a + b;`
 		if !ok1 || !ok2 || first != starts[int(n)].Seq || last != endSeqs[int(n)] {
 			t.Errorf("turn %d seq range %d..%d (%v %v), want %d..%d", n, first, last, ok1, ok2, starts[int(n)].Seq, endSeqs[int(n)])
 		}
-		var start eventlog.TurnStart
-		_ = json.Unmarshal(starts[int(n)].Data, &start)
-		if start.TraceID != tid {
-			t.Errorf("turn/start %d traceId %q, span trace %s", n, start.TraceID, tid)
+		var trace eventlog.TurnTrace
+		tr := traces[int(n)]
+		_ = json.Unmarshal(tr.Data, &trace)
+		if trace.TraceID != tid || !tr.Ignorable || tr.Seq != starts[int(n)].Seq+1 {
+			t.Errorf("turn/trace %d %+v (seq %d, ignorable %v), span trace %s, turn/start at %d", n, trace, tr.Seq, tr.Ignorable, tid, starts[int(n)].Seq)
+		}
+		if strings.Contains(string(starts[int(n)].Data), "traceId") {
+			t.Errorf("turn/start %d carries a traceId: %s", n, starts[int(n)].Data)
 		}
 		// Two steps (the tool step, then the answer), each with one model call.
 		steps := tree.kids(turn, "dshd.step")

@@ -340,9 +340,10 @@ func (r *Runner) assistant(cs *chunkStager, turn, step int) (llm.Message, string
 }
 
 // interrupted writes the text and reasoning streamed before a cancel as an interrupted message
-// (half-streamed tool calls are dropped) and returns err. Its usage is the provider's when the
-// usage chunk came before the cancel, else estimated from req and what was streamed
-// (llm.EstimateUsage, marked estimated): the call is billed either way.
+// (half-streamed tool calls are dropped) and returns err. The message carries no usage, as in
+// the reference; the ignorable assistant/usage after it does: the provider's when the usage
+// chunk came before the cancel, else estimated from req and what was streamed
+// (llm.EstimateUsage, marked estimated), so the call is billed either way.
 func (r *Runner) interrupted(cs *chunkStager, req llm.Request, turn, step int, err error) error {
 	content := cs.partial()
 	if len(content) > 0 {
@@ -352,8 +353,9 @@ func (r *Runner) interrupted(cs *chunkStager, req llm.Request, turn, step int, e
 			usage = &u
 		}
 		r.w.stage(staged{typ: eventlog.TypeAssistantMessage, surface: true, cites: cs.cites,
-			data: eventlog.AssistantMessage{Turn: turn, Step: step, Message: r.assistantMessage(content),
-				Usage: usage, Interrupted: true}})
+			data: eventlog.AssistantMessage{Turn: turn, Step: step, Message: r.assistantMessage(content), Interrupted: true}})
+		r.w.stage(staged{typ: eventlog.TypeAssistantUsage, ignorable: true,
+			data: eventlog.AssistantUsage{Turn: turn, Step: step, Usage: *usage}})
 	}
 	return err
 }

@@ -79,10 +79,13 @@ func TestTraceIDsOnlyOfSampledTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc, ok := r.SpanContext()
-	starts := h.ofType(eventlog.TypeTurnStart)
-	first := decode[eventlog.TurnStart](t, starts[0].Data)
-	if !ok || first.TraceID == "" || sc.TraceID().String() != first.TraceID {
-		t.Fatalf("sampled turn: SpanContext %v %v, turn/start traceId %q", sc, ok, first.TraceID)
+	traces := h.ofType(eventlog.TypeTurnTrace)
+	if len(traces) != 1 || !traces[0].Ignorable || traces[0].Seq != h.ofType(eventlog.TypeTurnStart)[0].Seq+1 {
+		t.Fatalf("sampled turn: turn/trace events %+v", traces)
+	}
+	first := decode[eventlog.TurnTrace](t, traces[0].Data)
+	if !ok || first.Turn != 1 || sc.TraceID().String() != first.TraceID {
+		t.Fatalf("sampled turn: SpanContext %v %v, turn/trace %+v", sc, ok, first)
 	}
 	names := map[string]bool{}
 	for _, s := range rec.Ended() {
@@ -100,12 +103,12 @@ func TestTraceIDsOnlyOfSampledTurns(t *testing.T) {
 	if _, err := r.Serve(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	starts = h.ofType(eventlog.TypeTurnStart)
+	starts := h.ofType(eventlog.TypeTurnStart)
 	if len(starts) != 2 {
 		t.Fatalf("%d turns", len(starts))
 	}
-	if second := decode[eventlog.TurnStart](t, starts[1].Data); second.TraceID != "" {
-		t.Errorf("unsampled turn/start has traceId %q", second.TraceID)
+	if traces := h.ofType(eventlog.TypeTurnTrace); len(traces) != 1 {
+		t.Errorf("an unsampled turn has a turn/trace: %+v", traces)
 	}
 	if sc, ok := r.SpanContext(); ok {
 		t.Errorf("after an unsampled turn SpanContext is %v (the last sampled turn's?)", sc)

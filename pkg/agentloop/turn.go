@@ -30,11 +30,11 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	r.steps = 0
 	started := time.Now()
 	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
-	start := eventlog.TurnStart{Turn: turn}
+	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
 	if telemetry.Sampled(span) {
-		start.TraceID = span.SpanContext().TraceID().String()
+		r.w.stage(staged{typ: eventlog.TypeTurnTrace, ignorable: true,
+			data: eventlog.TurnTrace{Turn: turn, TraceID: span.SpanContext().TraceID().String()}})
 	}
-	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: start})
 	end, err := r.turnSteps(ctx, turn)
 	if errors.Is(err, errLog) {
 		endSpan(span, first, nil, err)
@@ -42,7 +42,7 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	}
 	// A cancel that cleared the inbox before the turn's first batch was written aborts the turn,
 	// whatever it did meanwhile: its reason is decided when turn/end is written.
-	lost := Reason{Kind: eventlog.EndAborted, Reason: &Cause{Kind: "user"}}
+	lost := Reason{Kind: eventlog.EndAborted, Reason: &Cause{Kind: eventlog.CauseUser}}
 	last := r.w.stage(staged{typ: eventlog.TypeTurnEnd, dataFn: func(*eventlog.Head) (any, error) {
 		if r.claimLost {
 			return eventlog.TurnEnd{Turn: turn, Reason: lost}, nil
@@ -202,7 +202,7 @@ func (r *Runner) assemble(ctx context.Context) (promptasm.Result, error) {
 }
 
 func aborted(ctx context.Context) Reason {
-	cause := Cause{Kind: "user"}
+	cause := Cause{Kind: eventlog.CauseUser}
 	var ce *CancelError
 	if errors.As(context.Cause(ctx), &ce) {
 		cause = ce.Cause

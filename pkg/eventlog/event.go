@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -34,6 +35,11 @@ const (
 	TypeLLMRetry             = "llm/retry"
 	// TypeAgentCancel is dshd's durable cancel request (AgentCancel), written ignorable.
 	TypeAgentCancel = "agent/cancel"
+	// TypeTurnTrace is dshd's trace id of a turn (TurnTrace), written ignorable.
+	TypeTurnTrace = "turn/trace"
+	// TypeAssistantUsage is dshd's usage of an interrupted model call (AssistantUsage), written
+	// ignorable.
+	TypeAssistantUsage = "assistant/usage"
 )
 
 // knownTypes is the vocabulary this build understands (SES-8, SES-9): the core kinds plus the
@@ -53,10 +59,20 @@ var knownTypes = map[string]bool{
 	"tool-workflow/agent-start": true, "tool-workflow/run-end": true,
 	"tool-workflow/run-start": true, TypeToolCall: true, TypeToolCodeDispatch: true,
 	TypeToolCodeDispatchInit: true, TypeToolResult: true, TypeTurnEnd: true, TypeTurnStart: true,
-	TypeUserMessage: true, "web/deepseek-search-llm-request": true,
+	TypeUserMessage: true, "web/deepseek-search-llm-request": true, TypeTurnTrace: true, TypeAssistantUsage: true,
 }
 
 var knownPrefixes = []string{"compaction/", "team/"}
+
+// KnownTypes returns the kinds of the vocabulary of this build, sorted, and the families it knows
+// by prefix ("compaction/"): what KnownType accepts.
+func KnownTypes() (kinds, prefixes []string) {
+	for k := range knownTypes {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds, slices.Clone(knownPrefixes)
+}
 
 // KnownType reports whether typ belongs to the event vocabulary of this build (SES-9).
 func KnownType(typ string) bool {

@@ -33,7 +33,8 @@ func init() {
 		func() Payload { return new(ApprovalAsked) }, func() Payload { return new(ApprovalDecided) },
 		func() Payload { return new(ApprovalPolicy) }, func() Payload { return new(CodeDispatchStart) },
 		func() Payload { return new(CodeDispatch) }, func() Payload { return new(LLMRetry) },
-		func() Payload { return new(AgentCancel) },
+		func() Payload { return new(AgentCancel) }, func() Payload { return new(TurnTrace) },
+		func() Payload { return new(AssistantUsage) },
 	} {
 		kinds[f().Type()] = f
 	}
@@ -66,12 +67,10 @@ func Decode[P any, PP interface {
 	return p, err
 }
 
-// TurnStart opens turn Turn (SES-8, LOOP-2).
+// TurnStart opens turn Turn (SES-8, LOOP-2), in the reference's shape: the trace of the turn's
+// spans is the extension event TurnTrace.
 type TurnStart struct {
 	Turn int `json:"turn"`
-	// TraceID is the OpenTelemetry trace id (32 hex digits) of the turn's spans when the replica
-	// that ran it traces; omitted otherwise (docs/observability.md).
-	TraceID string `json:"traceId,omitempty"`
 }
 
 // TurnEnd closes turn Turn with its Reason (LOOP-8).
@@ -287,6 +286,24 @@ type AgentCancel struct {
 	KeepInbox bool  `json:"keepInbox,omitempty"`
 }
 
+// TurnTrace is dshd's extension event, written ignorable right after turn/start (the next seq)
+// when the replica that runs the turn traces it: TraceID is the OpenTelemetry trace id (32
+// lowercase hex digits) of the turn's spans (docs/observability.md).
+type TurnTrace struct {
+	Turn    int    `json:"turn"`
+	TraceID string `json:"traceId"`
+}
+
+// AssistantUsage is dshd's extension event, written ignorable right after an interrupted
+// assistant/message (which carries no usage, as in the reference): the usage of the model call a
+// cancel cut off, the provider's when its usage chunk came before the cancel, else an estimate
+// marked Estimated (llm.EstimateUsage). The usage fold counts it like a message's usage.
+type AssistantUsage struct {
+	Turn  int       `json:"turn"`
+	Step  int       `json:"step"`
+	Usage llm.Usage `json:"usage"`
+}
+
 // Type implementations.
 
 func (TurnStart) Type() string         { return TypeTurnStart }
@@ -310,3 +327,5 @@ func (CodeDispatchStart) Type() string { return TypeToolCodeDispatchInit }
 func (CodeDispatch) Type() string      { return TypeToolCodeDispatch }
 func (LLMRetry) Type() string          { return TypeLLMRetry }
 func (AgentCancel) Type() string       { return TypeAgentCancel }
+func (TurnTrace) Type() string         { return TypeTurnTrace }
+func (AssistantUsage) Type() string    { return TypeAssistantUsage }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -250,6 +251,29 @@ func (p LLMRetry) Validate() error {
 func (p AgentCancel) Validate() error {
 	if p.Reason.Kind == "" {
 		return errors.New("reason must be an object with a kind")
+	}
+	return nil
+}
+
+// Validate implements Payload.
+func (p TurnTrace) Validate() error {
+	if err := checkTurn(p.Turn); err != nil {
+		return err
+	}
+	if len(p.TraceID) != 32 || strings.Trim(p.TraceID, "0123456789abcdef") != "" {
+		return errors.New("traceId must be 32 lowercase hex digits")
+	}
+	return nil
+}
+
+// Validate implements Payload.
+func (p AssistantUsage) Validate() error {
+	if err := checkStep(p.Turn, p.Step); err != nil {
+		return err
+	}
+	u := p.Usage
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CacheReadTokens < 0 || u.CacheMissTokens < 0 || u.ReasoningTokens < 0 {
+		return errors.New("usage counts must be integers >= 0")
 	}
 	return nil
 }

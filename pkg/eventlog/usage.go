@@ -10,7 +10,8 @@ import (
 // Usage is what a part of a log cost. It is derived from the events alone, so the same events
 // always give the same usage, whoever folds them (the turn resource over HTTP, the usage tables
 // the store keeps in step with every append, a test summing whole logs):
-//   - tokens: the usage of each assistant/message;
+//   - tokens: the usage of each assistant/message, and of each assistant/usage (dshd's
+//     extension event for an interrupted call, whose message carries none);
 //   - model calls: one per step/start, one more per llm/retry (each retry was a failed call);
 //   - model errors: each llm/retry, and the last attempt of a turn that ended on a model
 //     failure (a turn/end of kind error with a model failure code);
@@ -56,7 +57,7 @@ var ModelFailureCodes = []string{llm.CodeContextWindowExceeded, llm.CodeQuota, l
 
 // usageKinds are the kinds that carry usage or a turn boundary.
 var usageKinds = []string{TypeTurnStart, TypeTurnEnd, TypeStepStart, TypeLLMRetry, TypeAssistantMessage,
-	TypeToolCall, TypeToolResult}
+	TypeAssistantUsage, TypeToolCall, TypeToolResult}
 
 // UsageKinds returns the event kinds EventUsage reads: a reader that only wants usage may
 // filter the log by them.
@@ -118,7 +119,7 @@ func eventUsage(ev Event) (endKind string, u Usage, turn int, ok bool) {
 		case TypeToolCall:
 			u.ToolCalls = 1
 		}
-	case TypeAssistantMessage:
+	case TypeAssistantMessage, TypeAssistantUsage:
 		var m usageMessage
 		if json.Unmarshal(ev.Data, &m) != nil {
 			return "", u, 0, false

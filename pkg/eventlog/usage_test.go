@@ -1,6 +1,7 @@
 package eventlog_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -39,5 +40,25 @@ func TestUsageByTurn(t *testing.T) {
 	}
 	if got[0].Usage.Tokens() != 13 {
 		t.Fatalf("tokens %d", got[0].Usage.Tokens())
+	}
+}
+
+// TestInterruptedCallIsBilledFromItsUsageEvent: an interrupted assistant/message carries no
+// usage, as in the reference (issue 18: dshd wrote its estimate into the message); the
+// ignorable assistant/usage after it is counted instead, so a cancel does not make the call free.
+func TestInterruptedCallIsBilledFromItsUsageEvent(t *testing.T) {
+	t.Parallel()
+	evs := []eventlog.Event{
+		{Seq: 0, Time: 1, Type: "turn/start", Data: []byte(`{"turn":1}`)},
+		{Seq: 1, Time: 1, Type: "step/start", Data: []byte(`{"turn":1,"step":1}`)},
+		{Seq: 2, Time: 1, Type: "assistant/message", Data: []byte(`{"turn":1,"step":1,"message":{"id":"a","role":"assistant","content":[]},"interrupted":true}`)},
+		{Seq: 3, Time: 1, Type: "assistant/usage", Ignorable: true, Data: []byte(`{"turn":1,"step":1,"usage":{"inputTokens":40,"outputTokens":4,"estimated":true}}`)},
+	}
+	got := eventlog.UsageByTurn(evs)
+	if len(got) != 1 || got[0].Usage != (eventlog.Usage{InputTokens: 40, OutputTokens: 4, ModelCalls: 1}) {
+		t.Fatalf("usage %+v", got)
+	}
+	if !slices.Contains(eventlog.UsageKinds(), "assistant/usage") {
+		t.Fatal("UsageKinds leaves out assistant/usage: a filtered read would miss the estimate")
 	}
 }

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
@@ -138,24 +137,17 @@ type batchSizes struct{ turn, step listSizes }
 func inboxSizes(batch []eventlog.Event) batchSizes {
 	z := batchSizes{turn: listSizes{inserted: []int32{}}, step: listSizes{inserted: []int32{}}}
 	for _, ev := range batch {
-		if ev.Type != eventlog.TypeInboxSpliced {
-			continue
-		}
-		var s struct {
-			Target       string            `json:"target"`
-			RemovedCount int               `json:"removedCount"`
-			Inserted     []json.RawMessage `json:"inserted"`
-		}
-		if json.Unmarshal(ev.Data, &s) != nil {
-			continue // prepare validated it
+		s, ok := eventlog.SpliceSizeOf(ev)
+		if !ok {
+			continue // not a splice; prepare validated the splices
 		}
 		l := &z.turn
 		if s.Target == eventlog.InboxNextStep {
 			l = &z.step
 		}
-		l.removed += s.RemovedCount
-		for _, m := range s.Inserted {
-			l.inserted = append(l.inserted, int32(min(len(m), math.MaxInt32)))
+		l.removed += s.Removed
+		for _, n := range s.Inserted {
+			l.inserted = append(l.inserted, int32(min(n, math.MaxInt32)))
 		}
 	}
 	return z

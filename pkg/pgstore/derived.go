@@ -106,7 +106,8 @@ type WebhookEvent struct {
 }
 
 // hookRows returns the webhook events of a stamped batch as JSON, or nil when it causes none:
-// turn.completed or turn.failed (a turn that ended with an error or was interrupted) for each
+// turn.completed or turn.failed (a turn whose eventlog.TurnOutcome failed: it ended with an error
+// or was interrupted) for each
 // turn/end, approval.requested for each approval/asked, and, when release is set, session.idle
 // (the statement keeps it only when the append did release the lease with nothing waiting).
 func hookRows(sessionID uuid.UUID, batch []eventlog.Event, release bool) []byte {
@@ -125,7 +126,7 @@ func hookRows(sessionID uuid.UUID, batch []eventlog.Event, release bool) []byte 
 				continue
 			}
 			typ := WebhookTurnCompleted
-			if end.Reason.Kind == eventlog.EndError || end.Reason.Kind == eventlog.EndInterrupted {
+			if eventlog.TurnOutcome(end.Reason).Failed() {
 				typ = WebhookTurnFailed
 			}
 			add(ev, typ, struct {

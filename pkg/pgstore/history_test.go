@@ -17,10 +17,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// TestIssue9Finding3HistoryPages: walking the history a page at a time, by count or by bytes,
+// TestHistoryPages: walking the history a page at a time, by count or by bytes,
 // gives exactly DeriveMessages for every reference log (replacements included); a walk keeps the
 // history of its first page while the session grows; forged cursors are refused.
-func TestIssue9Finding3HistoryPages(t *testing.T) {
+func TestHistoryPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})
@@ -96,9 +96,9 @@ func TestIssue9Finding3HistoryPages(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding5EventPagesBoundedByBytes: ListQuery.MaxBytes ends a page with the event at
+// TestEventPagesBoundedByBytes: ListQuery.MaxBytes ends a page with the event at
 // which its data reaches the budget (one event at least), and paging with it reads every event.
-func TestIssue9Finding5EventPagesBoundedByBytes(t *testing.T) {
+func TestEventPagesBoundedByBytes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"slices"
 
@@ -49,13 +48,8 @@ func syncInbox(ctx context.Context, q querier, sessionID uuid.UUID) error {
 func replaySizes(evs []eventlog.Event) (turn, step []int32) {
 	turn, step = []int32{}, []int32{}
 	for _, ev := range evs {
-		var s struct {
-			Target       string            `json:"target"`
-			Start        int               `json:"start"`
-			RemovedCount int               `json:"removedCount"`
-			Inserted     []json.RawMessage `json:"inserted"`
-		}
-		if json.Unmarshal(ev.Data, &s) != nil {
+		s, ok := eventlog.SpliceSizeOf(ev)
+		if !ok {
 			continue
 		}
 		l := &turn
@@ -63,10 +57,10 @@ func replaySizes(evs []eventlog.Event) (turn, step []int32) {
 			l = &step
 		}
 		start := min(max(s.Start, 0), len(*l))
-		end := min(start+max(s.RemovedCount, 0), len(*l))
+		end := min(start+max(s.Removed, 0), len(*l))
 		ins := make([]int32, len(s.Inserted))
-		for i, m := range s.Inserted {
-			ins[i] = int32(min(len(m), math.MaxInt32))
+		for i, n := range s.Inserted {
+			ins[i] = int32(min(n, math.MaxInt32))
 		}
 		*l = slices.Concat((*l)[:start], ins, (*l)[end:])
 	}

@@ -14,11 +14,11 @@ import (
 	"github.com/dshd/dshd/pkg/pgstore"
 )
 
-// TestI9F2_PendingBytesFollowTheInbox (issue 9, finding 2): the counter row keeps the size of
+// TestPendingBytesFollowTheInbox (issue 9, finding 2): the counter row keeps the size of
 // every waiting message (the one append statement: insertions at the end, claims from the front,
 // a cancel's clearing), a fork recomputes them, and a post beyond the inbox bound is refused in
 // its transaction, appending nothing.
-func TestI9F2_PendingBytesFollowTheInbox(t *testing.T) {
+func TestPendingBytesFollowTheInbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, _, tenant := newStore(t, pgstore.StoreConfig{})

@@ -23,11 +23,11 @@ func postFollowup(st *pgstore.Store, q *pgstore.Queue, tenant, session uuid.UUID
 		}})
 }
 
-// TestI9F6_TurnSlotsNeverWaitForAnotherTakersCommit (issue 9, finding 6): the tenant check and
+// TestTurnSlotsNeverWaitForAnotherTakersCommit (issue 9, finding 6): the tenant check and
 // the lease take are atomic, and a taker never waits for another taker's commit: with a slot
 // locked by a transaction that has not committed, a post takes another slot at once; with every
 // slot locked or live, it falls back to a wake job at once; LeaseTake answers LeaseTenantFull.
-func TestI9F6_TurnSlotsNeverWaitForAnotherTakersCommit(t *testing.T) {
+func TestTurnSlotsNeverWaitForAnotherTakersCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool, tenant := newStore(t, pgstore.StoreConfig{})

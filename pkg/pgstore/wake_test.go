@@ -36,11 +36,11 @@ func wakeJobs(t *testing.T, pool *pgxpool.Pool) int {
 	return n
 }
 
-// TestI9F7_OneWakeJobPerSession (issue 9, finding 7): posts to an idle session that no poster
+// TestOneWakeJobPerSession (issue 9, finding 7): posts to an idle session that no poster
 // serves enqueue one wake job, not one each; posts to a session whose lease is live enqueue none
 // and keep the holder from releasing (run_wake) until it has served again, also at a turn's
 // last append; a job that ran (lease taken or busy) lets the next post enqueue again.
-func TestI9F7_OneWakeJobPerSession(t *testing.T) {
+func TestOneWakeJobPerSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, pool, tenant := newStore(t, pgstore.StoreConfig{})

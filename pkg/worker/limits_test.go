@@ -9,10 +9,10 @@ import (
 	"github.com/dshd/dshd/pkg/fault"
 )
 
-// TestI9F7_TokenBucketsRefillAndPrune: a bucket refuses past its burst with the wait until the
+// TestTokenBucketsRefillAndPrune: a bucket refuses past its burst with the wait until the
 // next token, refills at its rate, and is forgotten once full again; an unlimited rate never
 // refuses.
-func TestI9F7_TokenBucketsRefillAndPrune(t *testing.T) {
+func TestTokenBucketsRefillAndPrune(t *testing.T) {
 	t.Parallel()
 	l := newPostLimiter(Rate{PerSecond: 2, Burst: 2}, Rate{PerSecond: -1})
 	tenant, sess := uuid.New(), uuid.New()

@@ -260,7 +260,7 @@ func (w *turnWorker) renew(ctx context.Context, a TurnArgs, owner uuid.UUID, r *
 			if j.Released() {
 				return // the turn's last append released it meanwhile
 			}
-			r.Interrupt(agentloop.Cause{Kind: "disposed", Reason: "lease lost"})
+			r.Interrupt(agentloop.Cause{Kind: eventlog.CauseDisposed, Reason: "lease lost"})
 			cancel(errLeaseLost)
 			return
 		case err == nil:

@@ -199,7 +199,7 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	s.cancel()
 	<-s.done
-	s.turns.running.stopAll(agentloop.Cause{Kind: "disposed"})
+	s.turns.running.stopAll(agentloop.Cause{Kind: eventlog.CauseDisposed})
 	done := make(chan struct{})
 	go func() { s.direct.Wait(); close(done) }()
 	select {
@@ -328,7 +328,7 @@ func (s *Service) Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, kee
 		if !h.Lease.HeldAt(time.Now()) && h.Inbox.NextTurn == 0 && h.Inbox.NextStep == 0 {
 			return nil, nil
 		}
-		return agentloop.CancelEvents(h, agentloop.Cause{Kind: "user"}, keepInbox), nil
+		return agentloop.CancelEvents(h, agentloop.Cause{Kind: eventlog.CauseUser}, keepInbox), nil
 	})
 	return len(evs) > 0, err
 }

@@ -25,10 +25,10 @@ type historyOut struct {
 	NextCursor *string
 }
 
-// TestIssue9Finding3HistoryPaginated: GET /history answers pages of at most ?limit= messages and
+// TestHistoryPaginated: GET /history answers pages of at most ?limit= messages and
 // Config.PageBytes of data with a nextCursor, so a long session never answers in one piece; a
 // small session's history is one page of the same shape as before (no nextCursor).
-func TestIssue9Finding3HistoryPaginated(t *testing.T) {
+func TestHistoryPaginated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.PageBytes = 8 << 10 })
 	sid := e.sessionCreate(t, e.keyA)
@@ -77,9 +77,9 @@ func TestIssue9Finding3HistoryPaginated(t *testing.T) {
 	e.do(t, "GET", path, e.keyB, nil).wantProblem(t, 404, "not_found")
 }
 
-// TestIssue9Finding3ResponsesHaveAWriteDeadline: a client that asks for a large response and never
+// TestResponsesHaveAWriteDeadline: a client that asks for a large response and never
 // reads it holds its handler for Config.WriteTimeout, not forever.
-func TestIssue9Finding3ResponsesHaveAWriteDeadline(t *testing.T) {
+func TestResponsesHaveAWriteDeadline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.WriteTimeout = 300 * time.Millisecond; c.PageBytes = 16 << 20 })
 	sid := e.sessionCreate(t, e.keyA)

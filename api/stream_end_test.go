@@ -28,11 +28,11 @@ func (s *rawStream) endsWithin(t testing.TB, d time.Duration) []eventlog.Event {
 	}
 }
 
-// TestIssue9Finding9DiscardedMessageStreamEnds: a message whose turn cannot take a step (the
+// TestDiscardedMessageStreamEnds: a message whose turn cannot take a step (the
 // preset's toolOrder names an unknown tool, so the prompt does not assemble) is claimed and
 // discarded by a turn that ends with turn/end {kind: error}; the message's stream ends with that
 // turn instead of sending heartbeats forever.
-func TestIssue9Finding9DiscardedMessageStreamEnds(t *testing.T) {
+func TestDiscardedMessageStreamEnds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	sid := e.sessionOfPreset(t, e.keyA, `{"name":"p","model":{"provider":"scripted","model":"default"},"tools":{"toolOrder":["no_such_tool","<unlisted-tools>"]}}`)
@@ -57,9 +57,9 @@ func TestIssue9Finding9DiscardedMessageStreamEnds(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding9InjectStreamEnds: an inject never wakes a turn, so its stream holds the
+// TestInjectStreamEnds: an inject never wakes a turn, so its stream holds the
 // message's splice and ends right after it.
-func TestIssue9Finding9InjectStreamEnds(t *testing.T) {
+func TestInjectStreamEnds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	sid := e.sessionOfPreset(t, e.keyA, minimalPreset)
@@ -69,9 +69,9 @@ func TestIssue9Finding9InjectStreamEnds(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding9DeletedSessionEndsStreams: deleting a session ends its streams on every
+// TestDeletedSessionEndsStreams: deleting a session ends its streams on every
 // replica at once, not at the next heartbeat (15 s here).
-func TestIssue9Finding9DeletedSessionEndsStreams(t *testing.T) {
+func TestDeletedSessionEndsStreams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	other := e.newReplica()

@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestIssue9Finding11StrictJSONBodies: a body with a duplicate key, invalid UTF-8 or a lone
+// TestStrictJSONBodies: a body with a duplicate key, invalid UTF-8 or a lone
 // surrogate escape answers 400 saying what is wrong, and a body sent as something other than JSON
 // answers 415 unsupported_media_type, on every endpoint that takes a body. A body without a
 // Content-Type is still read as JSON.
-func TestIssue9Finding11StrictJSONBodies(t *testing.T) {
+func TestStrictJSONBodies(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	sid := e.sessionCreate(t, e.keyA)

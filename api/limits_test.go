@@ -79,10 +79,10 @@ func postHead(path, key string, length int) string {
 	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, auth, length)
 }
 
-// TestIssue9Finding4TrickledBodyTimesOut: a body trickled at a byte per 50 ms answers 408
+// TestTrickledBodyTimesOut: a body trickled at a byte per 50 ms answers 408
 // request_timeout once Config.BodyReadTimeout has passed, with a Content-Length or chunked, and
 // the connection is closed.
-func TestIssue9Finding4TrickledBodyTimesOut(t *testing.T) {
+func TestTrickledBodyTimesOut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.BodyReadTimeout = 500 * time.Millisecond })
 	body := minimalPreset + strings.Repeat(" ", 500)
@@ -114,10 +114,10 @@ func TestIssue9Finding4TrickledBodyTimesOut(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding4UnauthenticatedTrickleAnsweredAtOnce: 200 clients without a key trickling
+// TestUnauthenticatedTrickleAnsweredAtOnce: 200 clients without a key trickling
 // bodies all get their 401 at once, and their connections are closed rather than held while the
 // server waits for bodies it will never read.
-func TestIssue9Finding4UnauthenticatedTrickleAnsweredAtOnce(t *testing.T) {
+func TestUnauthenticatedTrickleAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const clients = 200
@@ -156,10 +156,10 @@ func TestIssue9Finding4UnauthenticatedTrickleAnsweredAtOnce(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding4UnauthenticatedRequestsAreBounded: beyond Config.MaxUnauthenticated requests
+// TestUnauthenticatedRequestsAreBounded: beyond Config.MaxUnauthenticated requests
 // in flight that have not authenticated, requests answer 503 server_busy at once; requests that
 // authenticated do not count.
-func TestIssue9Finding4UnauthenticatedRequestsAreBounded(t *testing.T) {
+func TestUnauthenticatedRequestsAreBounded(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	entered := make(chan struct{}, 10)

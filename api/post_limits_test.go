@@ -13,9 +13,9 @@ import (
 	"github.com/dshd/dshd/pkg/worker"
 )
 
-// TestI9F7_RateLimitedPostAnswers429 (issue 9, finding 7): posts to one session beyond its rate
+// TestRateLimitedPostAnswers429 (issue 9, finding 7): posts to one session beyond its rate
 // answer 429 rate_limited with Retry-After, as openapi.yaml documents.
-func TestI9F7_RateLimitedPostAnswers429(t *testing.T) {
+func TestRateLimitedPostAnswers429(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := loadContract(t)
@@ -38,9 +38,9 @@ func TestI9F7_RateLimitedPostAnswers429(t *testing.T) {
 	}
 }
 
-// TestI9F2_FullInboxAnswers429 (issue 9, finding 2): a post beyond the session's inbox bound
+// TestFullInboxAnswers429 (issue 9, finding 2): a post beyond the session's inbox bound
 // answers 429 inbox_full, as openapi.yaml documents.
-func TestI9F2_FullInboxAnswers429(t *testing.T) {
+func TestFullInboxAnswers429(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) {
 		tools, err := agents.BuiltinTools(true)

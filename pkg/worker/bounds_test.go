@@ -20,10 +20,10 @@ import (
 	"github.com/dshd/dshd/pkg/worker"
 )
 
-// TestI9F6_TenantMaxTurnsHolds (issue 9, finding 6): with a tenant cap of 3 and 30 sessions
+// TestTenantMaxTurnsHolds (issue 9, finding 6): with a tenant cap of 3 and 30 sessions
 // posted to at once on two replicas, no more than 3 of the tenant's leases are ever held at once
 // (sampled continuously), and every session's turn completes.
-func TestI9F6_TenantMaxTurnsHolds(t *testing.T) {
+func TestTenantMaxTurnsHolds(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const max, sessions = 3, 30
@@ -116,11 +116,11 @@ func (e *env) jobs() (inserted, worked int) {
 	return inserted, worked
 }
 
-// TestI9F7_FollowupFloodIsBoundedJobs (issue 9, finding 7): 1,000 followups posted to one
+// TestFollowupFloodIsBoundedJobs (issue 9, finding 7): 1,000 followups posted to one
 // session at once are served with a bounded number of wake jobs (not one job per post, snoozing
 // until the session is idle), and another tenant's turn posted meanwhile completes before the
 // flood drains.
-func TestI9F7_FollowupFloodIsBoundedJobs(t *testing.T) {
+func TestFollowupFloodIsBoundedJobs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	r := e.replicaWith(10*time.Second, floodConfig)
@@ -194,10 +194,10 @@ func floodConfig(c *worker.Config) {
 	c.InboxMaxMessages = -1
 }
 
-// TestI9F7_PostRatesAreLimited (issue 9, finding 7): a session's posts beyond its burst are
+// TestPostRatesAreLimited (issue 9, finding 7): a session's posts beyond its burst are
 // refused with rate_limited and the wait until the next token; another session of the tenant
 // still posts; the tenant's own bucket bounds all its sessions together.
-func TestI9F7_PostRatesAreLimited(t *testing.T) {
+func TestPostRatesAreLimited(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	r := e.replicaWith(10*time.Second, func(c *worker.Config) {
@@ -237,11 +237,11 @@ func TestI9F7_PostRatesAreLimited(t *testing.T) {
 	}
 }
 
-// TestI9F2_InboxIsBounded (issue 9, finding 2): a session's pending inbox is bounded in bytes and
+// TestInboxIsBounded (issue 9, finding 2): a session's pending inbox is bounded in bytes and
 // in messages: a post beyond the bound is refused with inbox_full and appends nothing; a waking
 // post to an idle session is still accepted (it serves, and empties, an inbox of injected
 // messages); once served, the inbox takes posts again.
-func TestI9F2_InboxIsBounded(t *testing.T) {
+func TestInboxIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const maxBytes = 1 << 20
@@ -322,12 +322,12 @@ func heapInUse() int64 {
 	return int64(m.HeapAlloc)
 }
 
-// TestI9F2_RunnerCacheAccountsWhatItHolds (issue 9, finding 2): the runner cache accounts for
+// TestRunnerCacheAccountsWhatItHolds (issue 9, finding 2): the runner cache accounts for
 // the memory a kept runner really holds (measured: the live heap it frees when dropped), not
 // only its event data, for a log of large posted messages and for one of tool steps; a runner
 // that alone would hold more than an eighth of the cache is not kept. Not parallel: it measures
 // the heap.
-func TestI9F2_RunnerCacheAccountsWhatItHolds(t *testing.T) {
+func TestRunnerCacheAccountsWhatItHolds(t *testing.T) {
 	e := newEnv(t)
 	r := e.replicaWith(10*time.Second, floodConfig)
 	ctx := context.Background()

@@ -36,9 +36,9 @@ func forgedCursors() []string {
 	return out
 }
 
-// TestIssue9Finding11ForgedListCursor: a list cursor the server did not produce answers 400
+// TestForgedListCursor: a list cursor the server did not produce answers 400
 // invalid_request on both lists, never 500.
-func TestIssue9Finding11ForgedListCursor(t *testing.T) {
+func TestForgedListCursor(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.sessionCreate(t, e.keyA)

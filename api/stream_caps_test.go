@@ -41,11 +41,11 @@ func streamStatus(t testing.TB, url, key string) (int, api.Problem) {
 	return resp.StatusCode, r.wantProblem(t, resp.StatusCode, "too_many_streams")
 }
 
-// TestIssue9Finding5StreamCaps: a session holds at most Config.MaxStreamsPerSession streams and a
+// TestStreamCaps: a session holds at most Config.MaxStreamsPerSession streams and a
 // tenant at most Config.MaxStreamsPerTenant; beyond them a stream answers 429 too_many_streams,
 // a message posted for a stream is refused before it is posted, and a stream that ends frees its
 // place.
-func TestIssue9Finding5StreamCaps(t *testing.T) {
+func TestStreamCaps(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.MaxStreamsPerSession = 2; c.MaxStreamsPerTenant = 3 })
 	s1, s2, s3 := e.sessionCreate(t, e.keyA), e.sessionCreate(t, e.keyA), e.sessionCreate(t, e.keyA)
@@ -113,11 +113,11 @@ func rawStreamConn(t testing.TB, base string, sid uuid.UUID, key string) (net.Co
 	return conn, resp.Body
 }
 
-// TestIssue9Finding5SlowReaderIsDropped: a subscriber that reads much slower than the session's
+// TestSlowReaderIsDropped: a subscriber that reads much slower than the session's
 // log grows is dropped once it is Config.StreamMaxLag behind (it resumes with Last-Event-ID),
 // instead of being fed for as long as its writes trickle through; a fast subscriber gets
 // everything.
-func TestIssue9Finding5SlowReaderIsDropped(t *testing.T) {
+func TestSlowReaderIsDropped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.StreamMaxLag = 64 << 10; c.StreamWriteTimeout = time.Minute })
 	base := smallBufferServer(t, e)
@@ -167,10 +167,10 @@ func TestIssue9Finding5SlowReaderIsDropped(t *testing.T) {
 	}
 }
 
-// TestIssue9Finding5StalledReadersAreCheap: 50 subscribers that never read, following a session
+// TestStalledReadersAreCheap: 50 subscribers that never read, following a session
 // through a 4 MB turn, hold little of it each: the frames they have not sent are the tail's,
 // shared, not copies per subscriber (they were about 1 MiB each).
-func TestIssue9Finding5StalledReadersAreCheap(t *testing.T) {
+func TestStalledReadersAreCheap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a 4 MB turn")
 	}
@@ -209,9 +209,9 @@ func TestIssue9Finding5StalledReadersAreCheap(t *testing.T) {
 	runtime.KeepAlive(fast)
 }
 
-// TestIssue9Finding5CloseCutsStalledStreams: closing the server ends a caught-up stream whose
+// TestCloseCutsStalledStreams: closing the server ends a caught-up stream whose
 // client then stopped reading within about a second, not after StreamWriteTimeout (a minute here).
-func TestIssue9Finding5CloseCutsStalledStreams(t *testing.T) {
+func TestCloseCutsStalledStreams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.StreamWriteTimeout = time.Minute })
 	base := smallBufferServer(t, e)

@@ -294,9 +294,18 @@ func TestLOOP4_CancelMidStreamKeepsInterruptedText(t *testing.T) {
 		t.Fatalf("interrupted message %+v", d)
 	}
 	// The stream was cut before its usage chunk: the call is billed by an estimate (the request's
-	// bytes and the text streamed, a token per four bytes), so a cancel does not make it free.
-	if u := d.Usage; u == nil || !u.Estimated || u.InputTokens < 1 || u.OutputTokens != (len(d.Message.Text())+3)/4 {
-		t.Fatalf("interrupted message usage %+v for %q", u, d.Message.Text())
+	// bytes and the text streamed, a token per four bytes), so a cancel does not make it free. The
+	// message keeps the reference's shape, without usage; the estimate is the ignorable
+	// assistant/usage right after it.
+	if d.Usage != nil {
+		t.Fatalf("interrupted message carries usage %+v", d.Usage)
+	}
+	au := h.ofType(eventlog.TypeAssistantUsage)
+	if len(au) != 1 || !au[0].Ignorable || au[0].Seq != am[0].Seq+1 {
+		t.Fatalf("assistant/usage events %+v after the message at %d", au, am[0].Seq)
+	}
+	if u := decode[eventlog.AssistantUsage](t, au[0].Data).Usage; !u.Estimated || u.InputTokens < 1 || u.OutputTokens != (len(d.Message.Text())+3)/4 {
+		t.Fatalf("interrupted call usage %+v for %q", u, d.Message.Text())
 	}
 	h.checkInvariants()
 }
