@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -115,12 +116,19 @@ type approvalPolicySet struct {
 	Seq    int64  `json:"seq"`
 }
 
+// approvalPolicies sets a session's approval policy through the post path (worker.Service).
+type approvalPolicies interface {
+	ApprovalPolicySet(ctx context.Context, tenantID, sessionID uuid.UUID, policy string) (int64, error)
+}
+
 // handleApprovalPolicySet sets the session's approval policy (APR-6): it appends
 // `approval/policy` and injects a notice of the change that the model reads at its next step;
 // the policy decides the session's asks from then on (`never`: rejected, nobody asked). 200
 // {policy, seq} with the seq of the `approval/policy` event; 400 for a policy other than ask or
-// never. Setting the policy the session's last `approval/policy` set already appends nothing and
-// answers that event's seq: a repeated PUT neither grows the log nor feeds the model notices.
+// never. It is posted as an inject is: the session's and the tenant's post rates (429
+// rate_limited) and the inbox bound (429 inbox_full) apply, and a notice that supersedes one no
+// step has read yet replaces it. Setting the policy the session's last `approval/policy` set
+// already appends nothing and answers that event's seq.
 func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
@@ -136,26 +144,15 @@ func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http
 		writeProblem(w, CodeInvalidRequest, `policy must be "ask" or "never"`)
 		return
 	}
-	tenant := tenantID(r)
-	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenant, id); err != nil {
-		writeError(w, r, err)
+	ap, ok := rs.s.cfg.Turns.(approvalPolicies)
+	if !ok {
+		writeError(w, r, errors.New("api: the turns service cannot set approval policies"))
 		return
 	}
-	last, found, err := rs.s.cfg.Log.LastOfType(r.Context(), tenant, id, eventlog.TypeApprovalPolicy)
+	seq, err := ap.ApprovalPolicySet(r.Context(), tenantID(r), id, req.Policy)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if found {
-		if d, err := eventlog.Decode[eventlog.ApprovalPolicy](last); err == nil && d.Policy == req.Policy {
-			writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: last.Seq})
-			return
-		}
-	}
-	evs, err := approval.SetPolicy(r.Context(), rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil), req.Policy)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: evs[0].Seq})
+	writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: seq})
 }
