@@ -11,7 +11,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/scheduler"
 )
 
 type approvalItem struct {
@@ -37,46 +37,59 @@ type approvalDecided struct {
 	Seq     int64  `json:"seq"`
 }
 
-// approvalEvents returns the session's approval events (asked and decided), in seq order.
-func (rs sessionResource) approvalEvents(ctx context.Context, tenant, id uuid.UUID) ([]eventlog.Event, error) {
-	var out []eventlog.Event
-	after := int64(-1)
-	for {
-		page, err := rs.s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: after,
-			Limit: pgstore.MaxEventPage, Types: []string{eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided}})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
-		if len(page) < pgstore.MaxEventPage {
-			return out, nil
-		}
-		after = page[len(page)-1].Seq
+// approvalArguments returns the arguments of the call an approval asks about: those of the
+// call's tool/call, the last one before the ask (SCHED-3: a call's prepare, where it asks, comes
+// right after its tool/call and before the next call's), else those an older log's ask carried
+// (dshd wrote them into approval/asked before issue 18), else none (a run_code sub-call has no
+// tool/call of its own).
+func (rs sessionResource) approvalArguments(ctx context.Context, tenant, id uuid.UUID, asked eventlog.Event, a eventlog.ApprovalAsked) (json.RawMessage, error) {
+	if a.CallID == "" {
+		return a.Arguments, nil
 	}
+	ev, found, err := rs.s.cfg.Log.EventBefore(ctx, tenant, id, asked.Seq, eventlog.TypeToolCall)
+	if err != nil || !found {
+		return a.Arguments, err
+	}
+	if c, err := eventlog.Decode[eventlog.ToolCall](ev); err == nil && c.CallID == a.CallID {
+		return scheduler.ParseArguments(c.Arguments), nil // as the call's pipeline got them (SCHED-1)
+	}
+	return a.Arguments, nil
 }
 
-// handleApprovalList answers the session's pending approvals: asked, with the call's arguments,
-// and not decided yet (APR, E1).
+// handleApprovalList answers the session's pending approvals: asked and not decided yet (APR,
+// E1), each with its call's arguments. It reads the pending asks only (pgstore
+// ApprovalsPending), never the session's whole approval history.
 func (rs sessionResource) handleApprovalList(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	evs, err := rs.approvalEvents(r.Context(), tenantID(r), id)
+	tenant := tenantID(r)
+	evs, err := rs.s.cfg.Log.ApprovalsPending(r.Context(), tenant, id)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	items := []approvalItem{}
-	for _, a := range approval.Pending(evs) {
-		items = append(items, approvalItem{ID: a.ID, ToolName: a.ToolName, CallID: a.CallID, Arguments: a.Arguments, Reason: a.Reason})
+	for _, ev := range evs {
+		a, err := eventlog.Decode[eventlog.ApprovalAsked](ev)
+		if err != nil {
+			continue
+		}
+		args, err := rs.approvalArguments(r.Context(), tenant, id, ev, a)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		items = append(items, approvalItem{ID: a.ID, ToolName: a.ToolName, CallID: a.CallID, Arguments: args, Reason: a.Reason})
 	}
 	writeJSON(w, http.StatusOK, approvalList{Items: items})
 }
 
 // handleApprovalAnswer records a person's decision on a pending approval, exactly once: a second
-// answer, or one after the approval timed out or its turn ended, answers 409.
+// answer, or one after the approval timed out or its turn ended, answers 409. It reads the one
+// approval it names (pgstore ApprovalEvents).
 func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
@@ -95,7 +108,7 @@ func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Re
 		if err != nil {
 			return nil, 0, err
 		}
-		evs, err := rs.approvalEvents(ctx, tenant, id)
+		evs, err := rs.s.cfg.Log.ApprovalEvents(ctx, tenant, id, approvalID)
 		return evs, h.Last(), err
 	}
 	j := rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil)
