@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -131,4 +132,37 @@ func newEnvWorker(t *testing.T, f func(*worker.Config)) *env {
 	e.worker = f
 	e.replica = e.newReplica()
 	return e
+}
+
+// TestApprovalListReadsArgumentsFromTheCall: approval/asked carries no arguments (APR-3, the
+// reference's shape; dshd added them before issue 18), so the pending list reads them from the
+// call the ask names: its tool/call, or for a run_code sub-call its tool/code-dispatch-start.
+// An ask of an older log keeps the arguments it carried.
+func TestApprovalListReadsArgumentsFromTheCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sid := e.sessionCreate(t, e.keyA)
+	e.appendEvents(sid, turnStart(1), stepStart(1, 1),
+		eventlog.Of(eventlog.ApprovalAsked{ID: "old", ToolName: "bash", CallID: "c0", Arguments: []byte(`{"command":"ls"}`)}),
+		eventlog.Of(eventlog.ToolCall{Turn: 1, Step: 1, CallID: "c1", Name: "echo", Arguments: `{"text":"one"}`}),
+		eventlog.Of(eventlog.ApprovalAsked{ID: "native", ToolName: "echo", CallID: "c1"}),
+		eventlog.Of(eventlog.ToolCall{Turn: 1, Step: 1, CallID: "c2", Name: "run_code", Arguments: `{"code":"x"}`}),
+		eventlog.Of(eventlog.CodeDispatchStart{RootCallID: "c2", ParentCallID: "c2", SubCallID: "c2:code:1", Name: "echo",
+			Arguments: []byte(`{"text":"sub"}`)}),
+		eventlog.Of(eventlog.ApprovalAsked{ID: "sub", ToolName: "echo", CallID: "c2:code:1"}))
+	var list struct {
+		Items []struct {
+			ID        string
+			Arguments json.RawMessage
+		}
+	}
+	e.do(t, "GET", "/v1/sessions/"+sid.String()+"/approvals", e.keyA, nil).want(t, http.StatusOK).json(t, &list)
+	got := map[string]string{}
+	for _, it := range list.Items {
+		got[it.ID] = string(it.Arguments)
+	}
+	want := map[string]string{"old": `{"command":"ls"}`, "native": `{"text":"one"}`, "sub": `{"text":"sub"}`}
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(list.Items) != 3 {
+		t.Fatalf("arguments %v, want %v", got, want)
+	}
 }

@@ -37,21 +37,35 @@ type approvalDecided struct {
 	Seq     int64  `json:"seq"`
 }
 
-// approvalArguments returns the arguments of the call an approval asks about: those of the
-// call's tool/call, the last one before the ask (SCHED-3: a call's prepare, where it asks, comes
-// right after its tool/call and before the next call's), else those an older log's ask carried
-// (dshd wrote them into approval/asked before issue 18), else none (a run_code sub-call has no
-// tool/call of its own).
+// approvalCallWindow bounds how far back from an ask approvalArguments looks for its call: a
+// call asks in its prepare, right after its tool/call (SCHED-3) or, for a run_code sub-call, its
+// tool/code-dispatch-start, and before the next call's.
+const approvalCallWindow = 64
+
+// approvalArguments returns the arguments of the call an approval asks about, read from the
+// call's tool/call (or a sub-call's tool/code-dispatch-start) among the few before the ask; else
+// those an older log's ask carried (dshd wrote them into approval/asked before issue 18); else
+// none.
 func (rs sessionResource) approvalArguments(ctx context.Context, tenant, id uuid.UUID, asked eventlog.Event, a eventlog.ApprovalAsked) (json.RawMessage, error) {
 	if a.CallID == "" {
 		return a.Arguments, nil
 	}
-	ev, found, err := rs.s.cfg.Log.EventBefore(ctx, tenant, id, asked.Seq, eventlog.TypeToolCall)
-	if err != nil || !found {
-		return a.Arguments, err
+	evs, err := rs.s.cfg.Log.EventsBefore(ctx, tenant, id, asked.Seq,
+		[]string{eventlog.TypeToolCall, eventlog.TypeToolCodeDispatchInit}, approvalCallWindow)
+	if err != nil {
+		return nil, err
 	}
-	if c, err := eventlog.Decode[eventlog.ToolCall](ev); err == nil && c.CallID == a.CallID {
-		return scheduler.ParseArguments(c.Arguments), nil // as the call's pipeline got them (SCHED-1)
+	for _, ev := range evs {
+		switch ev.Type {
+		case eventlog.TypeToolCall:
+			if c, err := eventlog.Decode[eventlog.ToolCall](ev); err == nil && c.CallID == a.CallID {
+				return scheduler.ParseArguments(c.Arguments), nil // as the call's pipeline got them (SCHED-1)
+			}
+		case eventlog.TypeToolCodeDispatchInit:
+			if c, err := eventlog.Decode[eventlog.CodeDispatchStart](ev); err == nil && c.SubCallID == a.CallID {
+				return c.Arguments, nil
+			}
+		}
 	}
 	return a.Arguments, nil
 }

@@ -88,18 +88,15 @@ func (s *Store) approvalRead(ctx context.Context, tenantID, sessionID uuid.UUID,
 	return out, err
 }
 
-// EventBefore returns the session's last event of type typ with seq < before; ok is false when
-// there is none. It reads backwards from before, so its cost is the events between the two.
-func (s *Store) EventBefore(ctx context.Context, tenantID, sessionID uuid.UUID, before int64, typ string) (eventlog.Event, bool, error) {
+// EventsBefore returns the session's events of the given types with seq < before, newest
+// first, at most limit of them. It reads backwards from before, so its cost is the events
+// between the two.
+func (s *Store) EventsBefore(ctx context.Context, tenantID, sessionID uuid.UUID, before int64, types []string, limit int) ([]eventlog.Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events
-		WHERE session_id = $1 AND tenant_id = $2 AND seq < $3 AND type = $4 ORDER BY seq DESC LIMIT 1`,
-		sessionID, tenantID, before, typ)
+		WHERE session_id = $1 AND tenant_id = $2 AND seq < $3 AND type = ANY($4) ORDER BY seq DESC LIMIT $5`,
+		sessionID, tenantID, before, types, limit)
 	if err != nil {
-		return eventlog.Event{}, false, translate(err, "read event")
+		return nil, translate(err, "read events")
 	}
-	evs, err := collectEvents(rows)
-	if err != nil || len(evs) == 0 {
-		return eventlog.Event{}, false, translate(err, "read event")
-	}
-	return evs[0], true, nil
+	return collectEvents(rows)
 }
