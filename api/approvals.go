@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -10,7 +11,7 @@ import (
 
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/scheduler"
 )
 
 type approvalItem struct {
@@ -36,46 +37,73 @@ type approvalDecided struct {
 	Seq     int64  `json:"seq"`
 }
 
-// approvalEvents returns the session's approval events (asked and decided), in seq order.
-func (rs sessionResource) approvalEvents(ctx context.Context, tenant, id uuid.UUID) ([]eventlog.Event, error) {
-	var out []eventlog.Event
-	after := int64(-1)
-	for {
-		page, err := rs.s.cfg.Log.EventList(ctx, tenant, id, pgstore.ListQuery{After: after,
-			Limit: pgstore.MaxEventPage, Types: []string{eventlog.TypeApprovalAsked, eventlog.TypeApprovalDecided}})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
-		if len(page) < pgstore.MaxEventPage {
-			return out, nil
-		}
-		after = page[len(page)-1].Seq
+// approvalCallWindow bounds how far back from an ask approvalArguments looks for its call: a
+// call asks in its prepare, right after its tool/call (SCHED-3) or, for a run_code sub-call, its
+// tool/code-dispatch-start, and before the next call's.
+const approvalCallWindow = 64
+
+// approvalArguments returns the arguments of the call an approval asks about, read from the
+// call's tool/call (or a sub-call's tool/code-dispatch-start) among the few before the ask; else
+// those an older log's ask carried (dshd wrote them into approval/asked before issue 18); else
+// none.
+func (rs sessionResource) approvalArguments(ctx context.Context, tenant, id uuid.UUID, asked eventlog.Event, a eventlog.ApprovalAsked) (json.RawMessage, error) {
+	if a.CallID == "" {
+		return a.Arguments, nil
 	}
+	evs, err := rs.s.cfg.Log.EventsBefore(ctx, tenant, id, asked.Seq,
+		[]string{eventlog.TypeToolCall, eventlog.TypeToolCodeDispatchInit}, approvalCallWindow)
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		switch ev.Type {
+		case eventlog.TypeToolCall:
+			if c, err := eventlog.Decode[eventlog.ToolCall](ev); err == nil && c.CallID == a.CallID {
+				return scheduler.ParseArguments(c.Arguments), nil // as the call's pipeline got them (SCHED-1)
+			}
+		case eventlog.TypeToolCodeDispatchInit:
+			if c, err := eventlog.Decode[eventlog.CodeDispatchStart](ev); err == nil && c.SubCallID == a.CallID {
+				return c.Arguments, nil
+			}
+		}
+	}
+	return a.Arguments, nil
 }
 
-// handleApprovalList answers the session's pending approvals: asked, with the call's arguments,
-// and not decided yet (APR, E1).
+// handleApprovalList answers the session's pending approvals: asked and not decided yet (APR,
+// E1), each with its call's arguments. It reads the pending asks only (pgstore
+// ApprovalsPending), never the session's whole approval history.
 func (rs sessionResource) handleApprovalList(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	evs, err := rs.approvalEvents(r.Context(), tenantID(r), id)
+	tenant := tenantID(r)
+	evs, err := rs.s.cfg.Log.ApprovalsPending(r.Context(), tenant, id)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	items := []approvalItem{}
-	for _, a := range approval.Pending(evs) {
-		items = append(items, approvalItem{ID: a.ID, ToolName: a.ToolName, CallID: a.CallID, Arguments: a.Arguments, Reason: a.Reason})
+	for _, ev := range evs {
+		a, err := eventlog.Decode[eventlog.ApprovalAsked](ev)
+		if err != nil {
+			continue
+		}
+		args, err := rs.approvalArguments(r.Context(), tenant, id, ev, a)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		items = append(items, approvalItem{ID: a.ID, ToolName: a.ToolName, CallID: a.CallID, Arguments: args, Reason: a.Reason})
 	}
 	writeJSON(w, http.StatusOK, approvalList{Items: items})
 }
 
 // handleApprovalAnswer records a person's decision on a pending approval, exactly once: a second
-// answer, or one after the approval timed out or its turn ended, answers 409.
+// answer, or one after the approval timed out or its turn ended, answers 409. It reads the one
+// approval it names (pgstore ApprovalEvents).
 func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
@@ -94,7 +122,7 @@ func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Re
 		if err != nil {
 			return nil, 0, err
 		}
-		evs, err := rs.approvalEvents(ctx, tenant, id)
+		evs, err := rs.s.cfg.Log.ApprovalEvents(ctx, tenant, id, approvalID)
 		return evs, h.Last(), err
 	}
 	j := rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil)
@@ -115,12 +143,19 @@ type approvalPolicySet struct {
 	Seq    int64  `json:"seq"`
 }
 
+// approvalPolicies sets a session's approval policy through the post path (worker.Service).
+type approvalPolicies interface {
+	ApprovalPolicySet(ctx context.Context, tenantID, sessionID uuid.UUID, policy string) (int64, error)
+}
+
 // handleApprovalPolicySet sets the session's approval policy (APR-6): it appends
 // `approval/policy` and injects a notice of the change that the model reads at its next step;
 // the policy decides the session's asks from then on (`never`: rejected, nobody asked). 200
 // {policy, seq} with the seq of the `approval/policy` event; 400 for a policy other than ask or
-// never. Setting the policy the session's last `approval/policy` set already appends nothing and
-// answers that event's seq: a repeated PUT neither grows the log nor feeds the model notices.
+// never. It is posted as an inject is: the session's and the tenant's post rates (429
+// rate_limited) and the inbox bound (429 inbox_full) apply, and a notice that supersedes one no
+// step has read yet replaces it. Setting the policy the session's last `approval/policy` set
+// already appends nothing and answers that event's seq.
 func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
@@ -136,26 +171,15 @@ func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http
 		writeProblem(w, CodeInvalidRequest, `policy must be "ask" or "never"`)
 		return
 	}
-	tenant := tenantID(r)
-	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenant, id); err != nil {
-		writeError(w, r, err)
+	ap, ok := rs.s.cfg.Turns.(approvalPolicies)
+	if !ok {
+		writeError(w, r, errors.New("api: the turns service cannot set approval policies"))
 		return
 	}
-	last, found, err := rs.s.cfg.Log.LastOfType(r.Context(), tenant, id, eventlog.TypeApprovalPolicy)
+	seq, err := ap.ApprovalPolicySet(r.Context(), tenantID(r), id, req.Policy)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if found {
-		if d, err := eventlog.Decode[eventlog.ApprovalPolicy](last); err == nil && d.Policy == req.Policy {
-			writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: last.Seq})
-			return
-		}
-	}
-	evs, err := approval.SetPolicy(r.Context(), rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil), req.Policy)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: evs[0].Seq})
+	writeJSON(w, http.StatusOK, approvalPolicySet{Policy: req.Policy, Seq: seq})
 }

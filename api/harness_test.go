@@ -57,6 +57,8 @@ type env struct {
 	// from the default configuration; nil from it: no approval service (asks are denied as
 	// without one, APR-1).
 	approvals func(approval.Config) *approval.Service
+	// worker, when set, adjusts the worker configuration of the replicas started after it is set.
+	worker func(*worker.Config)
 }
 
 func (e *env) modelHosts() []string {
@@ -131,8 +133,12 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		t.Fatal(err)
 	}
 	quotas := pgstore.NewQuotas(e.pool, pgstore.QuotasConfig{})
-	wk, err := worker.New(worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag, Approvals: approvals,
-		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet, Quotas: quotas})
+	wcfg := worker.Config{Store: e.log, Hub: hub, Presets: presets, Agents: ag, Approvals: approvals,
+		LeaseTTL: 2 * time.Second, SweepInterval: 200 * time.Millisecond, Logger: quiet, Quotas: quotas}
+	if e.worker != nil {
+		e.worker(&wcfg)
+	}
+	wk, err := worker.New(wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

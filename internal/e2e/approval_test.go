@@ -64,16 +64,20 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 		t.Fatalf("no approval/asked on the stream: %v\n%s", err, describe(evs))
 	}
 	var asked eventlog.ApprovalAsked
+	var call eventlog.ToolCall
 	for _, ev := range evs {
 		switch ev.Type {
 		case eventlog.TypeApprovalAsked:
 			_ = json.Unmarshal(ev.Data, &asked)
+		case eventlog.TypeToolCall:
+			_ = json.Unmarshal(ev.Data, &call)
 		case eventlog.TypeToolResult:
 			t.Fatalf("a tool/result before the approval was answered\n%s", describe(evs))
 		}
 	}
-	if asked.ToolName != "bash" || !strings.Contains(string(asked.Arguments), "echo approved") {
-		t.Fatalf("asked %+v, want bash with its arguments", asked)
+	// The reference's shape (APR-3): the ask names the call, whose tool/call has the arguments.
+	if asked.ToolName != "bash" || asked.Arguments != nil || asked.CallID != call.CallID || !strings.Contains(call.Arguments, "echo approved") {
+		t.Fatalf("asked %+v for the call %+v, want bash without arguments, naming the call", asked, call)
 	}
 	if _, err := os.Stat(filepath.Join(root, s.ID, "files", "out.txt")); err == nil {
 		t.Fatal("the command ran before it was approved")

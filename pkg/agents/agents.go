@@ -203,9 +203,12 @@ type scope struct {
 	err      error // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
 	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, policies, asks)
-	undo     []func()      // the promptasm registrations
-	refs     int           // under Agents.mu
-	elem     *list.Element // in idle when refs is 0; under Agents.mu
+	// group is the policies' scheduler group hook (E5: one pre-execute webhook request per
+	// group); nil without a pre-execute webhook. Set by the setup.
+	group func(context.Context, []registry.Input) func(context.Context) context.Context
+	undo  []func()      // the promptasm registrations
+	refs  int           // under Agents.mu
+	elem  *list.Element // in idle when refs is 0; under Agents.mu
 }
 
 // client is a cached model client; key is its cache key (clientKey).
@@ -429,7 +432,14 @@ func (a *Agents) build(sc *scope, p preset.Preset) {
 		cap = *p.Tools.MaxParallelToolCalls
 	}
 	sc.sched = scheduler.New(a.reg, scheduler.Config{Logger: a.cfg.Logger,
-		MaxParallelToolCallsFunc: func() int { return cap }})
+		MaxParallelToolCallsFunc: func() int { return cap },
+		// sc.group is set by the setup below, before any turn uses the scheduler (sc.ready).
+		GroupFunc: func(ctx context.Context, calls []registry.Input) func(context.Context) context.Context {
+			if sc.group == nil {
+				return nil
+			}
+			return sc.group(ctx, calls)
+		}})
 	sc.err = a.setup(sc, p)
 	completed = true
 	if sc.err != nil {
@@ -519,7 +529,7 @@ func (a *Agents) setup(sc *scope, pv preset.Preset) error {
 	}
 	// The policies' pre-execute listener is registered before the approval asks: a rule that
 	// fits decides first (an allow skips approval.ask), the others fall through to them.
-	if err := a.installPolicies(f, pv); err != nil {
+	if err := a.installPolicies(sc, f, pv); err != nil {
 		return err
 	}
 	if len(p.Approval.Ask) > 0 {
@@ -576,8 +586,9 @@ func (a *Agents) askFor(f *kernel.Fiber, tools []string) error {
 }
 
 // installPolicies installs the preset's policies block on its scope (pkg/policy): pre-execute
-// rules and webhook, guards, post-execute rules and webhook.
-func (a *Agents) installPolicies(f *kernel.Fiber, pv preset.Preset) error {
+// rules and webhook, guards, post-execute rules and webhook, and sets sc.group so that the
+// pre-execute webhook is asked once per group of calls (E5).
+func (a *Agents) installPolicies(sc *scope, f *kernel.Fiber, pv preset.Preset) error {
 	set, err := policy.Compile(pv.Policies)
 	if err != nil || set.Empty() {
 		return err
@@ -586,7 +597,11 @@ func (a *Agents) installPolicies(f *kernel.Fiber, pv preset.Preset) error {
 	if a.webhooks != nil {
 		env.Client, env.Secret = a.webhooks, policy.Secret(a.cfg.PolicyWebhooks.Key, pv.ID)
 	}
-	return set.Install(f, a.reg, env)
+	if err := set.Install(f, a.reg, env); err != nil {
+		return err
+	}
+	sc.group = set.GroupFunc(env)
+	return nil
 }
 
 // failing returns a prompt registry whose assembly fails with a setup error.

@@ -165,26 +165,32 @@ func TestPolicyWebhookOverAgentLoop(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var req policy.PreRequest
+		var req policy.BatchRequest
 		_ = json.Unmarshal(body, &req)
 		mu.Lock()
 		if err := policy.Verify(secret, r.Header.Get(policy.HeaderSignature), body, time.Now(), time.Minute); err != nil {
 			bad = append(bad, err.Error())
 		}
-		if req.PresetID != p.ID.String() || req.PresetVersion != 1 || req.Tool != "echo" || req.SessionID == "" {
+		if req.PresetID != p.ID.String() || req.PresetVersion != 1 || len(req.Calls) != 1 || req.Calls[0].Tool != "echo" || req.SessionID == "" {
 			bad = append(bad, string(body))
 		}
 		mu.Unlock()
 		var text string
-		_ = json.Unmarshal(req.Arguments, &struct{ Text *string }{&text})
-		switch text {
-		case "slow":
-			<-release
-		case "allowed":
-			_, _ = io.WriteString(w, `{"decision":"allow"}`)
-		default:
-			_, _ = io.WriteString(w, `{"decision":"deny","reason":"the webhook says no"}`)
+		var ans policy.BatchAnswer
+		for _, c := range req.Calls {
+			_ = json.Unmarshal(c.Arguments, &struct{ Text *string }{&text})
+			d := policy.BatchDecision{CallID: c.CallID}
+			switch text {
+			case "slow":
+				<-release
+			case "allowed":
+				d.Decision = "allow"
+			default:
+				d.Decision, d.Reason = "deny", "the webhook says no"
+			}
+			ans.Decisions = append(ans.Decisions, d)
 		}
+		_ = json.NewEncoder(w).Encode(ans)
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
@@ -217,5 +223,46 @@ func TestPolicyWebhookOverAgentLoop(t *testing.T) {
 	// Servers without a webhook key refuse such presets.
 	if err := newAgents(t).Rules().Validate(&p.Body); err == nil || !strings.Contains(err.Error(), "policy webhooks are disabled") {
 		t.Fatalf("validation without a key: %v", err)
+	}
+}
+
+// TestE5_AgentLoopAsksTheWebhookOncePerGroup: over the agent loop (the scheduler wired with
+// the preset's group hook), a step of 64 parallel echo calls asks the pre-execute webhook once,
+// with the 64 calls, and each runs as its entry allows (issue 18: it was 64 requests, one after
+// another).
+func TestE5_AgentLoopAsksTheWebhookOncePerGroup(t *testing.T) {
+	t.Parallel()
+	key := []byte("operator webhook key")
+	var mu sync.Mutex
+	var sizes []int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req policy.BatchRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		sizes = append(sizes, len(req.Calls))
+		mu.Unlock()
+		var ans policy.BatchAnswer
+		for _, c := range req.Calls {
+			ans.Decisions = append(ans.Decisions, policy.BatchDecision{CallID: c.CallID, PreAnswer: policy.PreAnswer{Decision: "allow"}})
+		}
+		_ = json.NewEncoder(w).Encode(ans)
+	}))
+	t.Cleanup(srv.Close)
+	a := newAgentsWith(t, func(c *agents.Config) {
+		c.PolicyWebhooks = agents.PolicyWebhooks{Key: key, AllowHTTP: true, AllowPrivate: true}
+	})
+	p := presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`)
+	p.Policies.Webhooks.PreExecute = srv.URL + "/pre"
+	if err := a.Rules().Validate(&p.Body); err != nil {
+		t.Fatal(err)
+	}
+	res := find(run(t, a, p, "tools:64"), eventlog.TypeToolResult)
+	if len(res) != 64 || slices.ContainsFunc(res, func(s string) bool { return strings.Contains(s, `"isError":true`) }) {
+		t.Fatalf("%d results: %v", len(res), res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{64}) {
+		t.Fatalf("requests of %v calls, want one of 64", sizes)
 	}
 }

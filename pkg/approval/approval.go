@@ -1,6 +1,6 @@
 // Package approval resolves the `ask` decisions of tool calls through the session log (APR
-// rules, extension E1, docs/rules.md): an ask commits `approval/asked` (with the call's
-// arguments) while the call waits, a person answers over HTTP on any replica, which commits
+// rules, extension E1, docs/rules.md): an ask commits `approval/asked` (without the call's
+// arguments, APR-3; the call's `tool/call` has them) while the call waits, a person answers over HTTP on any replica, which commits
 // `approval/decided`, and the waiting call takes the decision when the replica running its turn
 // sees it (Deliver). An unanswered ask is decided `cancelled` after its timeout, and when the turn
 // is cancelled; crash repair decides the asks of an interrupted turn `cancelled`. A decision is
@@ -73,8 +73,9 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	id := s.cfg.NewID()
 	ch := s.register(id)
 	defer s.unregister(id)
-	asked := eventlog.ApprovalAsked{ID: id, ToolName: req.ToolName, CallID: req.CallID, Reason: req.Reason,
-		Arguments: exec.Args}
+	// The reference's shape (APR-3): no arguments; the approvals endpoint reads them from the
+	// call's tool/call.
+	asked := eventlog.ApprovalAsked{ID: id, ToolName: req.ToolName, CallID: req.CallID, Reason: req.Reason}
 	never := false
 	err := exec.Recorder().CommitFunc(context.WithoutCancel(ctx), func(turn []eventlog.Event) ([]eventlog.NewEvent, error) {
 		never = s.policy(req.Agent, turn) == PolicyNever

@@ -118,3 +118,62 @@ func other(p string) string {
 	}
 	return "ask"
 }
+
+// TestAPR6_PolicyNoticeReplacesOnlyAnUnreadOne: a change whose predecessor's notice waits
+// unread replaces it in place (the same message id, the new text, the messages around it kept);
+// once a step has claimed the notice, or a cancel has cleared it, the next change appends a new
+// one at the end (issue 18: every change added a notice, unbounded).
+func TestAPR6_PolicyNoticeReplacesOnlyAnUnreadOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := eventlog.NewMemJournal(nil)
+	appendSplice := func(s eventlog.InboxSpliced) {
+		t.Helper()
+		if _, err := j.Append(ctx, eventlog.Batch(eventlog.Of(s))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := func(p string) {
+		t.Helper()
+		if _, err := approval.SetPolicy(ctx, j, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inbox := func() []string {
+		var ib eventlog.Inbox
+		for _, ev := range j.Events() {
+			if ev.Type == eventlog.TypeInboxSpliced {
+				if err := ib.ApplyEvent(ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var out []string
+		for _, m := range ib.NextStep {
+			out = append(out, m.ID+"="+m.Text())
+		}
+		return out
+	}
+	appendSplice(eventlog.Insertion(eventlog.InboxNextStep, 0, llm.NewUserMessage("a", "first")))
+	set("never")
+	first := inbox()[1]
+	appendSplice(eventlog.Insertion(eventlog.InboxNextStep, 2, llm.NewUserMessage("b", "after")))
+	set("ask")
+	set("never")
+	set("ask")
+	id, _, _ := strings.Cut(first, "=")
+	if got := inbox(); len(got) != 3 || got[0] != "a=first" || got[1] != id+"="+approval.NoticeText("ask") || got[2] != "b=after" {
+		t.Fatalf("inbox %q, want the notice replaced in place", got)
+	}
+	appendSplice(eventlog.Deletion(eventlog.InboxNextStep, 2, "")) // a step claims a and the notice
+	set("never")
+	if got := inbox(); len(got) != 2 || got[0] != "b=after" || !strings.HasSuffix(got[1], "="+approval.NoticeText("never")) ||
+		strings.HasPrefix(got[1], id+"=") {
+		t.Fatalf("inbox %q, want a new notice after the claim", got)
+	}
+	appendSplice(eventlog.Deletion(eventlog.InboxNextStep, 2, eventlog.OutcomeCanceled))
+	set("ask")
+	if got := inbox(); len(got) != 1 || !strings.HasSuffix(got[0], "="+approval.NoticeText("ask")) {
+		t.Fatalf("inbox %q, want a new notice after the cancel", got)
+	}
+}

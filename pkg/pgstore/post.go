@@ -48,6 +48,12 @@ type PostParams struct {
 	// Runnable refuses (fault.NoPreset) a post to a session that has no preset to run, checked
 	// with the head: the caller need not read the session first.
 	Runnable bool
+	// Prepare, when not nil, runs in the post's transaction under the counter row lock, after the
+	// inbox bound's count check and before Build: r reads the session's events as they are under
+	// that lock (no append can come between), so that what Build appends may depend on them (an
+	// approval policy notice replacing an unread one, approval.PolicyChange). Its error is
+	// returned as is and nothing is appended.
+	Prepare func(ctx context.Context, r EventReader) error
 }
 
 // InboxBound bounds a session's pending inbox, both lists together: a post that would make it hold
@@ -129,6 +135,11 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		bounded := !(p.Queue != nil && !st.held && !st.queued)
 		if bounded && p.Bound.Messages > 0 && pending >= p.Bound.Messages {
 			return inboxFull(pending, st.bytes, p.Bound)
+		}
+		if p.Prepare != nil {
+			if err := p.Prepare(ctx, txReader{tx, p.Session}); err != nil {
+				return err
+			}
 		}
 		evs, err := s.appendAt(ctx, tx, p.Tenant, p.Session, h, nil, p.Build)
 		if err != nil {

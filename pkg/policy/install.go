@@ -213,15 +213,27 @@ func (s *Set) Install(f *kernel.Fiber, reg *registry.Registry, env Env) error {
 // when neither decides.
 func (s *Set) preExecute(ctx context.Context, e *registry.Execution, env Env) (registry.Decision, bool) {
 	args := argsView{raw: e.Args}
+	if d, ok := s.ruleDecision(e.Name, &args); ok {
+		return d, true
+	}
+	if s.preURL == "" {
+		return registry.Decision{}, false
+	}
+	return s.preWebhook(ctx, e, env), true
+}
+
+// ruleDecision returns the decision of the first pre-execute rule that fits a call of tool name
+// with args; ok is false when none fits.
+func (s *Set) ruleDecision(name string, args *argsView) (registry.Decision, bool) {
 	for i := range s.pre {
 		r := &s.pre[i]
-		if !r.fits(e.Name, &args) {
+		if !r.fits(name, args) {
 			continue
 		}
 		switch r.decision {
 		case DecisionDeny:
 			if r.reason == "" {
-				return registry.Deny(fmt.Sprintf("tool %q is denied by the preset's policy", e.Name)), true
+				return registry.Deny(fmt.Sprintf("tool %q is denied by the preset's policy", name)), true
 			}
 			return registry.Deny(r.reason), true
 		case DecisionAsk:
@@ -230,10 +242,7 @@ func (s *Set) preExecute(ctx context.Context, e *registry.Execution, env Env) (r
 			return registry.Allow(), true
 		}
 	}
-	if s.preURL == "" {
-		return registry.Decision{}, false
-	}
-	return s.preWebhook(ctx, e, env), true
+	return registry.Decision{}, false
 }
 
 // guard is the registry guard of the guard rules (GRD-1): the first fitting rule's reason.

@@ -32,7 +32,8 @@
 //
 // Webhooks are called with a signed JSON body (Client, Sign) and fail closed: a timeout, a
 // transport error, a blocked address or a non-2xx answer denies the call (pre-execute) or
-// blocks its result (post-execute) with a reason that says so.
+// blocks its result (post-execute) with a reason that says so. The pre-execute webhook is asked
+// once per SCHED-2 group, for all the group's calls no rule decides (extension E5, batch.go).
 package policy
 
 // Pre-execute decisions, post-execute actions and the tool wildcard.

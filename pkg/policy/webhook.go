@@ -24,9 +24,9 @@ import (
 	"github.com/dshd/dshd/pkg/registry"
 )
 
-// The webhook protocol. dshd POSTs a JSON body (PreRequest or PostRequest) with the headers
-// below to the preset's URL and expects a 2xx answer with a JSON body (PreAnswer or
-// PostAnswer) of at most MaxAnswerBytes. Redirects are not followed (a 3xx answer fails).
+// The webhook protocol. dshd POSTs a JSON body (BatchRequest or PostRequest) with the headers
+// below to the preset's URL and expects a 2xx answer with a JSON body (BatchAnswer or
+// PostAnswer) of at most MaxAnswerBytes (per call of the request, for a BatchRequest). Redirects are not followed (a 3xx answer fails).
 //
 // The signature header is `X-Dshd-Signature: t=<unix seconds>,v1=<hex>`, where hex is the
 // HMAC-SHA256, keyed with the preset's signing secret (the bytes of the string Secret returns),
@@ -34,18 +34,19 @@ import (
 // constant time, and refuses a timestamp far from its clock (Verify does all three).
 const (
 	HeaderSignature = "X-Dshd-Signature"
-	HeaderEvent     = "X-Dshd-Event" // "preExecute" or "postExecute"
+	HeaderEvent     = "X-Dshd-Event" // "preExecuteBatch" (EventPreExecuteBatch) or "postExecute"
 
-	EventPreExecute  = "preExecute"
 	EventPostExecute = "postExecute"
 
-	// MaxAnswerBytes bounds a webhook's answer body; a larger one fails the call.
+	// MaxAnswerBytes bounds a webhook's answer body, per call of its request; a larger one
+	// fails the request.
 	MaxAnswerBytes = 64 << 10
 )
 
-// PreRequest is the body of a pre-execute webhook call.
+// PreRequest describes one call in a post-execute request. (Before extension E5 it was also the
+// per-call pre-execute request, which BatchRequest replaced.)
 type PreRequest struct {
-	Event         string          `json:"event"` // "preExecute"
+	Event         string          `json:"event"` // "postExecute"
 	PresetID      string          `json:"presetId"`
 	PresetVersion int             `json:"presetVersion"`
 	SessionID     string          `json:"sessionId"` // the calling agent; empty outside a session
@@ -70,7 +71,7 @@ type ResultView struct {
 	Error   *registry.ToolError `json:"error,omitempty"`
 }
 
-// PreAnswer is a pre-execute webhook's answer: decision allow, deny (with an optional reason)
+// PreAnswer is a pre-execute webhook's decision on one call (BatchDecision): decision allow, deny (with an optional reason)
 // or ask (the call asks for approval, with the optional reason).
 type PreAnswer struct {
 	Decision string `json:"decision"`
@@ -179,6 +180,11 @@ func NewClient(cfg ClientConfig) *Client {
 // answer, all within timeout. Its errors are messages for a tool result: they say what failed
 // and repeat no more of the URL than its host.
 func (c *Client) Call(ctx context.Context, rawURL, secret string, timeout time.Duration, event string, payload, answer any) error {
+	return c.call(ctx, rawURL, secret, timeout, event, payload, answer, MaxAnswerBytes)
+}
+
+// call is Call with limit as the bound of the answer's body.
+func (c *Client) call(ctx context.Context, rawURL, secret string, timeout time.Duration, event string, payload, answer any, limit int64) error {
 	if err := CheckURL(rawURL, c.cfg.AllowHTTP, true); err != nil {
 		return fmt.Errorf("the webhook URL is not allowed: %v", err)
 	}
@@ -201,7 +207,7 @@ func (c *Client) Call(ctx context.Context, rawURL, secret string, timeout time.D
 		return c.transportError(ctx, cctx, timeout, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return c.transportError(ctx, cctx, timeout, err)
 	}
@@ -210,8 +216,8 @@ func (c *Client) Call(ctx context.Context, rawURL, secret string, timeout time.D
 		return fmt.Errorf("the webhook answered HTTP %d (redirects are not followed)", resp.StatusCode)
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		return fmt.Errorf("the webhook answered HTTP %d", resp.StatusCode)
-	case len(data) > MaxAnswerBytes:
-		return fmt.Errorf("the webhook's answer is larger than %d bytes", MaxAnswerBytes)
+	case int64(len(data)) > limit:
+		return fmt.Errorf("the webhook's answer is larger than %d bytes", limit)
 	}
 	if err := json.Unmarshal(data, answer); err != nil {
 		return fmt.Errorf("the webhook's answer is not a JSON object of the expected shape")
@@ -238,38 +244,32 @@ func (c *Client) transportError(ctx, cctx context.Context, timeout time.Duration
 	return fmt.Errorf("the request failed: %s", clip(err.Error(), 256))
 }
 
-// preWebhook asks the pre-execute webhook. It fails closed: any failure denies the call, except
-// a cancelled call, which it allows so that the registry ends it ABORTED_BEFORE_DISPATCH
-// (PIPE-7; guards still run first, and the body never does).
+// preWebhook decides e by the pre-execute webhook's answer: the answer to its group's request
+// (E5, batchFor), sent now if this is the first call of the group to reach the webhook. It fails
+// closed: a failed request, an answer without a known decision for e, denies the call, except a
+// cancelled call, which it allows so that the registry ends it ABORTED_BEFORE_DISPATCH (PIPE-7;
+// guards still run first, and the body never does).
 func (s *Set) preWebhook(ctx context.Context, e *registry.Execution, env Env) registry.Decision {
-	fail := func(err error) registry.Decision {
-		if ctx.Err() != nil {
+	ans, err := s.batchFor(ctx, e, env).answer(ctx, e.CallID)
+	if err == nil {
+		reason := clip(ans.Reason, MaxReasonBytes)
+		switch ans.Decision {
+		case DecisionAllow:
 			return registry.Allow()
+		case DecisionDeny:
+			if reason == "" {
+				reason = fmt.Sprintf("tool %q is denied by the pre-execute policy webhook", e.Name)
+			}
+			return registry.Deny(reason)
+		case DecisionAsk:
+			return registry.Ask(reason)
 		}
-		env.Logger.WarnContext(ctx, "policy: pre-execute webhook failed", "preset", env.PresetID,
-			"version", env.PresetVersion, "tool", e.Name, "callId", e.CallID, "err", err)
-		return registry.Deny("pre-execute policy webhook failed: " + err.Error())
+		err = fmt.Errorf(`the webhook answered an unknown decision %q (want "allow", "deny" or "ask")`, echo(ans.Decision))
 	}
-	if env.Client == nil {
-		return fail(errDisabled)
-	}
-	var ans PreAnswer
-	if err := env.Client.Call(ctx, s.preURL, env.Secret, s.timeout, EventPreExecute, requestOf(e, env, EventPreExecute), &ans); err != nil {
-		return fail(err)
-	}
-	reason := clip(ans.Reason, MaxReasonBytes)
-	switch ans.Decision {
-	case DecisionAllow:
+	if ctx.Err() != nil {
 		return registry.Allow()
-	case DecisionDeny:
-		if reason == "" {
-			reason = fmt.Sprintf("tool %q is denied by the pre-execute policy webhook", e.Name)
-		}
-		return registry.Deny(reason)
-	case DecisionAsk:
-		return registry.Ask(reason)
 	}
-	return fail(fmt.Errorf(`the webhook answered an unknown decision %q (want "allow", "deny" or "ask")`, echo(ans.Decision)))
+	return registry.Deny("pre-execute policy webhook failed: " + err.Error())
 }
 
 // postWebhook asks the post-execute webhook; decided is false for accept. It fails closed: any

@@ -54,6 +54,21 @@ func answerJSON(v string) func(http.ResponseWriter, map[string]any) {
 	}
 }
 
+// answerAll answers a batch request with the decision fields (`"decision":"allow"`, a JSON
+// object's members) for every call it carries.
+func answerAll(fields string) func(http.ResponseWriter, map[string]any) {
+	return func(w http.ResponseWriter, req map[string]any) {
+		calls, _ := req["calls"].([]any)
+		var ds []string
+		for _, c := range calls {
+			id, _ := json.Marshal(c.(map[string]any)["callId"])
+			ds = append(ds, `{"callId":`+string(id)+`,`+fields+`}`)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"decisions":[`+strings.Join(ds, ",")+`]}`)
+	}
+}
+
 func (h *hook) set(f func(http.ResponseWriter, map[string]any)) {
 	h.mu.Lock()
 	h.answer = f
@@ -77,14 +92,14 @@ func webhookEnv(t *testing.T, h *hook, block string) *env {
 // through the approval path. A fitting rule decides without it.
 func TestPolicyWebhookPreExecute(t *testing.T) {
 	t.Parallel()
-	h := &hook{answer: answerJSON(`{"decision":"allow"}`)}
+	h := &hook{answer: answerAll(`"decision":"allow"`)}
 	e := webhookEnv(t, h, `{"preExecute":[{"tools":["sh"],"decision":"deny","reason":"never sh"}],"webhooks":{"preExecute":%q}}`)
 	wantSuccess(t, e.exec("echo", `{"text":"hi"}`), "hi")
-	h.set(answerJSON(`{"decision":"deny","reason":"the webhook said no"}`))
+	h.set(answerAll(`"decision":"deny","reason":"the webhook said no"`))
 	wantDenied(t, e.exec("echo", `{"text":"hi"}`), "the webhook said no")
-	h.set(answerJSON(`{"decision":"deny"}`))
+	h.set(answerAll(`"decision":"deny"`))
 	wantDenied(t, e.exec("echo", `{"text":"hi"}`), `tool "echo" is denied by the pre-execute policy webhook`)
-	h.set(answerJSON(`{"decision":"ask","reason":"a human must look"}`))
+	h.set(answerAll(`"decision":"ask","reason":"a human must look"`))
 	wantDenied(t, e.exec("echo", `{"text":"hi"}`), "a human must look") // no approval service mounted
 	wantDenied(t, e.exec("sh", `{"command":"x"}`), "never sh")
 
@@ -93,15 +108,16 @@ func TestPolicyWebhookPreExecute(t *testing.T) {
 	if len(h.bad) > 0 || len(h.requests) != 4 {
 		t.Fatalf("bad requests %v, %d requests", h.bad, len(h.requests))
 	}
-	want := map[string]any{"event": "preExecute", "presetId": "p1", "presetVersion": 3.0, "sessionId": "agent-1",
-		"callId": "c1", "tool": "echo", "arguments": map[string]any{"text": "hi"}, "turn": 1.0, "step": 2.0}
-	if got := h.requests[0]; fmt.Sprint(got) != fmt.Sprint(want) || h.events[0] != "preExecute" {
+	want := map[string]any{"event": "preExecuteBatch", "presetId": "p1", "presetVersion": 3.0, "sessionId": "agent-1",
+		"turn": 1.0, "step": 2.0, "calls": []any{map[string]any{"callId": "c1", "tool": "echo", "arguments": map[string]any{"text": "hi"}}}}
+	if got := h.requests[0]; fmt.Sprint(got) != fmt.Sprint(want) || h.events[0] != "preExecuteBatch" {
 		t.Fatalf("request %v (event %q), want %v", got, h.events[0], want)
 	}
 }
 
 // TestPolicyWebhookFailsClosed: a webhook that times out, answers non-2xx, redirects, answers
-// something else than a decision, or is too large denies the call with a reason that says so.
+// something else than a decision, answers in the per-call format of before E5, or is too large
+// denies the call with a reason that says so.
 func TestPolicyWebhookFailsClosed(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -119,8 +135,9 @@ func TestPolicyWebhookFailsClosed(t *testing.T) {
 		},
 			"the webhook answered HTTP 302 (redirects are not followed)"},
 		{answerJSON(`not json`), "the webhook's answer is not a JSON object of the expected shape"},
-		{answerJSON(`{"decision":"maybe"}`), `the webhook answered an unknown decision "maybe" (want "allow", "deny" or "ask")`},
-		{answerJSON(`{"decision":"allow","pad":"` + strings.Repeat("x", policy.MaxAnswerBytes) + `"}`),
+		{answerAll(`"decision":"maybe"`), `the webhook answered an unknown decision "maybe" (want "allow", "deny" or "ask")`},
+		{answerJSON(`{"decision":"allow"}`), `the webhook's answer has no decision for call "c1" (a "preExecuteBatch" request is answered with {"decisions": [{"callId", "decision", "reason"}, ...]})`},
+		{answerJSON(`{"decisions":[{"callId":"c1","decision":"allow"}],"pad":"` + strings.Repeat("x", policy.MaxAnswerBytes) + `"}`),
 			fmt.Sprintf("the webhook's answer is larger than %d bytes", policy.MaxAnswerBytes)},
 	} {
 		h.set(tc.answer)
@@ -186,7 +203,7 @@ func TestPolicyWebhookPostExecute(t *testing.T) {
 // called; without AllowHTTP an http URL fails closed.
 func TestPolicyWebhookTLS(t *testing.T) {
 	t.Parallel()
-	h := &hook{answer: answerJSON(`{"decision":"deny","reason":"over TLS"}`)}
+	h := &hook{answer: answerAll(`"decision":"deny","reason":"over TLS"`)}
 	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
 	roots := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs

@@ -1,9 +1,12 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/dshd/dshd/pkg/registry"
 )
 
 // DefaultMaxParallelToolCalls is the pool cap used when Config.MaxParallelToolCallsFunc is nil
@@ -26,6 +29,17 @@ type Config struct {
 	// serial. A value below 1 is an internal failure wrapping ErrInvalidMaxParallel.
 	// Default (nil): a constant DefaultMaxParallelToolCalls (10).
 	MaxParallelToolCallsFunc func() int
+
+	// GroupFunc, when set, is called on the lane as each group begins (SCHED-2), before its first
+	// call's `tool/call`, with the inputs of the calls the group is expected to hold, in model
+	// order: the one call of an exclusive group, or the consecutive calls from the first of a
+	// parallel group that classify parallel (classified ahead; each is classified again just
+	// before it starts, as SCHED-2 says, and that classification decides). The function it
+	// returns, when not nil, is applied to the ctx of every Prepare of the group's calls, so that
+	// the pipeline's prepare stage can find what the group began with (pkg/policy: the one
+	// pre-execute webhook request of extension E5). It must not block; the ctx it is given is
+	// the step signal. Default (nil): nothing.
+	GroupFunc func(ctx context.Context, calls []registry.Input) func(context.Context) context.Context
 
 	// Logger receives panics recovered from pipeline stages (with their stacks) and other
 	// contained failures. Default (nil): slog.Default() at the time New is called.

@@ -27,6 +27,10 @@ type run struct {
 
 	pending []*slot // started calls of the pool waiting to be launched together
 
+	// groupCtx is what Config.GroupFunc returned for the current group (nil: nothing), applied
+	// to the ctx of each of its prepares (extension E5).
+	groupCtx func(context.Context) context.Context
+
 	out    Outcome
 	err    error // first internal failure (SCHED-7)
 	emDead bool  // the emitter failed; call it no more
@@ -89,7 +93,10 @@ func (r *run) mayStart() bool {
 
 // runGroup runs the group that begins at r.next (SCHED-2) and drains it.
 func (r *run) runGroup() {
-	if r.mode(r.next) != registry.Parallel {
+	parallel := r.mode(r.next) == registry.Parallel
+	r.beginGroup(parallel)
+	defer func() { r.groupCtx = nil }()
+	if !parallel {
 		r.start(r.next)
 		r.drain()
 		return
@@ -133,6 +140,33 @@ func (r *run) mode(i int) (m registry.Mode) {
 			m = registry.Exclusive
 		}
 		r.calls[i].Mode = m
+	}()
+	return r.s.pipe.ExecutionMode(in)
+}
+
+// beginGroup calls Config.GroupFunc, if set, with the calls of the group that begins at r.next:
+// that call alone when it is exclusive, else it and the following calls that classify parallel
+// now (peekMode; each is classified again when it would start).
+func (r *run) beginGroup(parallel bool) {
+	r.groupCtx = nil
+	if r.s.cfg.GroupFunc == nil {
+		return
+	}
+	ins := []registry.Input{r.input(r.next)}
+	for i := r.next + 1; parallel && i < len(r.calls) && r.peekMode(i) == registry.Parallel; i++ {
+		ins = append(ins, r.input(i))
+	}
+	r.groupCtx = r.s.cfg.GroupFunc(r.ctx, ins)
+}
+
+// peekMode classifies call i ahead of its start, without recording the mode or logging a panic
+// (the classification at its start does both). A panicking classifier means exclusive.
+func (r *run) peekMode(i int) (m registry.Mode) {
+	in := r.input(i)
+	defer func() {
+		if recover() != nil {
+			m = registry.Exclusive
+		}
 	}()
 	return r.s.pipe.ExecutionMode(in)
 }

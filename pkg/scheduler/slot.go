@@ -92,7 +92,11 @@ func (r *run) begin(i int) *slot {
 	}
 	sl.callSeq = seq
 	sl.ctx, sl.span = telemetry.StartTool(r.ctx, sl.call.ID)
-	sl.prep, sl.result = r.prepare(sl.ctx, sl.call, r.input(i))
+	pctx := sl.ctx
+	if r.groupCtx != nil {
+		pctx = r.groupCtx(pctx)
+	}
+	sl.prep, sl.result = r.prepare(pctx, sl.call, r.input(i))
 	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
 		return nil
 	}
