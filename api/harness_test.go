@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/approval"
+	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
@@ -53,6 +54,9 @@ type env struct {
 	// tools are registered beside the built-in tools on every replica.
 	tools []*registry.Tool
 	*replica
+	// code, when set, mounts a code runtime (code mode's run_code) on the replicas started after
+	// it is set.
+	code bool
 	// approvals, when set, makes the approval service of the replicas started after it is set
 	// from the default configuration; nil from it: no approval service (asks are denied as
 	// without one, APR-1).
@@ -127,8 +131,14 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 		approver = approvals
 	}
 	creds := pgstore.NewCredentials(e.pool, testCredentialKeys)
+	var code *codemode.Runtime
+	if e.code {
+		if code, err = codemode.New(codemode.Config{Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ag, err = agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet, Approvals: approver,
-		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}, Credentials: creds})
+		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}, Credentials: creds, CodeRuntime: code})
 	if err != nil {
 		t.Fatal(err)
 	}

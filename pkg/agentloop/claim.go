@@ -28,17 +28,15 @@ type stepEntry struct {
 // `user/message` per entered message (the claimed ones, then snap when not nil) as one entry of
 // the writer: a crash can never leave a message claimed but not entered.
 //
-// What is entered is decided now, from the runner's view of the inbox, and the model request is
-// built on it. The entry is built on an up-to-date view of the log (under the append lock): it
-// claims a list's first messages only while the list still starts with exactly them. Other
-// writers only add at the ends of the lists, except a cancel, which clears them; a message a
-// cancel removed before the claim was written is still entered (the model was given it) but not
-// claimed again, and the turn ends aborted{user} (claimLost).
-//
-// The claim of a turn's first step is written with the turn's next batch (within a coalescing
-// window of the model call, or with the turn's end), in one commit with turn/start: if the
-// process dies before it, nothing of the turn is in the log and the input waits in the inbox. A
-// later step's claim is committed at once, before its model call.
+// What is entered is decided now, from the runner's view of the inbox. The entry is built on an
+// up-to-date view of the log (under the append lock): it claims a list's first messages only
+// while the list still starts with exactly them. Other writers only add at the ends of the
+// lists, except a cancel, which clears them. The entry is committed at once, with whatever is
+// pending (turn/start, the last step's results), before the model request is built: when a
+// cancel removed the messages first, the entry writes nothing, the step does not start and the
+// turn ends aborted{user} (claimLost), so a cancelled message never reaches a model request, the
+// history or usage (docs/rules.md, cancel-exact). If the process dies before the commit, the
+// input still waits in the inbox.
 //
 // When there is nothing to enter and the step needs input (the first step, or a turn that is
 // ending), it stages nothing and reports no step.
@@ -86,8 +84,10 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 		for _, p := range plan {
 			list := r.m.inbox.List(p.target)
 			if len(list) < len(p.ids) || !slices.Equal(ids(list[:len(p.ids)]), p.ids) {
-				r.claimLost = true // cleared by a cancel meanwhile: the turn ends aborted
-				continue
+				// Cleared by a cancel meanwhile: nothing of the step is written, the model is
+				// not called, and the turn ends aborted (docs/rules.md, cancel-exact).
+				r.claimLost = true
+				return nil, nil
 			}
 			out = append(out, eventlog.Of(eventlog.Deletion(p.target, len(p.ids), "")))
 		}
@@ -97,10 +97,13 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 		}
 		return out, nil
 	}})
-	if step > 1 {
-		if err := r.w.flush(ctx); err != nil {
-			return stepEntry{}, err
-		}
+	// The claim is committed before the model is called, so that the log, under the lease,
+	// decides whether the turn or a cancel has the messages: what a cancel removed is never sent.
+	if err := r.w.flush(ctx); err != nil {
+		return stepEntry{}, err
+	}
+	if r.claimLost {
+		return stepEntry{}, nil
 	}
 	r.claimed += e.claimed
 	return e, nil

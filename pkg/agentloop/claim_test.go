@@ -91,11 +91,15 @@ func TestLOOP7_CancelDuringAWriteStillClosesTheTurn(t *testing.T) {
 }
 
 // TestLOOP7_CancelRacingTheFirstClaimAbortsTheTurn: a cancel that clears the inbox before the
-// turn's first batch (with its claim) is written aborts the turn: the message the model was given
-// is entered but not claimed again, the turn ends aborted{user}, and nothing is served twice.
+// turn's claim is written aborts the turn, and what it removed is given to no one (docs/rules.md,
+// cancel-exact): no model request, no user/message, the turn ends aborted{user}, nothing waits.
+// Finding (issue 18): the claim rode the turn's next batch while the model was already called
+// with the message, so a cancel in that window marked the message canceled and the model was
+// given it anyway (entered in the history, a model call billed).
 func TestLOOP7_CancelRacingTheFirstClaimAbortsTheTurn(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil)
+	rp := &recProvider{p: scripted.New(scripted.Config{})}
+	h := newHarness(t, rp)
 	h.post(eventlog.InboxNextTurn, "text")
 	cj := &ctxJournal{MemJournal: h.j}
 	r := NewRunner(h.cfg, cj)
@@ -115,8 +119,9 @@ func TestLOOP7_CancelRacingTheFirstClaimAbortsTheTurn(t *testing.T) {
 	if len(ends) != 1 || decode[eventlog.TurnEnd](t, ends[0].Data).Reason.Kind != eventlog.EndAborted {
 		t.Fatalf("turn/end %v", ends)
 	}
-	if r.Pending() || len(h.ofType(eventlog.TypeUserMessage)) != 1 {
-		t.Fatalf("inbox %+v, user messages %d: the message must be entered once and not wait", r.m.inbox, len(h.ofType(eventlog.TypeUserMessage)))
+	if r.Pending() || len(h.ofType(eventlog.TypeUserMessage)) != 0 || len(rp.reqs) != 0 {
+		t.Fatalf("inbox %+v, user messages %d, model requests %d: the cancelled message must reach neither the history nor the model, nor wait",
+			r.m.inbox, len(h.ofType(eventlog.TypeUserMessage)), len(rp.reqs))
 	}
 	h.checkInvariants()
 }

@@ -157,7 +157,9 @@ func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.
 		}
 	}()
 
-	tick := time.NewTicker(r.cfg.ChunkWindow)
+	// The timer fires when the oldest pending event has waited the chunk window (docs/rules.md,
+	// log-window), or a window from now when nothing is pending.
+	tick := time.NewTimer(r.cfg.ChunkWindow)
 	defer tick.Stop()
 	for {
 		select {
@@ -168,6 +170,7 @@ func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.
 			if err := r.flushIfDue(ctx); err != nil {
 				return llm.Message{}, "", err
 			}
+			r.armFlush(tick)
 		case it, ok := <-items:
 			if !ok || it.err == io.EOF {
 				return r.assistant(cs, turn, step)
@@ -186,12 +189,26 @@ func (r *Runner) streamOnce(ctx context.Context, cs *chunkStager, asm promptasm.
 				cs.first = true
 				r.cfg.Metrics.ModelFirstChunk(r.model.Provider, r.model.Model, time.Since(cs.started))
 			}
+			wasPending := len(r.w.pending) > 0
 			cs.push(it.c)
 			if err := r.flushIfDue(ctx); err != nil {
 				return llm.Message{}, "", err
 			}
+			if !wasPending || len(r.w.pending) == 0 {
+				r.armFlush(tick)
+			}
 		}
 	}
+}
+
+// armFlush sets t to fire when the writer's oldest pending event is due, or a chunk window from
+// now when nothing is pending.
+func (r *Runner) armFlush(t *time.Timer) {
+	d, ok := r.w.untilDue(r.cfg.ChunkWindow)
+	if !ok {
+		d = r.cfg.ChunkWindow
+	}
+	resetTimer(t, max(d, time.Millisecond))
 }
 
 // drainReceived stages the chunks already received when the call is cancelled, so that all

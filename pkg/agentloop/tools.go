@@ -21,11 +21,15 @@ func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Bloc
 	}
 	em := &stepEmitter{r: r, turn: turn, step: step}
 	st := scheduler.Step{Turn: turn, Step: step, Agent: r.cfg.SessionID, Scope: r.cfg.Scope, Log: em}
-	out, err := r.cfg.Scheduler.RunStep(ctx, st, calls, em)
+	sctx, cancelStep := context.WithCancelCause(ctx)
+	defer cancelStep(nil)
+	stop := em.startFlusher(sctx, cancelStep)
+	out, err := r.cfg.Scheduler.RunStep(sctx, st, calls, em)
+	stop()
+	if em.logErr != nil {
+		return false, r.logErr(em.logErr)
+	}
 	if err != nil {
-		if em.logErr != nil {
-			return false, r.logErr(em.logErr)
-		}
 		return false, fmt.Errorf("tool scheduler: %w", err)
 	}
 	return out.ConcludesTurn, nil
@@ -161,8 +165,9 @@ func (e *stepEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []llm.M
 
 // StepEnd implements scheduler.StepEnder: the results of exclusive calls (which may have changed
 // something outside) are made durable at once; results of parallel, concurrency-safe calls are
-// written with the runner's next batch, at most a chunk window later (the next model call's
-// coalescing ticker, or the turn's end), which saves a transaction per tool step.
+// written at most a chunk window after they settled (the step's flusher while other calls run,
+// else the runner's next batch: the next step's claim, the model call's timer or the turn's end),
+// which saves a transaction per tool step.
 //
 // Results that handed contexts to the next-step inbox are flushed too: the next step claims from
 // the committed inbox, and must find them (LOOP-6).
@@ -177,10 +182,11 @@ func (e *stepEmitter) StepEnd(ctx context.Context, out scheduler.Outcome) error 
 	return nil
 }
 
-// Launch implements scheduler.Launcher: a launch of concurrency-safe calls rides the runner's next
-// batch (with its assistant message, the log stays consistent if the process dies first: the step
-// is taken again); one with an exclusive call is made durable first, so that crash repair tells a
-// started exclusive call (TOOL_OUTCOME_UNKNOWN) from one that never started.
+// Launch implements scheduler.Launcher: a launch of concurrency-safe calls is committed by the
+// step's flusher once its oldest pending event is a chunk window old (docs/rules.md, log-window),
+// so that results settling inside the window share the commit; one with an exclusive call is made
+// durable first, so that crash repair tells a started exclusive call (TOOL_OUTCOME_UNKNOWN) from
+// one that never started.
 func (e *stepEmitter) Launch(ctx context.Context, calls []scheduler.Call) error {
 	for _, c := range calls {
 		if c.Mode != registry.Parallel {

@@ -60,6 +60,9 @@ type writer struct {
 	built int
 	// flushed, when set, is called after every batch is committed.
 	flushed func()
+	// staged, when set, is signalled (without blocking) when an event is staged while nothing
+	// was pending: the step's flusher then arms its timer (flusher.go).
+	staged chan struct{}
 }
 
 func newWriter(j eventlog.Journal, m *mirror, clock func() time.Time) *writer {
@@ -71,6 +74,12 @@ func (w *writer) stage(s staged) *handle {
 	s.h = &handle{seq: -1, idx: -1}
 	if len(w.pending) == 0 {
 		w.oldest = w.clock()
+		if w.staged != nil {
+			select {
+			case w.staged <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if s.size == 0 {
 		s.size = 128
@@ -83,6 +92,15 @@ func (w *writer) stage(s staged) *handle {
 // due reports whether the pending events have waited window or grown past maxBytes.
 func (w *writer) due(window time.Duration, maxBytes int) bool {
 	return len(w.pending) > 0 && (w.size >= maxBytes || w.clock().Sub(w.oldest) >= window)
+}
+
+// untilDue returns how long the oldest pending event may still wait before window has passed
+// (zero or less: it is due), and false when nothing is pending.
+func (w *writer) untilDue(window time.Duration) (time.Duration, bool) {
+	if len(w.pending) == 0 {
+		return 0, false
+	}
+	return w.oldest.Add(window).Sub(w.clock()), true
 }
 
 // flush commits every pending event. On eventlog.ErrStale (a claim built on an outdated view) it folds
