@@ -29,21 +29,6 @@ type referenceReplay struct {
 	during func(t *testing.T, e *env, sid string, s *rawStream, n int)
 }
 
-// pendingShape is a difference from the reference that another part of issue 18 changes (the
-// event shapes of events.md): the data fields dshd adds to an event, when pendingShape's function
-// says it is one they are on. Remove an entry when its change has landed; the test then holds
-// that shape too.
-var pendingShape = map[string]func(data map[string]any) []string{
-	// An aborted model call's assistant/message carries usage {estimated, ...}; the reference
-	// writes none.
-	eventlog.TypeAssistantMessage: func(data map[string]any) []string {
-		if data["interrupted"] == true {
-			return []string{"usage"}
-		}
-		return nil
-	},
-}
-
 // modelShape are data fields whose presence the model decides, not dshd: dshd's scripted model
 // reports cache hits for the part of the history it saw before, the reference's reported none.
 var modelShape = map[string][]string{
@@ -59,7 +44,7 @@ var modelShape = map[string][]string{
 // coalesces them within a window), dshd's ignorable extension events, the request header's
 // content (the tools and prompt are the server's), the interleaving of a step's calls and results
 // (it follows when the bodies settle), a later turn's request header and context of a new loop
-// instance (resumed), modelShape, and pendingShape.
+// instance (resumed), and modelShape.
 func TestReferenceLogsOverHTTP(t *testing.T) {
 	t.Parallel()
 	started := make(chan string, 16)
@@ -250,8 +235,7 @@ func matchReference(ref, got []eventlog.Event) error {
 }
 
 // dataShape returns the paths of an event's data with the kind of each value ("turn:number",
-// "message.content[].type:string"), sorted, less the request header's content, modelShape and
-// pendingShape.
+// "message.content[].type:string"), sorted, less the request header's content and modelShape.
 func dataShape(ev eventlog.Event) []string {
 	var v any
 	d := json.NewDecoder(bytes.NewReader(ev.Data))
@@ -293,13 +277,7 @@ func dataShape(ev eventlog.Event) []string {
 			seen[path+":null"] = true
 		}
 	}
-	var pending []string
-	if f, ok := pendingShape[ev.Type]; ok {
-		if m, ok := v.(map[string]any); ok {
-			pending = f(m)
-		}
-	}
-	skip = append(pending, modelShape[ev.Type]...)
+	skip = modelShape[ev.Type]
 	walk("", v)
 	out := make([]string, 0, len(seen))
 	for p := range seen {
