@@ -810,6 +810,7 @@ class SessionView {
       case 'tool/call': {
         const c = this.toolCard(d.callId, d.name);
         c.started = ev.time;
+        c.rawArgs = d.arguments;
         c.args.replaceChildren(h('pre', { class: 'args' }, pretty(d.arguments || '')));
         break;
       }
@@ -830,6 +831,7 @@ class SessionView {
           h('div', { class: 'tool-head' }, h('span', { class: 'mono' }, d.name), h('span', { class: 'sub-state' }, badge('running'))),
           h('pre', {}, pretty(d.arguments)));
         li.started = ev.time;
+        li.rawArgs = d.arguments;
         const nested = d.parentCallId !== d.rootCallId ? this.subs.get(d.parentCallId) : null;
         (nested ? (nested.querySelector('ul') || nested.appendChild(h('ul', { class: 'subcalls' }))) : parent.subs).append(li);
         this.subs.set(d.subCallId, li);
@@ -843,9 +845,12 @@ class SessionView {
         break;
       }
       case 'approval/asked': {
+        // The ask names its call (APR-3); the arguments are the call's (its tool/call, or a
+        // run_code sub-call's tool/code-dispatch-start); logs of older servers carry them here.
+        const args = d.arguments !== undefined ? d.arguments : (this.tools.get(d.callId) || this.subs.get(d.callId))?.rawArgs;
         const card = h('div', { class: 'approval', role: 'group', 'aria-label': `Approval for ${d.toolName}`, dataset: { approvalId: d.id } },
           h('div', {}, h('strong', {}, `Approve ${d.toolName}?`), d.reason ? ` ${d.reason}` : ''),
-          d.arguments !== undefined ? h('pre', {}, pretty(d.arguments)) : '');
+          args !== undefined ? h('pre', {}, pretty(args)) : '');
         const actions = h('div', { class: 'actions' },
           h('button', { type: 'button', class: 'primary', onclick: () => this.answer(d.id, 'allowed-once') }, 'Allow once'),
           h('button', { type: 'button', class: 'danger', onclick: () => this.answer(d.id, 'rejected') }, 'Reject'));
