@@ -847,10 +847,14 @@ class SessionView {
       case 'approval/asked': {
         // The ask names its call (APR-3); the arguments are the call's (its tool/call, or a
         // run_code sub-call's tool/code-dispatch-start); logs of older servers carry them here.
+        // When neither is on this page, the pending approvals list (which reads them from the
+        // log) fills them in.
         const args = d.arguments !== undefined ? d.arguments : (this.tools.get(d.callId) || this.subs.get(d.callId))?.rawArgs;
+        const argsPre = h('pre', {}, args !== undefined ? pretty(args) : '');
+        if (args === undefined) this.fillApprovalArgs(d.id, argsPre);
         const card = h('div', { class: 'approval', role: 'group', 'aria-label': `Approval for ${d.toolName}`, dataset: { approvalId: d.id } },
           h('div', {}, h('strong', {}, `Approve ${d.toolName}?`), d.reason ? ` ${d.reason}` : ''),
-          args !== undefined ? h('pre', {}, pretty(args)) : '');
+          argsPre);
         const actions = h('div', { class: 'actions' },
           h('button', { type: 'button', class: 'primary', onclick: () => this.answer(d.id, 'allowed-once') }, 'Allow once'),
           h('button', { type: 'button', class: 'danger', onclick: () => this.answer(d.id, 'rejected') }, 'Reject'));
@@ -1002,6 +1006,16 @@ class SessionView {
       if (!r.cancelled) showAlert('Nothing was running.');
       this.refreshSoon();
     });
+  }
+
+  // fillApprovalArgs writes the arguments of a pending approval, as GET .../approvals shows them,
+  // into pre (nothing when the approval is no longer pending or the read fails).
+  async fillApprovalArgs(approvalId, pre) {
+    try {
+      const r = await api('GET', `/v1/sessions/${this.id}/approvals`);
+      const item = (r.items || []).find((x) => x.id === approvalId);
+      if (item && item.arguments !== undefined && !pre.textContent) pre.textContent = pretty(item.arguments);
+    } catch { /* the card still shows the ask and its answers */ }
   }
 
   answer(approvalId, outcome) {

@@ -390,7 +390,9 @@ await step('tool-card-and-streamed-answer', async () => {
 await step('approval-asked', async () => {
   await send('tool:echo args:{"text":"hi"}');
   await page.getByRole('group', { name: 'Approval for echo' }).waitFor();
-  check(await page.getByRole('group', { name: 'Approval for echo' }).locator('pre').innerText().then((t) => t.includes('"text": "hi"')), 'approval lacks arguments');
+  // The card shows its call's arguments (from the call's event, or the pending approvals list).
+  await page.getByRole('group', { name: 'Approval for echo' }).locator('pre', { hasText: '"text": "hi"' }).waitFor()
+    .catch(() => { throw new Error('approval lacks arguments'); });
 });
 
 await step('approval-allowed', async () => {
