@@ -179,6 +179,10 @@ func capKey(r *http.Request, spec *tenant.KeySpec) error {
 		}
 	}
 	spec.Parent = me.ID // recorded, and checked by the insert: a revoked key mints nothing
+	// and neither does the old secret of a key rotated since this request authenticated.
+	if a, ok := r.Context().Value(apiKeyCtx{}).(*authKey); ok {
+		spec.ParentHash = a.hash
+	}
 	if spec.ExpiresAt == nil && me.ExpiresAt != nil {
 		at := *me.ExpiresAt
 		spec.ExpiresAt = &at

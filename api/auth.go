@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"net/http"
@@ -93,13 +94,18 @@ func (s *Server) adminOnly(next http.Handler) http.Handler {
 }
 
 // isAdminToken reports whether token is the admin token or one of the previous ones still
-// accepted. Every candidate is compared, each in constant time, so neither the time taken nor an
-// early return tells which one (or how much of one) matched.
+// accepted. The SHA-256 digests are compared, each in constant time: a digest has one length
+// whatever the token's, so neither the time taken nor an early return tells which candidate
+// matched, how much of one, or how long any is (ConstantTimeCompare of the raw bytes returns at
+// once on a length mismatch).
 func (s *Server) isAdminToken(token string) bool {
-	match := subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken))
+	got := sha256.Sum256([]byte(token))
+	want := sha256.Sum256([]byte(s.cfg.AdminToken))
+	match := subtle.ConstantTimeCompare(got[:], want[:])
 	for _, prev := range s.cfg.AdminTokenPrevious {
 		if prev != "" {
-			match |= subtle.ConstantTimeCompare([]byte(token), []byte(prev))
+			want = sha256.Sum256([]byte(prev))
+			match |= subtle.ConstantTimeCompare(got[:], want[:])
 		}
 	}
 	return match == 1

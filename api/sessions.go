@@ -117,28 +117,43 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 }
 
 // fork forks the session and copies its workspace to the child. With workspaces, the source's
-// run lease is held for the fork and the copy (a turn running answers session_busy), so the copy
-// is the workspace as of the fork, and the copy is admitted against the tenant's disk bound
-// before the child exists (workspace_quota_exceeded). When the copy fails the child is deleted
-// again (a child without its source's files would diverge from its log unnoticed).
+// run lease is held for the copy (session_busy while another owner's lease is recorded), so the
+// copy is the workspace as of the fork; the copy is admitted against the tenant's disk bound
+// first (workspace_quota_exceeded) and written, under the child's id, before the child exists:
+// no turn of the child can start before its workspace is complete. The lease is confirmed after
+// the copy (lost: a turn of the source may have changed the files mid-copy, so the copy is
+// removed and the fork answers session_busy), and only then is the child created; a fork the
+// log refuses removes the copy again.
 func (rs sessionResource) fork(r *http.Request, f forkRequest) (eventlog.Session, error) {
-	bounds, err := rs.s.cfg.Quotas.ForkBounds(r.Context(), tenantID(r)) // checked again in the fork's transaction
+	ctx := r.Context()
+	bounds, err := rs.s.cfg.Quotas.ForkBounds(ctx, tenantID(r)) // checked again in the fork's transaction
 	if err != nil {
 		return eventlog.Session{}, err
 	}
 	ws := rs.s.cfg.Workspaces
 	if ws == nil {
-		return rs.s.cfg.Log.ForkWithin(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
+		return rs.s.cfg.Log.ForkWithin(ctx, tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
 	}
-	release, err := rs.s.cfg.Turns.Hold(r.Context(), tenantID(r), f.SessionID)
+	held, err := rs.s.cfg.Turns.Hold(ctx, tenantID(r), f.SessionID)
 	if errors.Is(err, worker.ErrSessionBusy) {
-		return eventlog.Session{}, errorf(CodeSessionBusy,
-			"a turn of the session is running: fork it once the turn is over (the fork copies the workspace as it is then)")
+		return eventlog.Session{}, errFork(errForkBusy)
+	}
+	if errors.Is(err, eventlog.ErrNotFound) {
+		// Unknown, another tenant's or deleted: the log's fork says which (404, or 409
+		// session_not_live for a deleted source), as without workspaces. A source that is
+		// unknown here cannot be forked there; should the log fork it anyway, the child is
+		// removed, as it has no workspace.
+		sess, ferr := rs.s.cfg.Log.ForkWithin(ctx, tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
+		if ferr != nil {
+			return sess, ferr
+		}
+		rs.dropChild(r, sess.ID)
+		return eventlog.Session{}, err
 	}
 	if err != nil {
 		return eventlog.Session{}, err
 	}
-	defer release()
+	defer held.Release()
 	done, err := ws.AdmitCopy(f.SessionID.String())
 	if errors.Is(err, sandbox.ErrTenantQuota) {
 		return eventlog.Session{}, errorf(CodeWorkspaceQuotaExceeded, "the fork's copy of the workspace is refused: "+err.Error())
@@ -147,17 +162,49 @@ func (rs sessionResource) fork(r *http.Request, f forkRequest) (eventlog.Session
 		return eventlog.Session{}, fmt.Errorf("api: fork: admit the workspace copy: %w", err)
 	}
 	defer done()
-	sess, err := rs.s.cfg.Log.ForkWithin(r.Context(), tenantID(r), f.SessionID, f.BoundarySeq, nil, bounds)
-	if err != nil {
-		return sess, err
-	}
-	if err := ws.Copy(f.SessionID.String(), sess.ID.String()); err != nil {
-		if derr := rs.s.cfg.Log.SessionDelete(context.WithoutCancel(r.Context()), tenantID(r), sess.ID); derr != nil {
-			logger(r).Error("fork: the child whose workspace copy failed could not be deleted", "child", sess.ID, "error", derr)
-		}
+	child := uuid.New()
+	if err := ws.Copy(f.SessionID.String(), child.String()); err != nil {
+		rs.dropCopy(r, child)
 		return eventlog.Session{}, fmt.Errorf("api: fork: copy the workspace: %w", err)
 	}
+	if err := held.Confirm(ctx); err != nil {
+		rs.dropCopy(r, child)
+		if errors.Is(err, eventlog.ErrLeaseLost) {
+			return eventlog.Session{}, errFork(errForkLeaseLost)
+		}
+		return eventlog.Session{}, fmt.Errorf("api: fork: confirm the source's run lease: %w", err)
+	}
+	sess, err := rs.s.cfg.Log.ForkWithin(ctx, tenantID(r), f.SessionID, f.BoundarySeq, &child, bounds)
+	if err != nil {
+		rs.dropCopy(r, child)
+		return sess, err
+	}
 	return sess, nil
+}
+
+// The fork's session_busy messages.
+const (
+	errForkBusy = "the source session's run lease is held: a turn of it is running (or is being recovered " +
+		"after a crash), or another fork of it is copying its workspace; fork again once that is over " +
+		"(the fork copies the workspace as it is then)"
+	errForkLeaseLost = "the fork lost the source session's run lease while it copied the workspace " +
+		"(a turn may have changed it meanwhile): nothing was created; fork again"
+)
+
+func errFork(msg string) error { return errorf(CodeSessionBusy, msg) }
+
+// dropCopy removes the workspace a fork copied for a child it did not create.
+func (rs sessionResource) dropCopy(r *http.Request, child uuid.UUID) {
+	if err := rs.s.cfg.Workspaces.Delete(child.String()); err != nil {
+		logger(r).Error("fork: the workspace copy of a child not created could not be removed", "child", child, "error", err)
+	}
+}
+
+// dropChild deletes a child session the fork must not leave.
+func (rs sessionResource) dropChild(r *http.Request, child uuid.UUID) {
+	if err := rs.s.cfg.Log.SessionDelete(context.WithoutCancel(r.Context()), tenantID(r), child); err != nil {
+		logger(r).Error("fork: a child without its workspace could not be deleted", "child", child, "error", err)
+	}
 }
 
 func (rs sessionResource) create(r *http.Request, presetID uuid.UUID) (eventlog.Session, error) {

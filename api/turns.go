@@ -20,8 +20,9 @@ type Turns interface {
 	Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg llm.Message, mode string, idem *worker.Idempotency) (worker.Posted, error)
 	Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error)
 	// Hold takes the session's run lease for work that must not overlap a turn of it (a fork's
-	// copy of its workspace): worker.ErrSessionBusy while a turn holds it. Call release once.
-	Hold(ctx context.Context, tenantID, sessionID uuid.UUID) (release func(), err error)
+	// copy of its workspace): worker.ErrSessionBusy while another owner's lease is recorded.
+	// Confirm it after the work; Release it once.
+	Hold(ctx context.Context, tenantID, sessionID uuid.UUID) (*worker.Held, error)
 }
 
 // Prompts tells what a session's agent would send the model, and lists the built-in tools

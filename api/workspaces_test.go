@@ -1,12 +1,15 @@
 package api_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/pkg/sandbox"
@@ -147,5 +150,112 @@ func TestForkIsCountedAgainstTheTenantWorkspaceBound(t *testing.T) {
 		if strings.HasPrefix(d.Name(), ".copy-") {
 			t.Errorf("a refused fork left %s", d.Name())
 		}
+	}
+}
+
+// TestForkOfADeletedSourceAnswersSessionNotLive (review of issue 17, finding 7c): with workspaces
+// the fork's hold of the source's lease answered 404 for a deleted source, where the API
+// documents 409 session_not_live (as without workspaces). An unknown source is still 404.
+func TestForkOfADeletedSourceAnswersSessionNotLive(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *api.Config) { c.Workspaces = w })
+	src := e.sessionCreate(t, e.keyA)
+	e.do(t, "DELETE", "/v1/sessions/"+src.String(), e.keyA, nil).want(t, http.StatusNoContent)
+	e.do(t, "POST", "/v1/sessions", e.keyA, map[string]any{"fork": map[string]any{"sessionId": src}}).
+		wantProblem(t, http.StatusConflict, api.CodeSessionNotLive)
+	e.do(t, "POST", "/v1/sessions", e.keyA, map[string]any{"fork": map[string]any{"sessionId": uuid.New()}}).
+		want(t, http.StatusNotFound)
+	if n := e.sessionCount(t); n != 0 {
+		t.Fatalf("%d sessions after refused forks, want 0", n)
+	}
+}
+
+// copyHook is sandbox.Workspaces whose Copy runs during first, before copying.
+type copyHook struct {
+	*sandbox.Workspaces
+	during func(src, dst string)
+}
+
+func (c copyHook) Copy(src, dst string) error {
+	c.during(src, dst)
+	return c.Workspaces.Copy(src, dst)
+}
+
+// TestForkChildAppearsOnlyWithItsWorkspace (review of issue 17, finding 7d): the child was
+// created (and listed) before its workspace copy finished, so a turn posted to it meanwhile
+// created its workspace, the copy then failed ("already has a workspace") and the fork deleted
+// the child mid-turn. Now the copy is written under the child's id before the child exists:
+// while it copies, the tenant lists only the source, and no session has the copy's id.
+func TestForkChildAppearsOnlyWithItsWorkspace(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *env
+	var listed int
+	var dstID string
+	hook := copyHook{Workspaces: w, during: func(_, dst string) { listed, dstID = e.sessionCount(t), dst }}
+	e = newEnv(t, func(c *api.Config) { c.Workspaces = hook })
+	src := e.sessionCreate(t, e.keyA)
+	ws, err := w.Open(src.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.Close()
+	var child sessionOut
+	e.do(t, "POST", "/v1/sessions", e.keyA, map[string]any{"fork": map[string]any{"sessionId": src}}).
+		want(t, http.StatusCreated).json(t, &child)
+	if listed != 1 {
+		t.Fatalf("%d sessions listed while the fork copied, want 1 (the child appeared before its workspace)", listed)
+	}
+	if dstID != child.ID.String() {
+		t.Fatalf("the copy went to %s, the child is %s", dstID, child.ID)
+	}
+}
+
+// TestForkThatLostTheLeaseCreatesNothing (review of issue 17, finding 7a): the fork's hold
+// ignored a lost lease, so a turn of the source could start (and change its files) mid-copy and
+// the fork still created the child. Here the lease is taken by another owner during the copy:
+// the fork answers 409 session_busy, no child is created and the copy is removed.
+func TestForkThatLostTheLeaseCreatesNothing(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *env
+	var dstID string
+	hook := copyHook{Workspaces: w, during: func(src, dst string) {
+		dstID = dst
+		if _, err := e.pool.Exec(context.Background(), `UPDATE session_counters SET run_owner = $2 WHERE session_id = $1`,
+			src, uuid.New()); err != nil {
+			t.Error(err)
+		}
+	}}
+	e = newEnv(t, func(c *api.Config) { c.Workspaces = hook })
+	src := e.sessionCreate(t, e.keyA)
+	ws, err := w.Open(src.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws.Dir, "notes.txt"), []byte("from the source"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.Close()
+	p := e.do(t, "POST", "/v1/sessions", e.keyA, map[string]any{"fork": map[string]any{"sessionId": src}}).
+		wantProblem(t, http.StatusConflict, api.CodeSessionBusy)
+	if !strings.Contains(p.Detail, "lost") {
+		t.Fatalf("detail %q, want the lost lease", p.Detail)
+	}
+	if n := e.sessionCount(t); n != 1 {
+		t.Fatalf("%d sessions after a fork that lost its lease, want 1", n)
+	}
+	if _, err := os.Stat(filepath.Join(w.Root(), dstID)); dstID == "" || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the copy %q of a fork that lost its lease: %v", dstID, err)
 	}
 }

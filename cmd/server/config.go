@@ -27,8 +27,8 @@ type Config struct {
 	// administration is disabled. `make run` sets "dev-admin-token".
 	AdminToken string
 	// AdminTokenPrevious (DSHD_ADMIN_TOKEN_PREVIOUS, comma-separated) are former admin tokens
-	// still accepted beside AdminToken during a rotation (docs/credentials-and-keys.md). Default
-	// none.
+	// still accepted beside AdminToken during a rotation (docs/credentials-and-keys.md), each at
+	// least 32 bytes. Default none.
 	AdminTokenPrevious []string
 	// ModelHosts (DSHD_MODEL_HOSTS, comma-separated) are the hosts a preset's model.baseUrl may
 	// point at, a guard against server-side request forgery; "*" allows any. Default
@@ -480,17 +480,27 @@ func (c *Config) parsePrevious(getenv func(string) string) error {
 	if len(c.AdminTokenPrevious) > 0 && c.AdminToken == "" {
 		return fmt.Errorf("DSHD_ADMIN_TOKEN_PREVIOUS needs DSHD_ADMIN_TOKEN (the current token)")
 	}
+	// A former admin token is kept only while clients move off it, so it is held to the length of
+	// a real secret (the current token is not: `make run`'s dev-admin-token is shorter).
+	for i, s := range c.AdminTokenPrevious {
+		if len(s) < minPreviousBytes {
+			return fmt.Errorf("DSHD_ADMIN_TOKEN_PREVIOUS: entry %d must be at least %d bytes (replace a shorter token without an overlap)", i+1, minPreviousBytes)
+		}
+	}
 	c.StreamTokenSecretPrevious = splitList(getenv("DSHD_STREAM_TOKEN_SECRET_PREVIOUS"))
 	if len(c.StreamTokenSecretPrevious) > 0 && c.StreamTokenSecret == "" {
 		return fmt.Errorf("DSHD_STREAM_TOKEN_SECRET_PREVIOUS needs DSHD_STREAM_TOKEN_SECRET (the current secret)")
 	}
 	for i, s := range c.StreamTokenSecretPrevious {
-		if len(s) < 32 {
-			return fmt.Errorf("DSHD_STREAM_TOKEN_SECRET_PREVIOUS: entry %d must be at least 32 bytes", i+1)
+		if len(s) < minPreviousBytes {
+			return fmt.Errorf("DSHD_STREAM_TOKEN_SECRET_PREVIOUS: entry %d must be at least %d bytes", i+1, minPreviousBytes)
 		}
 	}
 	return nil
 }
+
+// minPreviousBytes is the least length of a former admin token or stream-token secret.
+const minPreviousBytes = 32
 
 func splitList(s string) []string {
 	var out []string

@@ -60,6 +60,10 @@ type Config struct {
 	// dshd_tool_errors_total: sub-calls are registry tools, so their names are as bounded as
 	// the native calls'); nil records nothing.
 	Metrics *telemetry.Metrics
+
+	// threadClock returns the CPU clock of the calling goroutine's thread (cpumeter.go). Default:
+	// currentThreadClock when New's probe reads it, otherwise the wall-time stand-in.
+	threadClock func() threadClock
 }
 
 // Defaults of Config.
@@ -130,6 +134,13 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.threadClock == nil {
+		cfg.threadClock = currentThreadClock
+		if !threadClockWorks() {
+			cfg.Logger.Warn("codemode: the thread CPU clock cannot be read; run_code's CPU budget counts wall time in JavaScript")
+			cfg.threadClock = func() threadClock { return threadClock{} }
+		}
 	}
 	return cfg, nil
 }

@@ -1,6 +1,7 @@
 package codemode
 
 import (
+	"runtime"
 	"sync"
 	"time"
 )
@@ -18,6 +19,11 @@ import (
 // run: a locked goroutine costs a thread handoff each time it blocks or is preempted (for a
 // collection), which made a run that only returns 1 three times slower when the whole run was
 // locked, engine start and close included.
+//
+// The budget fails closed: New probes the thread clock once (threadClockWorks) and, where it
+// cannot be read, every call is charged its wall time; a reading that fails later, or that would
+// go backwards, charges the call its wall time too (never less than its CPU time), so a clock
+// that stops working cannot make a call free.
 
 const (
 	// minCheck is the shortest interval between two readings of the watcher.
@@ -34,6 +40,8 @@ type cpuWatch struct {
 	s     *session
 	clock threadClock   // the CPU clock of the call's thread
 	start time.Duration // the thread's CPU time when the call began
+	cpu   bool          // whether start was read: otherwise the call is charged wall time
+	wall  time.Time     // when the call began (monotonic), for the wall-time charge
 	left  time.Duration // the budget left when the call began
 
 	mu     sync.Mutex
@@ -44,11 +52,23 @@ type cpuWatch struct {
 // watch starts measuring a call into JavaScript on the thread of clock, to which the caller is
 // locked; stop ends it.
 func (s *session) watch(clock threadClock) *cpuWatch {
-	w := &cpuWatch{s: s, clock: clock, start: clock.now(), left: s.cpuLeft, active: true}
+	w := &cpuWatch{s: s, clock: clock, wall: time.Now(), left: s.cpuLeft, active: true}
+	w.start, w.cpu = clock.read()
 	w.mu.Lock()
 	w.timer = time.AfterFunc(w.left, w.check)
 	w.mu.Unlock()
 	return w
+}
+
+// used is the CPU time the call has used so far: the thread clock's advance, or the wall time
+// since the call began when the clock cannot be read (or reads less than at the start).
+func (w *cpuWatch) used() time.Duration {
+	if w.cpu {
+		if now, ok := w.clock.read(); ok && now >= w.start {
+			return now - w.start
+		}
+	}
+	return time.Since(w.wall)
 }
 
 // check is the watcher's reading: it fails the run when the call has spent what was left, and
@@ -59,7 +79,7 @@ func (w *cpuWatch) check() {
 	if !w.active {
 		return
 	}
-	next := w.left - (w.clock.now() - w.start)
+	next := w.left - w.used()
 	switch {
 	case next <= 0:
 		w.s.cpuExhausted()
@@ -77,5 +97,14 @@ func (w *cpuWatch) stop() time.Duration {
 	w.active = false
 	w.timer.Stop()
 	w.mu.Unlock()
-	return w.clock.now() - w.start
+	return w.used()
+}
+
+// threadClockWorks reports whether the calling goroutine's thread clock can be read: New's probe.
+// Where it cannot, runs use threadClock{} (wall time) rather than a clock that reads nothing.
+func threadClockWorks() bool {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_, ok := currentThreadClock().read()
+	return ok
 }

@@ -259,7 +259,7 @@ func (s *session) enter(f func() error) error {
 		return errNoSlot
 	}
 	runtime.LockOSThread() // the thread's CPU clock then measures f only (cpumeter.go)
-	w := s.watch(currentThreadClock())
+	w := s.watch(s.cfg.threadClock())
 	err := f()
 	s.cpuLeft -= w.stop()
 	runtime.UnlockOSThread()

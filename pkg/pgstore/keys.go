@@ -288,13 +288,21 @@ func keyInsert(ctx context.Context, db execer, tenantID uuid.UUID, spec tenant.K
 	}
 	// The parent is checked by the insert itself, its row share-locked until the commit (a
 	// revocation's update of it waits for the child to be committed; the tenant row lock, taken
-	// by both first, is what makes the revocation's statement see the child).
+	// by both first, is what makes the revocation's statement see the child). With a ParentHash
+	// the parent must still have the secret the request authenticated with: a rotation committed
+	// after the authentication (its revocation of the descendants then saw no child) refuses the
+	// create instead of leaving a key minted with the old secret alive.
+	var parentHash []byte
+	if parent != nil && len(spec.ParentHash) > 0 {
+		parentHash = spec.ParentHash
+	}
 	row := db.QueryRow(ctx, `INSERT INTO api_keys (id, tenant_id, key_hash, prefix, name, scopes, expires_at, parent_id)
 		SELECT $1, $2, $3, $4, $5, $6, $7, $8
 		WHERE $8::uuid IS NULL OR EXISTS (SELECT 1 FROM api_keys p WHERE p.id = $8 AND p.tenant_id = $2
-			AND p.revoked_at IS NULL AND (p.expires_at IS NULL OR p.expires_at > now()) FOR SHARE)
+			AND p.revoked_at IS NULL AND (p.expires_at IS NULL OR p.expires_at > now())
+			AND ($9::bytea IS NULL OR p.key_hash = $9) FOR SHARE)
 		RETURNING `+keyColumns,
-		uuid.New(), tenantID, hash, prefix, spec.Name, spec.Scopes, spec.ExpiresAt, parent)
+		uuid.New(), tenantID, hash, prefix, spec.Name, spec.Scopes, spec.ExpiresAt, parent, parentHash)
 	k, _, err := scanKey(row)
 	if errors.Is(err, pgx.ErrNoRows) && parent != nil {
 		return tenant.Key{}, "", tenant.ErrKeyParentInactive

@@ -39,6 +39,33 @@ func (s *Store) LeaseAcquire(ctx context.Context, tenantID, sessionID, owner uui
 	return false, h.Lease.Until, nil
 }
 
+// LeaseHold gives owner the session's run lease for ttl only when no one holds it, in one
+// statement: a fork's hold (worker.Service.Hold). Unlike LeaseAcquire it refuses (false) a lease
+// that has expired but is still recorded: its holder crashed mid-turn, and the turn must be
+// repaired first (LeasesExpired finds it only while the dead owner stays recorded, which a
+// takeover followed by a drop would undo). ErrNotFound for an unknown, other tenant's or
+// deleted session.
+func (s *Store) LeaseHold(ctx context.Context, tenantID, sessionID, owner uuid.UUID, ttl time.Duration) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `
+		WITH cur AS (
+			SELECT c.session_id, c.run_owner IS NULL AS free
+			FROM session_counters c JOIN sessions s ON s.id = c.session_id
+			WHERE c.session_id = $1 AND s.tenant_id = $2 AND s.deleted_at IS NULL FOR UPDATE OF c
+		), took AS (
+			UPDATE session_counters c SET run_owner = $3, run_lease_until = now() + $4 * interval '1 millisecond'
+			FROM cur WHERE c.session_id = cur.session_id AND cur.free RETURNING 1
+		)
+		SELECT EXISTS (SELECT 1 FROM took) FROM cur`, sessionID, tenantID, owner, ttl.Milliseconds()).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, eventlog.ErrNotFound
+	}
+	if err != nil {
+		return false, translate(err, "hold lease")
+	}
+	return ok, nil
+}
+
 // LeaseOutcome is what LeaseTake did.
 type LeaseOutcome int
 

@@ -73,15 +73,20 @@ type KeySpec struct {
 	// Parent is the key creating this one (uuid.Nil: none). The store creates the key only while
 	// the parent still authenticates (not revoked, not expired).
 	Parent uuid.UUID
+	// ParentHash is the hash (KeyHash) of the secret the parent authenticated with. When set, the
+	// store creates the key only while the parent still has that secret: a rotation of the parent
+	// committed between the request's authentication and the insert refuses the create
+	// (ErrKeyParentInactive), as a revocation does. The API always sets it with Parent.
+	ParentHash []byte
 }
 
 // Key errors.
 var (
 	// ErrKeyExpired reports an API key past its expiry.
 	ErrKeyExpired = &fault.Error{Code: fault.NotFound, Message: "API key expired"}
-	// ErrKeyParentInactive reports a key create whose parent (KeySpec.Parent) was revoked or
-	// expired before the key could be stored: nothing was created.
-	ErrKeyParentInactive = &fault.Error{Code: fault.NotFound, Message: "the API key creating the key was revoked or has expired"}
+	// ErrKeyParentInactive reports a key create whose parent (KeySpec.Parent) was revoked,
+	// rotated (KeySpec.ParentHash) or expired before the key could be stored: nothing was created.
+	ErrKeyParentInactive = &fault.Error{Code: fault.NotFound, Message: "the API key creating the key was revoked, rotated or has expired"}
 	// ErrInvalidKeySpec reports a key name or scope that breaks the rules.
 	ErrInvalidKeySpec = &fault.Error{Code: fault.Invalid, Message: "invalid API key"}
 )
