@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,14 +55,18 @@ const egressSetupTimeout = 20 * time.Second
 // egress is the network mode's tools, found once.
 type egress struct {
 	pasta, nft, nsenter string
+	// deny is BwrapConfig.EgressDeny: refused besides the non-public ranges and the host's
+	// addresses.
+	deny []netip.Prefix
 	// err says why the mode cannot run here (a tool missing); nil when it can.
 	err error
 }
 
 // findEgress looks for pasta, nft and nsenter on PATH and in /usr/sbin and /usr/bin; pasta and
-// nft are the given paths when they are not empty. The mode also needs root.
-func findEgress(pasta, nft string) egress {
-	var e egress
+// nft are the given paths when they are not empty. The mode also needs root. deny is refused
+// besides the non-public ranges and the host's addresses.
+func findEgress(pasta, nft string, deny []netip.Prefix) egress {
+	e := egress{deny: slices.Clone(deny)}
 	var missing []string
 	for _, t := range []struct {
 		name, pkg string
@@ -184,7 +190,7 @@ func (n *egressRun) attach(ctx context.Context, pid, child int) error {
 		return err
 	}
 	defer owner.Close()
-	rules := egressRules(hostAddrs())
+	rules := egressRules(append(hostAddrs(), n.e.deny...))
 	nft := exec.CommandContext(ctx, n.e.nsenter, "--net=/proc/self/fd/3", "--", n.e.nft, "-f", "-")
 	nft.ExtraFiles = []*os.File{netns}
 	nft.Stdin = strings.NewReader(rules)

@@ -32,12 +32,16 @@ const (
 	// packet to it leaves the test's namespaces.
 	publicHostAddr = "192.88.99.77"
 	publicAddr     = "192.88.99.1"
+	// deniedAddr is a second public address in the peer namespace, which the operator's deny
+	// list (BwrapConfig.EgressDeny) names in TestEgressRefusesTheOperatorsDenyList.
+	deniedAddr = "192.88.99.2"
 	// The same in IPv6: unique local addresses on the veth, and public ones (to netguard) from
 	// 3fff::/20, the documentation range of RFC 9637, which nothing routes.
 	hostAddr6       = "fd77::1"
 	gatewayAddr6    = "fd77::2"
 	publicHostAddr6 = "3fff::77"
 	publicAddr6     = "3fff::1"
+	deniedAddr6     = "3fff::2"
 )
 
 // egressTools fails (CI) or skips the test when the egress network's tools are missing.
@@ -102,6 +106,8 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 	ip("-n", peer, "addr", "add", publicAddr+"/32", "dev", "lo")
 	ip("-n", peer, "-6", "addr", "add", gatewayAddr6+"/64", "dev", "veth0", "nodad")
 	ip("-n", peer, "-6", "addr", "add", publicAddr6+"/128", "dev", "lo", "nodad")
+	ip("-n", peer, "addr", "add", deniedAddr+"/32", "dev", "lo")
+	ip("-n", peer, "-6", "addr", "add", deniedAddr6+"/128", "dev", "lo", "nodad")
 	ip("-n", peer, "link", "set", "veth0", "up")
 
 	// The host's resolver is in the peer namespace, on the public address (ip netns exec mounts
