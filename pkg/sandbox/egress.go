@@ -87,6 +87,9 @@ func findEgress(pasta, nft string, deny []netip.Prefix) egress {
 		e.err = errors.New("sandbox: the network mode needs the server to run as root (it sets up each " +
 			"sandbox's network namespace from outside)")
 	}
+	if e.err == nil {
+		sweepPastaDirs()
+	}
 	return e
 }
 
@@ -204,7 +207,7 @@ func (n *egressRun) attach(ctx context.Context, pid, child int) error {
 // up, or with its error when it failed or ctx ended first.
 func (n *egressRun) startPasta(ctx context.Context, owner, netns, pidns *os.File) error {
 	var err error
-	if n.dir, err = os.MkdirTemp("", "dshd-pasta-"); err != nil {
+	if n.dir, err = pastaDir(); err != nil {
 		return fmt.Errorf("sandbox: the network: %w", err)
 	}
 	fifo := filepath.Join(n.dir, "pid")
@@ -258,6 +261,49 @@ func (n *egressRun) startPasta(ctx context.Context, owner, netns, pidns *os.File
 		return fmt.Errorf("sandbox: the network: pasta failed: %v: %s", pasta.ProcessState, clip(stderr.buf))
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox: the network: pasta did not set the interface up in %v", egressSetupTimeout)
+	}
+}
+
+// pastaRunDir holds the directory of each pasta FIFO while its command's network is set up. It
+// is a fixed, neutral path: pasta's command line (--pid), which the command can read in its PID
+// namespace, shows it, and a path under the server's TMPDIR would tell the command about the
+// host. Made 0700 (root's: the server runs as root for the network).
+const pastaRunDir = "/run/dshd-pasta"
+
+// pastaStale is the age past which a directory in pastaRunDir is a dead server's: a live setup
+// removes its own within egressSetupTimeout.
+const pastaStale = 3 * egressSetupTimeout
+
+// pastaDir makes a fresh directory of random name in pastaRunDir, which it makes first (0700)
+// when there is none; it refuses a pastaRunDir that is not a directory (a symbolic link).
+func pastaDir() (string, error) {
+	if err := os.Mkdir(pastaRunDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	fi, err := os.Lstat(pastaRunDir)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", pastaRunDir)
+	}
+	return os.MkdirTemp(pastaRunDir, "")
+}
+
+// sweepPastaDirs removes the FIFO directories a server that died during a setup left in
+// pastaRunDir: those older than pastaStale (a live server's are younger: it removes each once
+// pasta has written its PID, within egressSetupTimeout). Several servers, and several test
+// processes, may share pastaRunDir: none removes another's live directory.
+func sweepPastaDirs() {
+	entries, err := os.ReadDir(pastaRunDir)
+	if err != nil {
+		return
+	}
+	for _, d := range entries {
+		fi, err := d.Info()
+		if err == nil && time.Since(fi.ModTime()) > pastaStale {
+			_ = os.RemoveAll(filepath.Join(pastaRunDir, d.Name()))
+		}
 	}
 }
 

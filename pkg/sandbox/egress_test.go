@@ -3,12 +3,14 @@ package sandbox_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,6 +116,79 @@ func TestEgressRefusesTheOperatorsDenyList(t *testing.T) {
 		if n := l.accepts.Load(); n != 0 {
 			t.Errorf("%s accepted %d connections from the sandbox", l.name, n)
 		}
+	}
+}
+
+// TestEgressPastaCommandLineShowsNoHostPath: pasta's command line, which the command can read in
+// its PID namespace, names its PID file under the fixed /run/dshd-pasta, never under the server's
+// TMPDIR. Review finding 9: it showed --pid /tmp/dshd-pasta-..., a host path (and with TMPDIR
+// set, the operator's choice of directory).
+func TestEgressPastaCommandLineShowsNoHostPath(t *testing.T) {
+	if _, inside := inTestNet(t); !inside {
+		return
+	}
+	b := bwrapOrSkip(t)
+	ws := open(t, workspaces(t, ownerOf(b)), "cmdline")
+	tmp := filepath.Join(t.TempDir(), "server-tmpdir-marker")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	cmd := `for d in /proc/[0-9]*; do c="$(tr '\0' ' ' < $d/cmdline 2>/dev/null)"; case "$c" in ` +
+		`*/pasta" "*) echo "pasta: $c";; esac; done`
+	res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Network: true, Command: cmd})
+	_, line, ok := strings.Cut(res.Stdout, "pasta: ")
+	if !ok {
+		t.Fatalf("the command found no pasta: %+v", res)
+	}
+	fields := strings.Fields(line)
+	i := slices.Index(fields, "--pid")
+	if i < 0 || i+1 >= len(fields) {
+		t.Fatalf("no --pid in pasta's command line %q", line)
+	}
+	if pid := fields[i+1]; !strings.HasPrefix(pid, "/run/dshd-pasta/") || strings.Count(pid, "/") != 4 {
+		t.Errorf("pasta's PID file is %q, want /run/dshd-pasta/<random>/pid", pid)
+	}
+	if strings.Contains(line, "server-tmpdir-marker") || strings.Contains(line, os.TempDir()+"/") {
+		t.Errorf("pasta's command line names the server's TMPDIR: %q", line)
+	}
+}
+
+// TestEgressSweepsPastaDirsADeadServerLeft: a FIFO directory older than a setup can last, left in
+// /run/dshd-pasta by a server that died during a command's network setup, is removed when a
+// provider starts; a fresh one (another server's setup in progress) is kept. Review finding 9:
+// such directories were never removed.
+func TestEgressSweepsPastaDirsADeadServerLeft(t *testing.T) {
+	t.Parallel()
+	egressTools(t)
+	bwrapOrSkip(t)
+	if err := os.MkdirAll("/run/dshd-pasta", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.MkdirTemp("/run/dshd-pasta", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(stale, "pid"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := os.MkdirTemp("/run/dshd-pasta", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(stale); _ = os.RemoveAll(fresh) })
+	if _, err := sandbox.NewBwrap(sandbox.BwrapConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead server's directory is still there: %v", err)
+	}
+	if _, err := os.Lstat(fresh); err != nil {
+		t.Errorf("a fresh directory was removed: %v", err)
 	}
 }
 
