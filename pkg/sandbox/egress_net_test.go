@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The egress tests run in a network the test makes itself (testNet), never on the machine's
@@ -77,7 +80,9 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 	}
 	egressTools(t)
 	bwrapOrSkip(t)
-	id := strconv.Itoa(os.Getpid()) + strconv.Itoa(int(netSeq.Add(1)))
+	// Unique across the test processes that run at once (and leftovers of killed ones): the
+	// process, this process's count, and a random part.
+	id := fmt.Sprintf("%d-%d-%s", os.Getpid(), netSeq.Add(1), rand.Text()[:6])
 	host, peer := "dshd-eh"+id, "dshd-ep"+id
 	ip := func(args ...string) {
 		t.Helper()
@@ -113,16 +118,34 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 	// The host's resolver is in the peer namespace, on the public address (ip netns exec mounts
 	// /etc/netns/<name>/resolv.conf over /etc/resolv.conf): pasta forwards the sandbox's DNS
 	// queries to it.
+	// /etc/netns is shared with every other process (other test processes make their own
+	// directory in it at once): it is removed only by the process that made it, and only once
+	// empty; a process that finds it removed under its feet (between its check and its mkdir)
+	// makes it again.
 	etc := filepath.Join("/etc/netns", host)
-	if err := os.MkdirAll(etc, 0o755); err != nil {
-		t.Fatal(err)
+	_, err := os.Lstat("/etc/netns")
+	madeEtc := errors.Is(err, os.ErrNotExist)
+	t.Cleanup(func() {
+		_ = os.RemoveAll(etc)
+		if madeEtc {
+			_ = os.Remove("/etc/netns") // fails, and keeps it, when another process uses it
+		}
+	})
+	for try := 0; ; try++ {
+		err = os.MkdirAll(etc, 0o755)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver "+publicAddr+"\n"), 0o644)
+		}
+		if err == nil || !errors.Is(err, os.ErrNotExist) || try == 10 {
+			break
+		}
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(etc); _ = os.Remove("/etc/netns") }) // the latter only when empty
-	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver "+publicAddr+"\n"), 0o644); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command("ip", "netns", "exec", host, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd := exec.Command("ip", "netns", "exec", host, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v",
+		"-test.timeout="+innerTimeout(t).String())
 	cmd.Env = append(os.Environ(), netChildEnv+"="+peer)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
@@ -133,6 +156,17 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 }
 
 var netSeq atomic.Int32
+
+// innerTimeout is the -test.timeout of a re-executed test: what is left of this test binary's
+// own (less a margin, so that the inner one fails first, with its goroutines' stacks), or 10
+// minutes without one; the inner test never outlives the outer one.
+func innerTimeout(t *testing.T) time.Duration {
+	d := 10 * time.Minute
+	if deadline, ok := t.Deadline(); ok {
+		d = time.Until(deadline) * 9 / 10
+	}
+	return max(d, time.Second)
+}
 
 // listener accepts connections on addr (in the namespace peer when it is not ""), writes its
 // name to each, and counts them.

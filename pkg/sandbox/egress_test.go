@@ -335,8 +335,11 @@ func TestEgressResolvesNamesAndRefusesUDPToTheHost(t *testing.T) {
 	for i, l := range refused {
 		fmt.Fprintf(&cmd, "echo ping > /dev/udp/%s/%d; ", addrs[i], l.port())
 	}
-	// The control waits for the answer, so the public datagram has arrived when Run returns.
-	fmt.Fprintf(&cmd, "exec 3<>/dev/udp/%s/%d && echo ping >&3 && timeout 20 head -c 4 <&3 && echo; ", publicAddr, public.port())
+	// The control waits for the answer, so the public datagram has arrived when Run returns. UDP
+	// may lose a datagram (the first one, while the sandbox's interface is set up): the control
+	// sends again, each second, until it gets its answer, for at most 30 tries.
+	fmt.Fprintf(&cmd, "exec 3<>/dev/udp/%s/%d && for i in $(seq 30); do echo ping >&3; "+
+		"if timeout 1 head -c 4 <&3; then echo; break; fi; done; ", publicAddr, public.port())
 	cmd.WriteString("getent ahostsv4 egress.test | head -n 1")
 	res := runOK(t, b, sandbox.Spec{Workspace: ws.Dir, Network: true, Command: cmd.String()})
 	if !strings.Contains(res.Stdout, "pong\n") || !strings.Contains(res.Stdout, publicAddr+" ") {
@@ -401,7 +404,8 @@ func TestEgressPastaDiesWithTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The workspace root is this test's: the killed server cleans nothing up.
-	server := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	server := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1",
+		"-test.timeout="+innerTimeout(t).String())
 	server.Env = append(os.Environ(), serverEnv+"="+sandboxtest.WorkspaceRoot(t))
 	out, err := server.StdoutPipe()
 	if err != nil {
