@@ -21,7 +21,7 @@ import (
 // whose connections pasta makes again from the host, as the host's own sockets. Before that, and
 // before the command's first instruction, nftables rules are loaded into the namespace that
 // refuse every destination that is not public (netguard.NonPublicPrefixes), every address of the
-// host's interfaces and its gateways. The order, for one command:
+// host's interfaces and its gateways, and the operator's ranges (BwrapConfig.EgressDeny). The order, for one command:
 //
 //  1. bwrap starts with --info-fd and --block-fd: it makes the namespaces, writes the sandbox's
 //     PID and blocks before it runs the command;
