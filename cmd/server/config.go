@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -109,6 +110,12 @@ type Config struct {
 	// from the operator's addresses is the operator's choice. With 1 the server checks at startup
 	// that the egress network runs (pasta, nft) and logs a warning when it does not.
 	SandboxNetwork bool
+	// SandboxEgressDeny (DSHD_SANDBOX_EGRESS_DENY) is a comma-separated list of CIDR ranges (or
+	// single addresses) the egress network refuses besides the non-public ranges and the
+	// server's own addresses: in a container "the host" is the container's network namespace,
+	// so the node's public addresses (a kubelet on :10250) and the operator's other public
+	// services belong here (docs/sandbox.md). Default empty.
+	SandboxEgressDeny []netip.Prefix
 	// TenantWorkspaceBytes (DSHD_TENANT_WORKSPACE_BYTES) bounds the bytes of all the workspaces of
 	// one tenant: write and edit refuse to go over it (FS_QUOTA_EXCEEDED), bash reports a command
 	// that did. Default 0: no bound.
@@ -591,10 +598,39 @@ func (c *Config) parseSandbox(env func(name, def string) string) error {
 	if c.SandboxNetwork, err = parseBool("DSHD_SANDBOX_NETWORK", env("DSHD_SANDBOX_NETWORK", "0")); err != nil {
 		return err
 	}
+	if c.SandboxEgressDeny, err = parsePrefixes("DSHD_SANDBOX_EGRESS_DENY", env("DSHD_SANDBOX_EGRESS_DENY", "")); err != nil {
+		return err
+	}
 	if c.TenantWorkspaceBytes, err = strconv.ParseInt(env("DSHD_TENANT_WORKSPACE_BYTES", "0"), 10, 64); err != nil || c.TenantWorkspaceBytes < 0 {
 		return fmt.Errorf("DSHD_TENANT_WORKSPACE_BYTES must be a number of bytes (0: no bound)")
 	}
 	return nil
+}
+
+// parsePrefixes reads a comma-separated list of CIDR ranges or single addresses (a /32 or
+// /128); empty items are ignored.
+func parsePrefixes(name, v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			a, aerr := netip.ParseAddr(item)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("%s must be a comma-separated list of CIDR ranges or addresses (10.0.0.0/8, 203.0.113.7): %q is neither", name, item)
+			}
+			a = a.Unmap()
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // parseSandboxMemory reads the memory bound of a sandboxed command.

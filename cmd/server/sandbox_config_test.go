@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,29 @@ func TestParseConfigSandbox(t *testing.T) {
 	for k, v := range map[string]string{"DSHD_SANDBOX_NETWORK": "maybe", "DSHD_TENANT_WORKSPACE_BYTES": "-1"} {
 		if _, err := ParseConfig(func(name string) string { return map[string]string{k: v}[name] }); err == nil {
 			t.Errorf("%s=%s accepted", k, v)
+		}
+	}
+}
+
+// TestParseConfigSandboxEgressDeny: DSHD_SANDBOX_EGRESS_DENY is read as a list of ranges, bare
+// addresses become single-address ranges, and anything else is refused at startup with the
+// setting's name (review finding 9: the operator had no way to refuse the node's addresses).
+func TestParseConfigSandboxEgressDeny(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DSHD_SANDBOX_EGRESS_DENY": " 203.0.113.0/24, 198.51.100.7,2001:db8::/32,, ::ffff:192.0.2.1 "}
+	c, err := ParseConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.7/32"),
+		netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("192.0.2.1/32")}
+	if !slices.Equal(c.SandboxEgressDeny, want) {
+		t.Errorf("parsed %v, want %v", c.SandboxEgressDeny, want)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "node", "10.0.0.1/8/2", "fe80::1%eth0"} {
+		_, err := ParseConfig(func(k string) string { return map[string]string{"DSHD_SANDBOX_EGRESS_DENY": bad}[k] })
+		if err == nil || !strings.Contains(err.Error(), "DSHD_SANDBOX_EGRESS_DENY") {
+			t.Errorf("%q: %v, want an error naming the setting", bad, err)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func (c Config) workspaceTools(log *slog.Logger) (*agents.WorkspaceTools, error)
 	switch c.Shell {
 	case "bwrap":
 		b, err := sandbox.NewBwrap(sandbox.BwrapConfig{UID: c.SandboxUser[0], GID: c.SandboxUser[1],
-			MemoryBytes: c.SandboxMemoryBytes, Logger: log})
+			MemoryBytes: c.SandboxMemoryBytes, Logger: log, EgressDeny: c.SandboxEgressDeny})
 		if err != nil {
 			return nil, fmt.Errorf("dshd: DSHD_SHELL=bwrap: %w (or set DSHD_SHELL=off for no bash tool)", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path"
@@ -45,6 +46,10 @@ type BwrapConfig struct {
 	// PastaPath and NftPath are the egress network's tools (Spec.Network, egress.go). Default:
 	// "pasta" and "nft" on PATH or in /usr/sbin, /usr/bin.
 	PastaPath, NftPath string
+	// EgressDeny are ranges the egress network refuses on top of the non-public ones and the
+	// host's own addresses (DSHD_SANDBOX_EGRESS_DENY): the addresses of the node the server's
+	// container runs on, the operator's other public services. Default none.
+	EgressDeny []netip.Prefix
 }
 
 // Defaults of BwrapConfig.
@@ -124,7 +129,7 @@ func NewBwrap(cfg BwrapConfig) (*Bwrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: bubblewrap not found (install the bubblewrap package: scripts/ensure-deps.sh): %w", err)
 	}
-	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds(), net: findEgress(cfg.PastaPath, cfg.NftPath)}
+	b := &Bwrap{cfg: cfg, bin: bin, system: systemBinds(), net: findEgress(cfg.PastaPath, cfg.NftPath, cfg.EgressDeny)}
 	if os.Geteuid() == 0 {
 		b.cred = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), NoSetGroups: false}
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +21,7 @@ import (
 // whose connections pasta makes again from the host, as the host's own sockets. Before that, and
 // before the command's first instruction, nftables rules are loaded into the namespace that
 // refuse every destination that is not public (netguard.NonPublicPrefixes), every address of the
-// host's interfaces and its gateways. The order, for one command:
+// host's interfaces and its gateways, and the operator's ranges (BwrapConfig.EgressDeny). The order, for one command:
 //
 //  1. bwrap starts with --info-fd and --block-fd: it makes the namespaces, writes the sandbox's
 //     PID and blocks before it runs the command;
@@ -53,14 +55,18 @@ const egressSetupTimeout = 20 * time.Second
 // egress is the network mode's tools, found once.
 type egress struct {
 	pasta, nft, nsenter string
+	// deny is BwrapConfig.EgressDeny: refused besides the non-public ranges and the host's
+	// addresses.
+	deny []netip.Prefix
 	// err says why the mode cannot run here (a tool missing); nil when it can.
 	err error
 }
 
 // findEgress looks for pasta, nft and nsenter on PATH and in /usr/sbin and /usr/bin; pasta and
-// nft are the given paths when they are not empty. The mode also needs root.
-func findEgress(pasta, nft string) egress {
-	var e egress
+// nft are the given paths when they are not empty. The mode also needs root. deny is refused
+// besides the non-public ranges and the host's addresses.
+func findEgress(pasta, nft string, deny []netip.Prefix) egress {
+	e := egress{deny: slices.Clone(deny)}
 	var missing []string
 	for _, t := range []struct {
 		name, pkg string
@@ -80,6 +86,9 @@ func findEgress(pasta, nft string) egress {
 	case os.Geteuid() != 0:
 		e.err = errors.New("sandbox: the network mode needs the server to run as root (it sets up each " +
 			"sandbox's network namespace from outside)")
+	}
+	if e.err == nil {
+		sweepPastaDirs()
 	}
 	return e
 }
@@ -184,7 +193,7 @@ func (n *egressRun) attach(ctx context.Context, pid, child int) error {
 		return err
 	}
 	defer owner.Close()
-	rules := egressRules(hostAddrs())
+	rules := egressRules(append(hostAddrs(), n.e.deny...))
 	nft := exec.CommandContext(ctx, n.e.nsenter, "--net=/proc/self/fd/3", "--", n.e.nft, "-f", "-")
 	nft.ExtraFiles = []*os.File{netns}
 	nft.Stdin = strings.NewReader(rules)
@@ -198,7 +207,7 @@ func (n *egressRun) attach(ctx context.Context, pid, child int) error {
 // up, or with its error when it failed or ctx ended first.
 func (n *egressRun) startPasta(ctx context.Context, owner, netns, pidns *os.File) error {
 	var err error
-	if n.dir, err = os.MkdirTemp("", "dshd-pasta-"); err != nil {
+	if n.dir, err = pastaDir(); err != nil {
 		return fmt.Errorf("sandbox: the network: %w", err)
 	}
 	fifo := filepath.Join(n.dir, "pid")
@@ -252,6 +261,49 @@ func (n *egressRun) startPasta(ctx context.Context, owner, netns, pidns *os.File
 		return fmt.Errorf("sandbox: the network: pasta failed: %v: %s", pasta.ProcessState, clip(stderr.buf))
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox: the network: pasta did not set the interface up in %v", egressSetupTimeout)
+	}
+}
+
+// pastaRunDir holds the directory of each pasta FIFO while its command's network is set up. It
+// is a fixed, neutral path: pasta's command line (--pid), which the command can read in its PID
+// namespace, shows it, and a path under the server's TMPDIR would tell the command about the
+// host. Made 0700 (root's: the server runs as root for the network).
+const pastaRunDir = "/run/dshd-pasta"
+
+// pastaStale is the age past which a directory in pastaRunDir is a dead server's: a live setup
+// removes its own within egressSetupTimeout.
+const pastaStale = 3 * egressSetupTimeout
+
+// pastaDir makes a fresh directory of random name in pastaRunDir, which it makes first (0700)
+// when there is none; it refuses a pastaRunDir that is not a directory (a symbolic link).
+func pastaDir() (string, error) {
+	if err := os.Mkdir(pastaRunDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	fi, err := os.Lstat(pastaRunDir)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", pastaRunDir)
+	}
+	return os.MkdirTemp(pastaRunDir, "")
+}
+
+// sweepPastaDirs removes the FIFO directories a server that died during a setup left in
+// pastaRunDir: those older than pastaStale (a live server's are younger: it removes each once
+// pasta has written its PID, within egressSetupTimeout). Several servers, and several test
+// processes, may share pastaRunDir: none removes another's live directory.
+func sweepPastaDirs() {
+	entries, err := os.ReadDir(pastaRunDir)
+	if err != nil {
+		return
+	}
+	for _, d := range entries {
+		fi, err := d.Info()
+		if err == nil && time.Since(fi.ModTime()) > pastaStale {
+			_ = os.RemoveAll(filepath.Join(pastaRunDir, d.Name()))
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The egress tests run in a network the test makes itself (testNet), never on the machine's
@@ -32,12 +35,16 @@ const (
 	// packet to it leaves the test's namespaces.
 	publicHostAddr = "192.88.99.77"
 	publicAddr     = "192.88.99.1"
+	// deniedAddr is a second public address in the peer namespace, which the operator's deny
+	// list (BwrapConfig.EgressDeny) names in TestEgressRefusesTheOperatorsDenyList.
+	deniedAddr = "192.88.99.2"
 	// The same in IPv6: unique local addresses on the veth, and public ones (to netguard) from
 	// 3fff::/20, the documentation range of RFC 9637, which nothing routes.
 	hostAddr6       = "fd77::1"
 	gatewayAddr6    = "fd77::2"
 	publicHostAddr6 = "3fff::77"
 	publicAddr6     = "3fff::1"
+	deniedAddr6     = "3fff::2"
 )
 
 // egressTools fails (CI) or skips the test when the egress network's tools are missing.
@@ -73,7 +80,9 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 	}
 	egressTools(t)
 	bwrapOrSkip(t)
-	id := strconv.Itoa(os.Getpid()) + strconv.Itoa(int(netSeq.Add(1)))
+	// Unique across the test processes that run at once (and leftovers of killed ones): the
+	// process, this process's count, and a random part.
+	id := fmt.Sprintf("%d-%d-%s", os.Getpid(), netSeq.Add(1), rand.Text()[:6])
 	host, peer := "dshd-eh"+id, "dshd-ep"+id
 	ip := func(args ...string) {
 		t.Helper()
@@ -102,21 +111,41 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 	ip("-n", peer, "addr", "add", publicAddr+"/32", "dev", "lo")
 	ip("-n", peer, "-6", "addr", "add", gatewayAddr6+"/64", "dev", "veth0", "nodad")
 	ip("-n", peer, "-6", "addr", "add", publicAddr6+"/128", "dev", "lo", "nodad")
+	ip("-n", peer, "addr", "add", deniedAddr+"/32", "dev", "lo")
+	ip("-n", peer, "-6", "addr", "add", deniedAddr6+"/128", "dev", "lo", "nodad")
 	ip("-n", peer, "link", "set", "veth0", "up")
 
 	// The host's resolver is in the peer namespace, on the public address (ip netns exec mounts
 	// /etc/netns/<name>/resolv.conf over /etc/resolv.conf): pasta forwards the sandbox's DNS
 	// queries to it.
+	// /etc/netns is shared with every other process (other test processes make their own
+	// directory in it at once): it is removed only by the process that made it, and only once
+	// empty; a process that finds it removed under its feet (between its check and its mkdir)
+	// makes it again.
 	etc := filepath.Join("/etc/netns", host)
-	if err := os.MkdirAll(etc, 0o755); err != nil {
-		t.Fatal(err)
+	_, err := os.Lstat("/etc/netns")
+	madeEtc := errors.Is(err, os.ErrNotExist)
+	t.Cleanup(func() {
+		_ = os.RemoveAll(etc)
+		if madeEtc {
+			_ = os.Remove("/etc/netns") // fails, and keeps it, when another process uses it
+		}
+	})
+	for try := 0; ; try++ {
+		err = os.MkdirAll(etc, 0o755)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver "+publicAddr+"\n"), 0o644)
+		}
+		if err == nil || !errors.Is(err, os.ErrNotExist) || try == 10 {
+			break
+		}
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(etc); _ = os.Remove("/etc/netns") }) // the latter only when empty
-	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte("nameserver "+publicAddr+"\n"), 0o644); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command("ip", "netns", "exec", host, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd := exec.Command("ip", "netns", "exec", host, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v",
+		"-test.timeout="+innerTimeout(t).String())
 	cmd.Env = append(os.Environ(), netChildEnv+"="+peer)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name())) {
@@ -127,6 +156,17 @@ func inTestNet(t *testing.T) (peer string, inside bool) {
 }
 
 var netSeq atomic.Int32
+
+// innerTimeout is the -test.timeout of a re-executed test: what is left of this test binary's
+// own (less a margin, so that the inner one fails first, with its goroutines' stacks), or 10
+// minutes without one; the inner test never outlives the outer one.
+func innerTimeout(t *testing.T) time.Duration {
+	d := 10 * time.Minute
+	if deadline, ok := t.Deadline(); ok {
+		d = time.Until(deadline) * 9 / 10
+	}
+	return max(d, time.Second)
+}
 
 // listener accepts connections on addr (in the namespace peer when it is not ""), writes its
 // name to each, and counts them.

@@ -18,7 +18,7 @@ import (
 // egressRules is the nftables ruleset of a sandbox with the egress network: its own loopback,
 // DNS to egressDNS and IPv6 neighbour discovery (which pasta answers itself; the kernel sends it
 // to multicast addresses, which are refused otherwise) pass; every non-public range, and every
-// address in deny (the host's), is refused at once (a TCP reset, an ICMP error for the rest, so
+// address in deny (the host's and BwrapConfig.EgressDeny), is refused at once (a TCP reset, an ICMP error for the rest, so
 // a connect fails fast instead of timing out); nothing comes in but the answers to its own
 // connections and neighbour discovery.
 func egressRules(deny []netip.Prefix) string {
