@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,8 +69,13 @@ func TestCgroupSweepRemovesWhatADeadServerLeft(t *testing.T) {
 	if err != nil {
 		t.Skipf("SKIP: no writable memory cgroup on this host: %v", err)
 	}
-	dead := filepath.Join(p.dir, cgroupPrefix+"2147483646-LEFTOVER")
-	live := filepath.Join(p.dir, cgroupPrefix+strconv.Itoa(os.Getppid())+"-LIVE")
+	// A random suffix (review: the fixed names collided when two test processes ran at once in
+	// the shared parent).
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	sfx := strings.ToUpper(hex.EncodeToString(rnd[:]))
+	dead := filepath.Join(p.dir, cgroupPrefix+"2147483646-LEFTOVER"+sfx)
+	live := filepath.Join(p.dir, cgroupPrefix+strconv.Itoa(os.Getppid())+"-LIVE"+sfx)
 	for _, d := range []string{dead, live} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
