@@ -1,11 +1,14 @@
 package sandbox_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/pkg/sandbox"
 )
@@ -145,5 +148,60 @@ func TestTenantUsageFailsClosedOnAnUnlistableDirectory(t *testing.T) {
 	}
 	if _, over, ok, err := ws.TenantUsage(); err == nil || !ok || !over {
 		t.Fatalf("the tenant with an unlistable directory: over=%v ok=%v %v, want over with the error", over, ok, err)
+	}
+}
+
+// TestForkCopyThatCannotBeBoundLeavesNoWorkspace (review finding 13: when Bind failed after the
+// copy was renamed into place, the copy stayed, counted for no tenant): a copy whose binding to
+// the source's tenant fails is removed, and Copy returns the error.
+func TestForkCopyThatCannotBeBoundLeavesNoWorkspace(t *testing.T) {
+	t.Parallel()
+	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Bind("src", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	ws := open(t, w, "src")
+	if err := os.WriteFile(filepath.Join(ws.Dir, "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The child's tenant record cannot be written: a directory stands where it goes.
+	if err := os.Mkdir(filepath.Join(w.Root(), ".sessions", "child"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Copy("src", "child"); err == nil {
+		t.Fatal("a copy that could not be bound succeeded")
+	}
+	if _, err := os.Lstat(filepath.Join(w.Root(), "child")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the unbound copy is still there: %v", err)
+	}
+}
+
+// TestWorkspacesSweepOrphanedCopies (review finding 13: a copy's temporary directory left by a
+// server that died mid-copy was never removed): NewWorkspaces removes .copy-* directories older
+// than an hour and keeps a younger one (a copy under way on another replica).
+func TestWorkspacesSweepOrphanedCopies(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	old, young := filepath.Join(root, ".copy-a-1"), filepath.Join(root, ".copy-b-2")
+	for _, d := range []string{old, young} {
+		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: root}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an orphaned copy is still there: %v", err)
+	}
+	if _, err := os.Lstat(young); err != nil {
+		t.Errorf("a copy under way was removed: %v", err)
 	}
 }

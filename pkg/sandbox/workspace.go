@@ -97,6 +97,7 @@ func NewWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
 	}
+	sweepCopies(root, time.Now())
 	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}, pending: map[string]int64{}, flights: map[string]*flight{}}, nil
 }
 
