@@ -292,11 +292,21 @@ func (ws *Workspace) TenantQuota() int64 { return ws.ws.cfg.TenantQuotaBytes }
 // at once cost one walk, not one each. A measure that fails is over the bound (fail closed): used
 // is then the bound plus one, with the error.
 func (ws *Workspace) TenantUsage() (used int64, over, ok bool, err error) {
+	return ws.tenantUsage(func(t string) (int64, error) { return ws.ws.sharedUsage(t, false) })
+}
+
+// TenantUsageAfresh is TenantUsage measured anew (before and after a command: a shared
+// measurement may predate the writes or removals just made); the watchdogs then share it.
+func (ws *Workspace) TenantUsageAfresh() (used int64, over, ok bool, err error) {
+	return ws.tenantUsage(func(t string) (int64, error) { return ws.ws.sharedUsage(t, true) })
+}
+
+func (ws *Workspace) tenantUsage(measure func(tenant string) (int64, error)) (used int64, over, ok bool, err error) {
 	q := ws.ws.cfg.TenantQuotaBytes
 	if q <= 0 || ws.tenant == "" {
 		return 0, false, false, nil
 	}
-	used, err = ws.ws.sharedUsage(ws.tenant)
+	used, err = measure(ws.tenant)
 	if err != nil {
 		return q + 1, true, true, err
 	}
@@ -321,10 +331,14 @@ type flight struct {
 }
 
 // sharedUsage returns a measurement of tenant's usage shared by its concurrent callers: the one
-// under way, or the last one while it is young (see minShareAge), or else a new one.
-func (w *Workspaces) sharedUsage(tenant string) (int64, error) {
+// under way, or the last one while it is young (see minShareAge), or else a new one; fresh always
+// makes a new one, which the next callers share.
+func (w *Workspaces) sharedUsage(tenant string, fresh bool) (int64, error) {
 	w.usageMu.Lock()
 	f := w.flights[tenant]
+	if fresh {
+		f = nil
+	}
 	if f != nil {
 		select {
 		case <-f.done:

@@ -65,7 +65,7 @@ func (w *watchdog) wait() { <-w.done }
 // the size of any one file the command writes (RLIMIT_FSIZE), and the watchdog the sum. A measure
 // that fails leaves no room (fail closed: the watchdog then stops the command at its first look).
 func room(ws *sandbox.Workspace) (used, limit int64, ok bool) {
-	used, _, ok, err := ws.TenantUsage()
+	used, _, ok, err := ws.TenantUsageAfresh() // a shared one may predate the last command's writes
 	if !ok {
 		return 0, 0, false
 	}
