@@ -191,7 +191,7 @@ func (b *Bwrap) probe() error {
 		return fmt.Errorf("sandbox: bubblewrap cannot start: %w", err)
 	}
 	defer l.close()
-	if err := l.started(); err != nil {
+	if err := l.started(context.Background()); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return err

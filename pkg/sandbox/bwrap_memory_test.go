@@ -20,9 +20,9 @@ import (
 // because the sandbox's /, /tmp and /dev were tmpfs mounts of the kernel's default size, half of
 // the host's RAM each): a command writes 1 GiB to /tmp, to /dev/shm, to / and to /dev. /tmp and
 // /dev/shm stop it with ENOSPC at their documented sizes (BwrapConfig.TmpBytes, ShmBytes), / and
-// /dev are read-only (EROFS, nothing written), and the host's Shmem grows by at most the two sizes
-// while the files exist. Not parallel: it reads a host-wide counter, so the package's parallel
-// tests do not run beside it; other processes may, hence a slack of 64 MiB.
+// /dev are read-only (EROFS, nothing written), and df inside the sandbox shows /tmp and /dev/shm at
+// their sizes, with no more used. The host's Shmem is only logged (review: it moved with other
+// test processes, PostgreSQL's shared buffers, a host /tmp on tmpfs, beyond any fixed slack).
 func TestBwrapTmpfsMountsAreSized(t *testing.T) {
 	b := bwrapOrSkip(t)
 	ws := open(t, workspaces(t, ownerOf(b)), "tmpfs")
@@ -37,6 +37,7 @@ func TestBwrapTmpfsMountsAreSized(t *testing.T) {
   { head -c 1G /dev/zero > "$f"; } 2>/workspace/err
   echo "$f $(stat -c %s "$f" 2>/dev/null || echo none) $(sed 's/.*: //' /workspace/err)"
 done
+df -B1 --output=target,size,used /tmp /dev/shm | tail -n +2 | while read -r m sz used; do echo "df $m $sz $used"; done
 echo written > /workspace/sync
 read -r _ < /workspace/sync`
 	done := make(chan sandbox.Result, 1)
@@ -63,15 +64,31 @@ read -r _ < /workspace/sync`
 		"/dev/big none Read-only file system",
 	}
 	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	var df []string
+	for len(got) > 0 && strings.HasPrefix(got[len(got)-1], "df ") {
+		df, got = append([]string{got[len(got)-1]}, df...), got[:len(got)-1]
+	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("writes of 1 GiB:\n%s\nwant\n%s\nstderr %q", res.Stdout, strings.Join(want, "\n"), res.Stderr)
 	}
-	bound := int64(sandbox.DefaultTmpBytes+sandbox.DefaultShmBytes) + 64<<20
-	t.Logf("host Shmem: %d MiB before, %d MiB while the files exist (+%d MiB; bound +%d MiB); the command's memory cgroup peaked at %d MiB (bound %d MiB)",
-		before>>20, during>>20, (during-before)>>20, bound>>20, res.MemoryPeakBytes>>20, res.MemoryBytes>>20)
-	if during-before > bound {
-		t.Errorf("host Shmem grew by %d MiB, more than the sized mounts (%d MiB)", (during-before)>>20, bound>>20)
+	// The mounts' own accounting, seen inside the sandbox (review, flaky tests: the host-wide
+	// Shmem moved with other test processes, so it is only logged).
+	wantSize := map[string]int64{"/tmp": sandbox.DefaultTmpBytes, "/dev/shm": sandbox.DefaultShmBytes}
+	if len(df) != 2 {
+		t.Fatalf("df inside the sandbox: %q", df)
 	}
+	for _, line := range df {
+		var mount string
+		var size, used int64
+		if _, err := fmt.Sscanf(line, "df %s %d %d", &mount, &size, &used); err != nil {
+			t.Fatalf("df line %q: %v", line, err)
+		}
+		if size != wantSize[mount] || used > size {
+			t.Errorf("%s inside the sandbox: size %d, used %d; want size %d and no more used", mount, size, used, wantSize[mount])
+		}
+	}
+	t.Logf("host Shmem (logged only: other processes move it): %d MiB before, %d MiB while the files exist (+%d MiB); the command's memory cgroup peaked at %d MiB (bound %d MiB); %q",
+		before>>20, during>>20, (during-before)>>20, res.MemoryPeakBytes>>20, res.MemoryBytes>>20, df)
 }
 
 // TestBwrapMemoryCgroupBoundsTheCommand (issue 17, finding 2: a sandbox's memory was bounded

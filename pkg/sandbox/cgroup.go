@@ -67,18 +67,24 @@ func findCgroupParent() (*cgroupParent, error) {
 // cgroupPrefix starts the name of every command's cgroup.
 const cgroupPrefix = "dshd-sandbox-"
 
+// cgroupOrphanAge is how old an empty cgroup of ours must be before sweep removes it: a command's
+// cgroup is empty only between its creation and the move of the command into it, and after the
+// command ended until its server removes it, each far shorter.
+const cgroupOrphanAge = 5 * time.Minute
+
 // sweep removes the cgroups a server that is no longer running left behind (it was killed while
-// commands ran): those whose pid no longer exists and that hold no process (rmdir refuses others).
+// commands ran): those older than cgroupOrphanAge that hold no process (rmdir refuses others).
+// The pid in a cgroup's name is not trusted (review finding 8): in a container the server is pid 1
+// after every restart, so its predecessor's cgroups carry its own pid, and a live server in
+// another PID namespace sharing the parent has a pid that looks dead from here.
 func (p *cgroupParent) sweep() {
 	entries, _ := os.ReadDir(p.dir)
+	now := time.Now()
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || !e.IsDir() || err != nil || pid <= 0 || pid == os.Getpid() {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), cgroupPrefix) {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > cgroupOrphanAge {
 			_ = syscall.Rmdir(filepath.Join(p.dir, e.Name()))
 		}
 	}

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -58,27 +61,44 @@ func TestCommandStartsInItsMemoryCgroup(t *testing.T) {
 	}
 }
 
-// TestCgroupSweepRemovesWhatADeadServerLeft: the cgroups of a server that died with commands
-// running (its pid is gone) are removed when a provider starts; a live server's are kept.
+// TestCgroupSweepRemovesWhatADeadServerLeft: the empty cgroups a server that died with commands
+// running left (older than cgroupOrphanAge) are removed when a provider starts, whatever pid
+// their name carries: also this process's own (review finding 8: in a container the server is
+// pid 1 after every restart, and its own pid was skipped); a young empty one is kept even when its
+// pid looks dead (review finding 8: a live server in another PID namespace sharing the parent).
 func TestCgroupSweepRemovesWhatADeadServerLeft(t *testing.T) {
 	t.Parallel()
 	p, err := findCgroupParent()
 	if err != nil {
 		t.Skipf("SKIP: no writable memory cgroup on this host: %v", err)
 	}
-	dead := filepath.Join(p.dir, cgroupPrefix+"2147483646-LEFTOVER")
-	live := filepath.Join(p.dir, cgroupPrefix+strconv.Itoa(os.Getppid())+"-LIVE")
-	for _, d := range []string{dead, live} {
+	// A random suffix (review: the fixed names collided when two test processes ran at once in
+	// the shared parent).
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	sfx := strings.ToUpper(hex.EncodeToString(rnd[:]))
+	dead := filepath.Join(p.dir, cgroupPrefix+"2147483646-LEFTOVER"+sfx)
+	own := filepath.Join(p.dir, cgroupPrefix+strconv.Itoa(os.Getpid())+"-OWNOLD"+sfx)
+	young := filepath.Join(p.dir, cgroupPrefix+"2147483645-YOUNG"+sfx)
+	for _, d := range []string{dead, own, young} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = syscall.Rmdir(d) })
 	}
-	p.sweep()
-	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a dead server's cgroup is still there: %v", err)
+	old := time.Now().Add(-2 * cgroupOrphanAge)
+	for _, d := range []string{dead, own} {
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := os.Stat(live); err != nil {
-		t.Errorf("a live server's cgroup was removed: %v", err)
+	p.sweep()
+	for _, d := range []string{dead, own} {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a dead server's cgroup %s is still there: %v", filepath.Base(d), err)
+		}
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("a young cgroup was removed: %v", err)
 	}
 }

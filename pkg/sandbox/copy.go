@@ -7,8 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
+	"strings"
 
 	"syscall"
+	"time"
 )
 
 // Copy copies the workspace of src, files and observations, to a new workspace dst, as a fork
@@ -53,6 +56,9 @@ func (w *Workspaces) Copy(src, dst string) error {
 	// The copy belongs to the source's tenant and counts for it.
 	if tenant, _ := w.tenantOf(src); tenant != "" {
 		if err := w.Bind(dst, tenant); err != nil {
+			// An unbound copy would count for no tenant: it goes (review finding 13).
+			_ = os.RemoveAll(to)
+			w.unbind(dst)
 			return fmt.Errorf("sandbox: copy workspace: %w", err)
 		}
 	}
@@ -191,4 +197,26 @@ func (c treeCopy) finish(fd int, st *syscall.Stat_t) error {
 		}
 	}
 	return syscall.Fchmod(fd, st.Mode&0o777)
+}
+
+// orphanAge is how old a copy's temporary directory (.copy-*) must be before NewWorkspaces takes
+// it for one a crashed server left: a copy under way on another replica sharing the root is
+// younger.
+const orphanAge = time.Hour
+
+// sweepCopies removes the temporary directories of copies older than orphanAge from root: what a
+// server that died mid-copy left (review finding 13).
+func sweepCopies(root string, now time.Time) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ".copy-") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > orphanAge {
+			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
 }

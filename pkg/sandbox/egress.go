@@ -152,14 +152,14 @@ func (e *egress) prepare(firstFD int) (*egressRun, error) {
 // attachPid sets the network of the sandbox whose init is pid up (the rules, then pasta) while
 // bubblewrap waits; on an error the sandbox is killed before the command starts, and finish
 // returns the error too.
-func (n *egressRun) attachPid(pid int) error {
-	n.err = n.setup(pid)
+func (n *egressRun) attachPid(ctx context.Context, pid int) error {
+	n.err = n.setup(ctx, pid)
 	return n.err
 }
 
 // setup loads the rules and starts pasta, within egressSetupTimeout.
-func (n *egressRun) setup(pid int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), egressSetupTimeout)
+func (n *egressRun) setup(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, egressSetupTimeout)
 	defer cancel()
 	child, err := pidfdOpen(pid)
 	if err != nil {

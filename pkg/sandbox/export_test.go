@@ -11,3 +11,10 @@ func SetWalkOpenHook(t testing.TB, hook func(rel string)) {
 	walkOpenHook = hook
 	t.Cleanup(func() { walkOpenHook = nil })
 }
+
+// SetSharedUsageHooks makes the shared measurements of w's tenants (Workspace.TenantUsage) call
+// onMeasure when one starts a measurement and onJoin when one joins a measurement under way. Set
+// them before w is used.
+func SetSharedUsageHooks(w *Workspaces, onMeasure, onJoin func()) {
+	w.onMeasure, w.onJoin = onMeasure, onJoin
+}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // launch is one bubblewrap process being started: its options go through a pipe (--args), so no
@@ -42,6 +44,13 @@ const (
 // launcher prepares bwrap with opts (every option) and argv (the command after "--"), and the
 // command's memory cgroup when there is one. The caller calls close when the command is done.
 func (b *Bwrap) launcher(opts, argv []string, net *egressRun) (*launch, error) {
+	// The options go through the pipe NUL-separated: a NUL inside one (Spec.Env, Dir or
+	// Workspace are the caller's) would split it into options of its own.
+	for _, o := range opts {
+		if strings.IndexByte(o, 0) >= 0 {
+			return nil, errors.New("sandbox: an option of the command holds a NUL byte (its environment, directory or workspace path)")
+		}
+	}
 	l := &launch{nice: b.cfg.Nice, net: net}
 	var err error
 	var argsW *os.File
@@ -84,8 +93,9 @@ func (b *Bwrap) launcher(opts, argv []string, net *egressRun) (*launch, error) {
 
 // started is called once cmd has started: it reads bwrap's child pid, moves the child into the
 // cgroup, sets its nice value and lets it go on. An error means the command must not run: the
-// caller kills it (it is still held).
-func (l *launch) started() error {
+// caller kills it (it is still held). ctx ending stops the wait for bwrap's report and the egress
+// setup: the error is then ctx's.
+func (l *launch) started(ctx context.Context) error {
 	for _, f := range []**os.File{&l.argsR, &l.infoW, &l.blockR} {
 		_ = (*f).Close()
 		*f = nil
@@ -96,7 +106,13 @@ func (l *launch) started() error {
 	var info struct {
 		ChildPid int `json:"child-pid"`
 	}
-	if err := json.NewDecoder(l.infoR).Decode(&info); err != nil || info.ChildPid <= 0 {
+	stop := context.AfterFunc(ctx, func() { _ = l.infoR.SetReadDeadline(time.Now()) })
+	err := json.NewDecoder(l.infoR).Decode(&info)
+	stop()
+	if ctx.Err() != nil {
+		return fmt.Errorf("sandbox: %w", ctx.Err())
+	}
+	if err != nil || info.ChildPid <= 0 {
 		// bwrap ended before it started its child: its exit status and stderr say why.
 		return l.release()
 	}
@@ -111,7 +127,7 @@ func (l *launch) started() error {
 		}
 	}
 	if l.net != nil {
-		if err := l.net.attachPid(info.ChildPid); err != nil {
+		if err := l.net.attachPid(ctx, info.ChildPid); err != nil {
 			return err
 		}
 	}

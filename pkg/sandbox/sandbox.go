@@ -174,7 +174,7 @@ func environ(home string, extra map[string]string) []string {
 // a process that escaped the kill still holds them.
 //
 // hold, when not nil, is told once the command has started: it holds the command until it
-// returns, and an error from it kills the command before anything of it runs.
+// returns (or ctx ends), and an error from it kills the command before anything of it runs.
 func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int, kill func(pid int), hold holder) (Result, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -196,7 +196,7 @@ func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int
 		return Result{}, fmt.Errorf("sandbox: start: %w", err)
 	}
 	if hold != nil {
-		if err := hold.started(); err != nil {
+		if err := hold.started(ctx); err != nil {
 			kill(cmd.Process.Pid)
 			_ = cmd.Wait()
 			readers.finish()
@@ -226,7 +226,9 @@ func run(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, outBytes int
 }
 
 // holder holds a started command until it may run (launch).
-type holder interface{ started() error }
+type holder interface {
+	started(ctx context.Context) error
+}
 
 // pipes are a command's output pipes and the goroutines draining them.
 type pipes struct {

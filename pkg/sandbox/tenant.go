@@ -177,6 +177,11 @@ func (w *Workspaces) measure(tenant string) (int64, error) {
 			continue
 		}
 		m, err := treeBytes(filepath.Join(w.cfg.Root, e.Name(), "files"))
+		if errors.Is(err, errTooDeep) {
+			// What lies deeper is not measured: it counts as more than the bound, so that the
+			// tenant is over it (its commands may still run, to remove the tree).
+			m, err = m+w.cfg.TenantQuotaBytes+1, nil
+		}
 		if err != nil {
 			return 0, fmt.Errorf("sandbox: tenant usage: %w", err)
 		}
@@ -281,19 +286,86 @@ func (ws *Workspace) Tenant() string { return ws.tenant }
 // TenantQuota returns the tenant bound (WorkspacesConfig.TenantQuotaBytes; 0: none).
 func (ws *Workspace) TenantQuota() int64 { return ws.ws.cfg.TenantQuotaBytes }
 
-// TenantUsage measures the usage of the workspace's tenant afresh (after a command that may have
-// written anything) and says whether it is over the tenant bound; ok is false without a bound or
-// a tenant.
+// TenantUsage measures the usage of the workspace's tenant (after or while a command that may
+// write anything runs) and says whether it is over the tenant bound; ok is false without a bound
+// or a tenant. The measurement is shared (sharedUsage): the commands of one tenant that watch it
+// at once cost one walk, not one each. A measure that fails is over the bound (fail closed): used
+// is then the bound plus one, with the error.
 func (ws *Workspace) TenantUsage() (used int64, over, ok bool, err error) {
+	return ws.tenantUsage(func(t string) (int64, error) { return ws.ws.sharedUsage(t, false) })
+}
+
+// TenantUsageAfresh is TenantUsage measured anew (before and after a command: a shared
+// measurement may predate the writes or removals just made); the watchdogs then share it.
+func (ws *Workspace) TenantUsageAfresh() (used int64, over, ok bool, err error) {
+	return ws.tenantUsage(func(t string) (int64, error) { return ws.ws.sharedUsage(t, true) })
+}
+
+func (ws *Workspace) tenantUsage(measure func(tenant string) (int64, error)) (used int64, over, ok bool, err error) {
 	q := ws.ws.cfg.TenantQuotaBytes
 	if q <= 0 || ws.tenant == "" {
 		return 0, false, false, nil
 	}
-	used, err = ws.ws.TenantUsage(ws.tenant)
+	used, err = measure(ws.tenant)
 	if err != nil {
-		return 0, false, false, err
+		return q + 1, true, true, err
 	}
 	return used, used > q, true, nil
+}
+
+// The pace of the shared measurements: a measurement is reused while it is younger than ten
+// times what it took (so that measuring a tenant costs a replica about a tenth of a core however
+// many of its commands watch it), but never when older than maxShareAge.
+const (
+	minShareAge = 5 * time.Millisecond
+	maxShareAge = 250 * time.Millisecond
+)
+
+// flight is one shared measurement of a tenant's usage: done is closed once bytes and err are
+// set, at end.
+type flight struct {
+	done       chan struct{}
+	bytes      int64
+	err        error
+	start, end time.Time
+}
+
+// sharedUsage returns a measurement of tenant's usage shared by its concurrent callers: the one
+// under way, or the last one while it is young (see minShareAge), or else a new one; fresh always
+// makes a new one, which the next callers share.
+func (w *Workspaces) sharedUsage(tenant string, fresh bool) (int64, error) {
+	w.usageMu.Lock()
+	f := w.flights[tenant]
+	if fresh {
+		f = nil
+	}
+	if f != nil {
+		select {
+		case <-f.done:
+			if time.Since(f.end) >= min(max(10*f.end.Sub(f.start), minShareAge), maxShareAge) {
+				f = nil
+			}
+		default:
+		}
+	}
+	if f != nil {
+		w.usageMu.Unlock()
+		if w.onJoin != nil {
+			w.onJoin()
+		}
+		<-f.done
+		return f.bytes, f.err
+	}
+	f = &flight{done: make(chan struct{}), start: time.Now()}
+	w.flights[tenant] = f
+	w.usageMu.Unlock()
+	if w.onMeasure != nil {
+		w.onMeasure()
+	}
+	f.bytes, f.err = w.TenantUsage(tenant)
+	f.end = time.Now()
+	close(f.done)
+	return f.bytes, f.err
 }
 
 // WriteFailed drops the cached usage of the workspace's tenant after a write that CheckQuota

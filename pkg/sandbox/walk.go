@@ -124,8 +124,11 @@ func openListed(dirfd int, rel string, e listed) (fd int, st syscall.Stat_t, ok 
 }
 
 // treeBytes is the bytes of the regular files under the directory dir, walked as described
-// above (a missing dir holds 0 bytes). What cannot be listed is not counted; a tree nested deeper
-// than maxWalkDepth is errTooDeep.
+// above (a missing dir holds 0 bytes): a file counts its size or the space allocated to it beyond
+// its last block, whichever is more (allocated), so that space reserved past the end of a file
+// (fallocate with FALLOC_FL_KEEP_SIZE, which RLIMIT_FSIZE does not stop either) counts too. A
+// directory that cannot be listed is an error, not 0 bytes (a measure fails closed). A tree nested
+// deeper than maxWalkDepth is errTooDeep, with the bytes counted above the too-deep level.
 func treeBytes(dir string) (int64, error) {
 	fd, err := openWalkRoot(dir)
 	if errors.Is(err, syscall.ENOENT) {
@@ -138,31 +141,48 @@ func treeBytes(dir string) (int64, error) {
 	return dirBytes(fd, ".", 0)
 }
 
+// allocated is what a regular file counts for: its size, plus the space allocated to it past its
+// size rounded up to the file system's block (so that a small file counts its size, not a block).
+func allocated(st *syscall.Stat_t) int64 {
+	n := st.Size
+	blk := int64(st.Blksize)
+	if blk <= 0 {
+		blk = 4096
+	}
+	if extra := st.Blocks*512 - (st.Size+blk-1)/blk*blk; extra > 0 {
+		n += extra
+	}
+	return n
+}
+
 func dirBytes(dirfd int, rel string, depth int) (int64, error) {
 	if depth >= maxWalkDepth {
 		return 0, errTooDeep
 	}
 	entries, err := listDir(dirfd)
 	if err != nil {
-		return 0, nil // unreadable (or removed meanwhile): not counted
+		return 0, &fs.PathError{Op: "list", Path: rel, Err: err}
 	}
 	var n int64
 	for _, e := range entries {
 		switch e.kind() {
 		case syscall.S_IFREG:
-			n += e.st.Size
+			n += allocated(&e.st)
 		case syscall.S_IFDIR:
 			p := path.Join(rel, e.name)
 			fd, _, ok, err := openListed(dirfd, p, e)
-			if err != nil || !ok {
+			if err != nil {
+				return n, err
+			}
+			if !ok {
 				continue
 			}
 			m, err := dirBytes(fd, p, depth+1)
 			_ = syscall.Close(fd)
-			if err != nil {
-				return 0, err
-			}
 			n += m
+			if err != nil {
+				return n, err
+			}
 		}
 	}
 	return n, nil

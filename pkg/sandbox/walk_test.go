@@ -240,8 +240,10 @@ func TestTenantUsageCountsNoLink(t *testing.T) {
 func sandboxtestRoot(t *testing.T) string { return t.TempDir() }
 
 // TestWorkspaceWalkRefusesTreesTooDeep: a walk holds a descriptor per level, so a tree nested
-// deeper than it descends is an error (the fork's copy fails, the measure fails closed), never a
-// partial copy or a count that leaves the deep files out.
+// deeper than it descends is an error (the fork's copy fails, the workspace's measure fails),
+// never a partial copy or a count that leaves the deep files out; the tenant's usage counts the
+// tree as over the tenant bound (review finding 1: it failed, and a failed measure switched the
+// bash watchdog off).
 func TestWorkspaceWalkRefusesTreesTooDeep(t *testing.T) {
 	t.Parallel()
 	w, err := sandbox.NewWorkspaces(sandbox.WorkspacesConfig{Root: t.TempDir(), TenantQuotaBytes: 1 << 30})
@@ -275,8 +277,8 @@ func TestWorkspaceWalkRefusesTreesTooDeep(t *testing.T) {
 	if _, err := ws.Usage(); err == nil || !strings.Contains(err.Error(), "nested more than") {
 		t.Errorf("usage of a tree too deep: %v", err)
 	}
-	if _, err := w.TenantUsage("t1"); err == nil {
-		t.Error("the tenant's usage of a tree too deep was measured")
+	if n, err := w.TenantUsage("t1"); err != nil || n <= 1<<30 {
+		t.Errorf("the tenant's usage of a tree too deep: %d %v, want over the bound", n, err)
 	}
 	if err := w.Copy("deep", "copy"); err == nil || !strings.Contains(err.Error(), "nested more than") {
 		t.Errorf("copy of a tree too deep: %v", err)

@@ -68,6 +68,11 @@ type Workspaces struct {
 	usageMu sync.Mutex
 	usage   map[string]*tenantUsage
 	pending map[string]int64
+	// flights are the shared measurements of the tenants (sharedUsage), under usageMu.
+	flights map[string]*flight
+	// onMeasure and onJoin, set only by tests (export_test.go), are called when sharedUsage
+	// starts a measurement, and when it joins one under way.
+	onMeasure, onJoin func()
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
@@ -92,7 +97,8 @@ func NewWorkspaces(cfg WorkspacesConfig) (*Workspaces, error) {
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: workspace root: %w", err)
 	}
-	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}, pending: map[string]int64{}}, nil
+	sweepCopies(root, time.Now())
+	return &Workspaces{cfg: cfg, usage: map[string]*tenantUsage{}, pending: map[string]int64{}, flights: map[string]*flight{}}, nil
 }
 
 // Root returns the absolute workspace root.

@@ -168,7 +168,7 @@ func (t tool) run(ctx context.Context, exec *registry.Execution, a Args) (string
 
 // stoppedNote says that the watchdog stopped the command, and how much the tenant holds now.
 func stoppedNote(ws *sandbox.Workspace) string {
-	used, _, _, err := ws.TenantUsage()
+	used, _, _, err := ws.TenantUsageAfresh()
 	if err != nil {
 		return fmt.Sprintf("\n[stopped: the command took this tenant's workspaces over their bound (%s) of %d bytes; "+
 			"write and edit are refused until files are removed]", sandbox.CodeQuotaExceeded, ws.TenantQuota())
@@ -190,7 +190,7 @@ func fileLimitNote(res sandbox.Result, limit int64) string {
 // anything) and, when it is over the tenant bound, says so: the file tools then refuse writes
 // that grow it (FS_QUOTA_EXCEEDED) until files are removed. "" without a bound or when under it.
 func quotaNote(ws *sandbox.Workspace) string {
-	used, over, ok, err := ws.TenantUsage()
+	used, over, ok, err := ws.TenantUsageAfresh()
 	switch {
 	case !ok:
 		return ""

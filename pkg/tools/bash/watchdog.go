@@ -10,7 +10,9 @@ import (
 
 // The watchdog's pace: it measures the tenant's usage again after ten times as long as the last
 // measurement took, but at least every maxInterval and at most every minInterval, so that a
-// large tenant costs it at most about a tenth of a core and a small one is watched closely (a
+// large tenant costs it at most about a tenth of a core and a small one is watched closely; the
+// watchdogs of one tenant's concurrent commands share their measurements
+// (sandbox.Workspace.TenantUsage), so that many commands cost no more than one (a
 // command writes to the page cache at a GB/s or more: between two looks at 5 ms it adds a few
 // MiB). What one command can add between two looks is also bounded per file: RLIMIT_FSIZE is the
 // room left when it starts (fileLimit).
@@ -45,11 +47,8 @@ func watch(ctx context.Context, ws *sandbox.Workspace, limit int64, stop context
 			case <-timer.C:
 			}
 			start := time.Now()
-			used, _, ok, err := ws.TenantUsage()
-			if !ok {
-				return
-			}
-			if err == nil && used > limit {
+			used, _, _, err := ws.TenantUsage()
+			if err != nil || used > limit { // a measure that fails stops the command (fail closed)
 				stop(errOverQuota)
 				return
 			}
@@ -63,11 +62,15 @@ func watch(ctx context.Context, ws *sandbox.Workspace, limit int64, stop context
 func (w *watchdog) wait() { <-w.done }
 
 // room returns the bytes the tenant of ws may still add, and whether there is a bound: it bounds
-// the size of any one file the command writes (RLIMIT_FSIZE), and the watchdog the sum.
+// the size of any one file the command writes (RLIMIT_FSIZE), and the watchdog the sum. A measure
+// that fails leaves no room (fail closed: the watchdog then stops the command at its first look).
 func room(ws *sandbox.Workspace) (used, limit int64, ok bool) {
-	used, _, ok, err := ws.TenantUsage()
-	if !ok || err != nil {
+	used, _, ok, err := ws.TenantUsageAfresh() // a shared one may predate the last command's writes
+	if !ok {
 		return 0, 0, false
+	}
+	if err != nil {
+		return ws.TenantQuota(), ws.TenantQuota(), true
 	}
 	return used, max(ws.TenantQuota(), used), true
 }
