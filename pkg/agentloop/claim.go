@@ -81,6 +81,13 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 	r.w.stage(staged{fresh: true, entered: entered, expand: func(l *eventlog.Head) ([]eventlog.NewEvent, error) {
 		var out []eventlog.NewEvent
 		r.claimLost = false
+		if ctx.Err() != nil {
+			// A cancel was folded since the turn started (keepInbox leaves the inbox as it was):
+			// the claim writes nothing and the kept messages stay for the next turn.
+			r.claimLost = true
+			return nil, nil
+		}
+		fresh := make([]llm.Message, 0, len(entered))
 		for _, p := range plan {
 			list := r.m.inbox.List(p.target)
 			if len(list) < len(p.ids) || !slices.Equal(ids(list[:len(p.ids)]), p.ids) {
@@ -90,7 +97,13 @@ func (r *Runner) enterStep(ctx context.Context, turn, step int, boundary, needIn
 				return nil, nil
 			}
 			out = append(out, eventlog.Of(eventlog.Deletion(p.target, len(p.ids), "")))
+			// The fresh mirror's messages, not the plan's: a notice replaced in place keeps its id.
+			fresh = append(fresh, list[:len(p.ids)]...)
 		}
+		if snap != nil {
+			fresh = append(fresh, *snap)
+		}
+		copy(entered, fresh)
 		out = append(out, eventlog.Of(eventlog.StepStart{Turn: turn, Step: step}))
 		for _, m := range entered {
 			out = append(out, eventlog.SurfaceEvent(eventlog.UserMessage{Message: m}))

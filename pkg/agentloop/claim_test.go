@@ -181,3 +181,62 @@ func TestLOOP1_DuplicateContextIDsAreReissued(t *testing.T) {
 	}
 	h.checkInvariants()
 }
+
+// TestKeepInboxCancelBeforeClaimKeepsTheMessage: review P1-a, a keepInbox cancel committed between
+// the runner's view and its claim consumed the message and called the model.
+func TestKeepInboxCancelBeforeClaimKeepsTheMessage(t *testing.T) {
+	rp := &recProvider{p: scripted.New(scripted.Config{})}
+	h := newHarness(t, rp)
+	h.post(eventlog.InboxNextTurn, "text")
+	cj := &ctxJournal{MemJournal: h.j}
+	r := NewRunner(h.cfg, cj)
+	h.watch(r)
+	fired := false
+	cj.onAppend = func() {
+		if !fired {
+			fired = true
+			h.cancel(Cause{Kind: "user"}, true)
+		}
+	}
+	reasons, err := r.Serve(context.Background())
+	t.Logf("reasons %+v err %v", reasons, err)
+	t.Logf("log %v", h.types())
+	t.Logf("pending %v user messages %d model requests %d", r.Pending(), len(h.ofType(eventlog.TypeUserMessage)), len(rp.reqs))
+	if !r.Pending() || len(h.ofType(eventlog.TypeUserMessage)) != 0 || len(rp.reqs) != 0 {
+		t.Errorf("keepInbox: the message was taken by the cancelled turn instead of kept")
+	}
+}
+
+// TestInPlaceReplacementBeforeClaimEntersTheNewText: review P1-b, a notice replaced in place (same id)
+// between the plan and the claim was entered with its old text.
+func TestInPlaceReplacementBeforeClaimEntersTheNewText(t *testing.T) {
+	rp := &recProvider{p: scripted.New(scripted.Config{})}
+	h := newHarness(t, rp)
+	msg := h.post(eventlog.InboxNextTurn, "text")
+	cj := &ctxJournal{MemJournal: h.j}
+	r := NewRunner(h.cfg, cj)
+	fired := false
+	cj.onAppend = func() {
+		if !fired {
+			fired = true
+			one := 1
+			repl := llm.NewUserMessage(msg.ID, "text REPLACED")
+			_, err := h.j.Append(context.Background(), func(hd eventlog.Head) ([]eventlog.NewEvent, error) {
+				return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: eventlog.InboxSpliced{Target: eventlog.InboxNextTurn, Start: 0, RemovedCount: &one, Inserted: []llm.Message{repl}}}}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := r.Serve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range h.ofType(eventlog.TypeUserMessage) {
+		m, _ := eventlog.Decode[eventlog.UserMessage](ev)
+		t.Logf("entered %q (inbox had %q at claim time)", m.Text(), "text REPLACED")
+		if m.Text() != "text REPLACED" {
+			t.Errorf("stale content entered")
+		}
+	}
+}

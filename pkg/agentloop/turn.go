@@ -142,6 +142,9 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		}
 		step++
 		r.steps = step
+		if ctx.Err() != nil {
+			return aborted(ctx), nil // a cancel folded as the step opened: no model request
+		}
 		stepEnd, err := r.runStep(ctx, turn, step, asm)
 		if err != nil {
 			if errors.Is(err, errLog) {
