@@ -133,6 +133,11 @@ func TestReferenceLogsOverHTTP(t *testing.T) {
 				waitNoLease(t, e)
 			}
 			got := e.allEvents(t, sid)
+			for _, ev := range got {
+				if resumed(ev) {
+					t.Fatalf("seq %d: a later turn started a new loop instance (request/header reason resume): the replica served it with a runner of its own, not the one its last serve put back", ev.Seq)
+				}
+			}
 			if err := matchReference(normalReference(ref), normalReference(got)); err != nil {
 				t.Fatalf("%s: %v\nreference %v\ndshd      %v", name, err, types(normalReference(ref)), types(normalReference(got)))
 			}
@@ -169,7 +174,7 @@ func referenceScripts(t *testing.T, evs []eventlog.Event, name string) []string 
 // normalReference drops ignorable events, merges adjacent deltas of one block and puts a step's
 // tool/calls before its tool/results, renumbering the citations of what remains.
 func normalReference(evs []eventlog.Event) []eventlog.Event {
-	evs = callsBeforeResults(withoutResumes(evs))
+	evs = callsBeforeResults(evs)
 	pos := map[int64]int64{} // seq → the position of the event that stands for it
 	var out []eventlog.Event
 	var last struct {
@@ -336,26 +341,10 @@ func waitNoLease(t *testing.T, e *env) {
 	}
 }
 
-// withoutResumes drops the request header of a new loop instance and the request context right
-// after it.
-func withoutResumes(evs []eventlog.Event) []eventlog.Event {
-	var out []eventlog.Event
-	for i := 0; i < len(evs); i++ {
-		if resumed(evs[i]) {
-			if i+1 < len(evs) && evs[i+1].Type == eventlog.TypeRequestContext {
-				i++
-			}
-			continue
-		}
-		out = append(out, evs[i])
-	}
-	return out
-}
-
 // resumed reports whether ev is the request header of a new loop instance (LOOP-3 reason
-// "resume"): a replica whose runner cache did not hold the session's runner yet serves the turn
-// with a new one (the runner goes back to the cache just after its lease is released), which a
-// single-process reference never does.
+// "resume"): a single-process reference never writes one, and neither does a replica that
+// serves each turn with the runner its last serve put back (the next serve waits for it:
+// pkg/worker runnerCache.checkout).
 func resumed(ev eventlog.Event) bool {
 	if ev.Type != eventlog.TypeRequestHeader {
 		return false

@@ -84,6 +84,8 @@ func jitter(d time.Duration) time.Duration {
 // A failure is logged here, with the trace of the turn it served (a wake job's failure is also
 // logged by River, which retries it).
 func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UUID, sess *eventlog.Session, from int64, posted []eventlog.Event) error {
+	w.cache.checkout(ctx, a.SessionID) // a serve that just released the lease puts its runner back first
+	defer w.cache.checkin(a.SessionID)
 	r, j, done, err := w.runner(ctx, a, owner, sess)
 	if err != nil {
 		w.release(a, owner)
@@ -377,6 +379,51 @@ type runnerCache struct {
 	bytes    int
 	tick     uint64
 	items    map[uuid.UUID]cachedRunner
+	// out holds the sessions whose runner a serve of this replica has out of the cache (from
+	// checkout to checkin); the channel is closed at checkin. A serve that took the lease just
+	// after another released it waits for that runner to come back instead of building a new
+	// one from the log (which would start a new loop instance: request/header reason resume).
+	out map[uuid.UUID]chan struct{}
+}
+
+// checkoutWait bounds how long a serve waits for another serve's runner to come back: the other
+// is past its lease and only stopping its goroutines, so it is back within moments; past the
+// bound the serve reads the log with a runner of its own.
+const checkoutWait = 2 * time.Second
+
+// checkout marks the session's runner as out for a serve of this replica, first waiting (up to
+// checkoutWait, or ctx) while another serve still has it out. The caller calls checkin once it
+// has put the runner back or dropped it.
+func (c *runnerCache) checkout(ctx context.Context, id uuid.UUID) {
+	timer := time.NewTimer(checkoutWait)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		ch, busy := c.out[id]
+		if !busy {
+			c.out[id] = make(chan struct{})
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// checkin ends a checkout: a serve waiting for the runner goes on.
+func (c *runnerCache) checkin(id uuid.UUID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch, ok := c.out[id]; ok {
+		close(ch)
+		delete(c.out, id)
+	}
 }
 
 type cachedRunner struct {
@@ -410,7 +457,7 @@ func runnerCost(r *agentloop.Runner) int {
 }
 
 func newRunnerCache(max, maxBytes int) *runnerCache {
-	return &runnerCache{max: max, maxBytes: maxBytes, items: map[uuid.UUID]cachedRunner{}}
+	return &runnerCache{max: max, maxBytes: maxBytes, items: map[uuid.UUID]cachedRunner{}, out: map[uuid.UUID]chan struct{}{}}
 }
 
 // take removes the session's runner from the cache; the caller owns its release func.
