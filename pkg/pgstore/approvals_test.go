@@ -15,7 +15,9 @@ import (
 )
 
 // rowsRead runs sql with args under EXPLAIN ANALYZE and returns the rows its scans read: the
-// rows each scan node returned (over all its loops) plus those its filters removed.
+// rows each scan node returned (over all its loops) plus those its filters removed. A Bitmap
+// Index Scan is not counted: the rows it finds are those its Bitmap Heap Scan reads, counted
+// there (review 18 found the pair counted twice).
 func rowsRead(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var out []byte
@@ -30,7 +32,7 @@ func rowsRead(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	walk = func(n map[string]any) float64 {
 		num := func(k string) float64 { f, _ := n[k].(float64); return f }
 		rows := 0.0
-		if typ, _ := n["Node Type"].(string); strings.Contains(typ, "Scan") {
+		if typ, _ := n["Node Type"].(string); strings.Contains(typ, "Scan") && typ != "Bitmap Index Scan" {
 			rows = num("Actual Rows")*max(num("Actual Loops"), 1) + num("Rows Removed by Filter") + num("Rows Removed by Index Recheck")
 		}
 		kids, _ := n["Plans"].([]any)
@@ -99,7 +101,13 @@ func TestApprovalLookupReadsOnlyPendingAsks(t *testing.T) {
 		t.Fatalf("an unknown approval: %v, %v", none, err)
 	}
 
-	// Rows read: a few per pending ask, never of the order of the 10,000 decided ones.
+	// Rows read: a few per pending ask, never of the order of the 10,000 decided ones. The tables
+	// are analyzed first, so that the plans are chosen with the statistics of the rows above, not
+	// with those of an empty table or of an autoanalyze that ran half way through the appends (the
+	// tables are shared by parallel tests; review 18 saw the bound depend on the plan).
+	if _, err := pool.Exec(ctx, `ANALYZE events, approvals`); err != nil {
+		t.Fatal(err)
+	}
 	if n := rowsRead(t, pool, pgstore.ApprovalsPendingSQL, sess.ID); n > 10 {
 		t.Fatalf("the pending lookup read %d rows for 2 pending asks", n)
 	}
