@@ -3,7 +3,9 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -49,16 +51,23 @@ func TestApprovalPolicyNoticeReplacesAnUnreadOne(t *testing.T) {
 	})
 	sid := e.sessionOfPreset(t, e.keyA, askEchoPreset)
 	path := "/v1/sessions/" + sid + "/approval-policy"
+	// The PUTs run on 4 goroutines, which never call t.Fatal (review 18: a transport error
+	// panicked or hung the test): each sends its first error back, and the test fails here.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	statuses := map[int]int{}
+	errs := make(chan error, 4)
 	for c := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 500 {
 				p := []string{"ask", "never"}[(c+i)%2]
-				st := e.do(t, "PUT", path, e.keyA, `{"policy":"`+p+`"}`).status
+				st, err := putStatus(e.replica.url+path, e.keyA, `{"policy":"`+p+`"}`)
+				if err != nil {
+					errs <- fmt.Errorf("PUT %d of goroutine %d: %w", i, c, err)
+					return
+				}
 				mu.Lock()
 				statuses[st]++
 				mu.Unlock()
@@ -66,6 +75,10 @@ func TestApprovalPolicyNoticeReplacesAnUnreadOne(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 	if statuses[http.StatusOK] != 2000 {
 		t.Fatalf("statuses %v", statuses)
 	}
@@ -86,6 +99,26 @@ func TestApprovalPolicyNoticeReplacesAnUnreadOne(t *testing.T) {
 	if evs[len(evs)-1].Type != eventlog.TypeTurnEnd {
 		t.Fatalf("the owner's post was not served: %v", evs)
 	}
+}
+
+// putStatus sends a PUT of body to url with key as the bearer token and returns the status; it
+// reports an error instead of failing a test, so that a goroutine may call it.
+func putStatus(url, key, body string) (int, error) {
+	req, err := http.NewRequest("PUT", url, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
 }
 
 // TestApprovalPolicyObeysThePostRates: issue 18 found that PUT approval-policy bypassed the

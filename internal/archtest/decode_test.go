@@ -133,9 +133,9 @@ var sqlDataPath = regexp.MustCompile(`\bdata\s*(?:->>?|#>>?)\s*'[^']*'`)
 // shrink: a new path reads event data outside pkg/eventlog.
 var plannedSQLPaths = map[string]int{
 	"pkg/pgstore/status.go": 4, // data->>'turn' twice (SessionStates, TurnBefore), data->>'id' of asked and decided
-	// data->>'id' of approval/asked and approval/decided: the approvals table's trigger (2) and
-	// its one-time fill from the logs written before it (7).
-	"migrations/00018_approvals.sql": 9,
+	// data->>'id' of approval/asked and approval/decided: the approvals table's trigger (3, with
+	// its guard against an id-less event) and its one-time fill from the logs written before it (8).
+	"migrations/00018_approvals.sql": 11,
 }
 
 // TestSQLReadsNoNewEventDataPaths: the SQL of the module (non-test Go files and migrations) reads

@@ -15,8 +15,9 @@ import (
 //
 // The flusher takes e.mu for every look at the writer, as every other user of the writer does
 // during RunStep. A write that fails is kept in e.logErr and cancels the step through
-// cancelStep; the flusher then stops. The returned stop function ends the flusher and waits for
-// it; call it after RunStep returned, without holding e.mu.
+// cancelStep; the flusher then stops, and every later flush of the step returns that error. The
+// returned stop function ends the flusher and waits for it; call it after RunStep returned,
+// without holding e.mu (a second call does nothing, so that it may also be deferred).
 func (e *stepEmitter) startFlusher(ctx context.Context, cancelStep context.CancelCauseFunc) (stop func()) {
 	w := e.r.w
 	window, maxBytes := e.r.cfg.ChunkWindow, e.r.cfg.ChunkBytes
@@ -40,8 +41,8 @@ func (e *stepEmitter) startFlusher(ctx context.Context, cancelStep context.Cance
 			case <-timer.C:
 			}
 			e.mu.Lock()
-			var err error
-			if w.due(window, maxBytes) {
+			err := e.logErr // a Commit of a body failed: the step stops, nothing more is flushed
+			if err == nil && w.due(window, maxBytes) {
 				err = e.flushLocked(ctx)
 			}
 			wait, pending := w.untilDue(window)
@@ -55,12 +56,15 @@ func (e *stepEmitter) startFlusher(ctx context.Context, cancelStep context.Cance
 			}
 		}
 	}()
+	var once sync.Once
 	return func() {
-		close(done)
-		wg.Wait()
-		e.mu.Lock()
-		w.staged = nil
-		e.mu.Unlock()
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			e.mu.Lock()
+			w.staged = nil
+			e.mu.Unlock()
+		})
 	}
 }
 

@@ -24,9 +24,13 @@ func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Bloc
 	sctx, cancelStep := context.WithCancelCause(ctx)
 	defer cancelStep(nil)
 	stop := em.startFlusher(sctx, cancelStep)
+	defer stop() // also when RunStep panics: the flusher must not outlive the step
 	out, err := r.cfg.Scheduler.RunStep(sctx, st, calls, em)
 	stop()
 	if em.logErr != nil {
+		// What the failed batch held, and what was staged after it, is never committed: the
+		// tool was told its commit failed (review 18 P2-a).
+		r.w.discard()
 		return false, r.logErr(em.logErr)
 	}
 	if err != nil {
@@ -63,12 +67,14 @@ func (e *stepEmitter) Commit(ctx context.Context, evs ...eventlog.NewEvent) ([]e
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.logErr != nil {
+		return nil, e.logErr
+	}
 	hs := make([]*handle, len(evs))
 	for i, ne := range evs {
 		hs[i] = e.r.w.stage(staged{typ: ne.Type, data: ne.Data, ignorable: ne.Ignorable})
 	}
-	if err := e.r.w.flush(ctx); err != nil {
-		e.logErr = err
+	if err := e.flushLocked(ctx); err != nil {
 		return nil, err
 	}
 	out := make([]eventlog.Event, len(hs))
@@ -87,6 +93,9 @@ func (e *stepEmitter) Commit(ctx context.Context, evs ...eventlog.NewEvent) ([]e
 func (e *stepEmitter) CommitFunc(ctx context.Context, build func(turn []eventlog.Event) ([]eventlog.NewEvent, error)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.logErr != nil {
+		return e.logErr
+	}
 	e.r.w.stage(staged{fresh: true, expand: func(*eventlog.Head) ([]eventlog.NewEvent, error) {
 		evs, err := build(e.r.m.log.From(e.r.m.turnSeq))
 		if err != nil {
@@ -99,11 +108,7 @@ func (e *stepEmitter) CommitFunc(ctx context.Context, build func(turn []eventlog
 		}
 		return evs, nil
 	}})
-	if err := e.r.w.flush(ctx); err != nil {
-		e.logErr = err
-		return err
-	}
-	return nil
+	return e.flushLocked(ctx)
 }
 
 // ToolCall implements scheduler.Emitter.
@@ -204,6 +209,11 @@ func (e *stepEmitter) Flush(ctx context.Context) error {
 }
 
 func (e *stepEmitter) flushLocked(ctx context.Context) error {
+	if e.logErr != nil {
+		// A failed batch is not committed by a later flush (review 18 P2-a): the step stops
+		// with the first error.
+		return e.logErr
+	}
 	if err := e.r.w.flush(ctx); err != nil {
 		e.logErr = err
 		return err

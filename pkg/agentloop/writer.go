@@ -152,6 +152,13 @@ func (w *writer) flush(ctx context.Context) error {
 	return w.refresh(ctx)
 }
 
+// discard drops every pending event: a step whose commit failed leaves nothing staged that a
+// later flush could commit.
+func (w *writer) discard() {
+	w.resetIdx()
+	w.pending, w.size = w.pending[:0], 0
+}
+
 // writeTimeout bounds one write or read of the log.
 const writeTimeout = 30 * time.Second
 

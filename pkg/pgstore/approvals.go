@@ -44,7 +44,7 @@ func (r txReader) Last(ctx context.Context, typ string) (eventlog.Event, bool, e
 }
 
 // approvalsPendingSQL reads the approval/asked events of the session's pending approvals, in
-// the order they were asked, through the partial index approvals_pending (migration 00017): the
+// the order they were asked, through the partial index approvals_pending (migration 00018): the
 // rows read are the pending asks, whatever the number of decided ones.
 const approvalsPendingSQL = `SELECT ` + eventColumns + ` FROM events
 	WHERE session_id = $1 AND seq IN (SELECT asked_seq FROM approvals WHERE session_id = $1 AND decided_seq IS NULL)
