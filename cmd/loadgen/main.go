@@ -222,24 +222,23 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if o.jsonOut {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(rep)
-		}
-		rep.print(stdout)
-		return nil
+		return emit(stdout, o.jsonOut, rep)
 	}
 	rep, err := measure(ctx, o, e)
 	if err != nil {
 		return err
 	}
-	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
+	return emit(stdout, o.jsonOut, rep)
+}
+
+// emit writes a report as indented JSON (-json) or as its tables.
+func emit(w io.Writer, jsonOut bool, rep interface{ print(io.Writer) }) error {
+	if jsonOut {
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	rep.print(stdout)
+	rep.print(w)
 	return nil
 }
 
