@@ -60,6 +60,7 @@ var knownTypes = map[string]bool{
 	"tool-workflow/run-start": true, TypeToolCall: true, TypeToolCodeDispatch: true,
 	TypeToolCodeDispatchInit: true, TypeToolResult: true, TypeTurnEnd: true, TypeTurnStart: true,
 	TypeUserMessage: true, "web/deepseek-search-llm-request": true, TypeTurnTrace: true, TypeAssistantUsage: true,
+	TypeTurnParked: true, TypeTurnResumed: true, TypeClientResult: true,
 }
 
 var knownPrefixes = []string{"compaction/", "team/"}

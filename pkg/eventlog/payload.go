@@ -34,7 +34,8 @@ func init() {
 		func() Payload { return new(ApprovalPolicy) }, func() Payload { return new(CodeDispatchStart) },
 		func() Payload { return new(CodeDispatch) }, func() Payload { return new(LLMRetry) },
 		func() Payload { return new(AgentCancel) }, func() Payload { return new(TurnTrace) },
-		func() Payload { return new(AssistantUsage) },
+		func() Payload { return new(AssistantUsage) }, func() Payload { return new(TurnParked) },
+		func() Payload { return new(TurnResumed) }, func() Payload { return new(ClientResult) },
 	} {
 		kinds[f().Type()] = f
 	}

@@ -45,8 +45,12 @@ type pendingCall struct {
 // (TOOL_OUTCOME_UNKNOWN citing the tool/call seq when the call was logged, TOOL_NOT_STARTED
 // otherwise), step/end if a step is open, then turn/end {reason:{kind:'interrupted'}}. The
 // closers continue the seqs and reuse the time of the last event. A balanced or empty log gets
-// nil. events may be the suffix of a log that starts at its last turn/start.
+// nil, and so does a parked turn (E6: it waits for an answer, not for repair). events may be the
+// suffix of a log that starts at its last turn/start.
 func Closers(events []Event) []Event {
+	if _, parked := Parked(events); parked {
+		return nil // a parked turn is not open work (E6)
+	}
 	var (
 		turn, step int
 		inTurn     bool
