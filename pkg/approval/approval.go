@@ -154,7 +154,7 @@ func (s *Service) policy(agent string, turn []eventlog.Event) string {
 	return PolicyAsk
 }
 
-// approveParked is Approve for a call that may park (E6): the first time it commits the ask
+// approveParked is Approve for a call that may park: the first time it commits the ask
 // (under the policy in force, as the blocking path) and returns registry.ErrParked; when the
 // parked turn is resumed it finds its ask among the turn's events and returns the logged
 // decision, or, with none (the resume is a cancel), decides `cancelled` and returns that.
@@ -208,7 +208,7 @@ func askOf(evs []eventlog.Event, callID string) (eventlog.ApprovalAsked, bool) {
 	return out, found
 }
 
-// Timeout returns how long an ask of agent waits for its answer (a parked ask's deadline, E6).
+// Timeout returns how long an ask of agent waits for its answer (a parked ask's deadline).
 func (s *Service) Timeout(agent string) time.Duration { return s.timeout(agent) }
 
 func (s *Service) timeout(agent string) time.Duration {

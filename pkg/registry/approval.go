@@ -24,7 +24,7 @@ type ApprovalRequest struct {
 	CallID   string
 	Reason   string
 	Exec     *Execution
-	// Park lets the approver park the call (E6): commit the ask and return ErrParked instead of
+	// Park lets the approver park the call: commit the ask and return ErrParked instead of
 	// waiting. Never set for nested (run_code) calls.
 	Park bool
 }

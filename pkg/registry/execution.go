@@ -28,9 +28,9 @@ type Input struct {
 	// Log is the session log the call may write to while it runs (Execution.Commit); nil for a
 	// call outside a session.
 	Log Recorder
-	// Park lets the call's ask park (E6: ApprovalRequest.Park); ignored for nested calls.
+	// Park lets the call's ask park (ApprovalRequest.Park); ignored for nested calls.
 	Park bool
-	// Resumed is set for a call of a parked turn that is resumed (E6); nil otherwise.
+	// Resumed is set for a call of a parked turn that is resumed; nil otherwise.
 	Resumed *Resumed
 }
 

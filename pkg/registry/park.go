@@ -12,11 +12,11 @@ import (
 )
 
 // ErrParked, returned (possibly wrapped) by an Approver, says the ask is committed and the call
-// waits outside the server (SPEC E6): Prepare returns a Prepared of kind PrepPark, with no
+// waits outside the server: Prepare returns a Prepared of kind PrepPark, with no
 // result; the turn parks and a later loop instance resumes the call (Input.Resumed).
 var ErrParked = errors.New("registry: the call is parked until its answer is in the log")
 
-// Resumed is the resume input of a call of a parked turn (E6). Exactly one field is set.
+// Resumed is the resume input of a call of a parked turn. Exactly one field is set.
 type Resumed struct {
 	// Ask: the call had decided ask (with Reason) before the park; Prepare skips pre-execute
 	// and goes straight to the approval, which finds the logged decision, then the guards.
@@ -33,7 +33,7 @@ type ResumedAsk struct{ Reason string }
 // MaxClientParameters bounds the raw parameters schema of a client-executed tool.
 const MaxClientParameters = 64 << 10
 
-// ClientSpec declares a client-executed tool (E6): the server never runs its body; the client
+// ClientSpec declares a client-executed tool: the server never runs its body; the client
 // posts each call's result.
 type ClientSpec struct {
 	Name        string
@@ -95,7 +95,7 @@ func renderClient(_, value json.RawMessage) ([]llm.Block, error) {
 	return blocks, nil
 }
 
-// clientResult turns a client's posted result into the call's canonical result (E6): a timeout
+// clientResult turns a client's posted result into the call's canonical result: a timeout
 // is the E2 failure, an error result a failure with the client's text, a success its content
 // (the value is the content blocks, so output rendering and meta stay uniform).
 func (r *Registry) clientResult(e *Execution, t *entry, c *eventlog.ClientResult, timeoutMs int) *Result {

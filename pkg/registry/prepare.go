@@ -53,7 +53,7 @@ func (r *Registry) Prepare(ctx context.Context, in Input) *Prepared {
 	if rs := in.Resumed; rs != nil && in.Parent == nil {
 		switch {
 		case rs.Client != nil:
-			// Fully prepared before the park (E6): only the dispatch stage is left.
+			// Fully prepared before the park: only the dispatch stage is left.
 			c := *rs.Client
 			p.client = &c
 			p.Kind = PrepDispatch
@@ -84,7 +84,7 @@ func (r *Registry) decide(ctx context.Context, p *Prepared) *Prepared {
 	return r.decideFrom(ctx, p, d)
 }
 
-// decideFrom continues decide after pre-execute decided d (a resumed ask starts here, E6).
+// decideFrom continues decide after pre-execute decided d (a resumed ask starts here).
 func (r *Registry) decideFrom(ctx context.Context, p *Prepared, d Decision) *Prepared {
 	e := p.Exec
 	switch d.Kind {

@@ -79,7 +79,7 @@ const (
 	// PrepFinalResult: the call already has a final result (a throwing policy, bad arguments,
 	// a collapsed call) that skips post-execute; run Finish.
 	PrepFinalResult
-	// PrepPark: the call waits outside the server (its ask is committed, E6); it has no result
+	// PrepPark: the call waits outside the server (its ask is committed); it has no result
 	// and is not dispatched: the turn parks and a resumed loop instance prepares it again.
 	PrepPark
 )

@@ -35,7 +35,7 @@ type Tool struct {
 	FinalizeContent func(exec *Execution, res *Result) ([]llm.Block, error)
 	// PresentCall gives a short human label of a call, or "" (soft; never fails, SCH-11).
 	PresentCall func(args json.RawMessage) string
-	// Client marks a client-executed tool (E6, ClientTool): a parkable turn parks its calls
+	// Client marks a client-executed tool (ClientTool): a parkable turn parks its calls
 	// instead of running Execute, which only fails.
 	Client bool
 }
