@@ -117,10 +117,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Config.CredentialKeys == nil {
 		m.Logger.Info("tenant credentials are disabled: set DSHD_CREDENTIAL_KEYS to enable them")
 	}
-	var ag *agents.Agents
-	approvals := approval.New(approval.Config{TimeoutFunc: func(agent string) time.Duration { return ag.ApprovalTimeout(agent) },
-		Metrics: metrics, PolicyFunc: func(agent string) string { p, _ := ag.ApprovalPolicy(agent); return p }})
-	ag, err = agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
+	// The agents fill each ask's timeout and policy in (registry.ApprovalRequest), so the
+	// approval service is built before them and needs no reference back.
+	approvals := approval.New(approval.Config{Metrics: metrics})
+	ag, err := agents.New(agents.Config{Tools: tools, DeepSeekAPIKey: m.Config.DeepSeekAPIKey, Approvals: approvals,
 		ModelHosts: m.Config.ModelHosts, ScriptedDisabled: !m.Config.ScriptedModel,
 		DefaultToolTimeoutMs: int(m.Config.ToolTimeout.Milliseconds()), CodeRuntime: codeRuntime,
 		PolicyWebhooks: agents.PolicyWebhooks{Key: []byte(m.Config.PolicyWebhookKey),

@@ -131,6 +131,7 @@ func (a *Agents) hold(agent, tenant string, sc *scope) func() {
 func (a *Agents) approve(ctx context.Context, req registry.ApprovalRequest) (string, error) {
 	policy, ok := a.ApprovalPolicy(req.Agent)
 	if ok && a.cfg.Approvals != nil {
+		req.Policy, req.Timeout = policy, a.ApprovalTimeout(req.Agent)
 		return a.cfg.Approvals.Approve(ctx, req)
 	}
 	if !ok || policy != preset.PolicyNever {

@@ -28,8 +28,8 @@ const DefaultTimeout = 5 * time.Minute
 // Config configures a Service. The zero value is valid.
 type Config struct {
 	// TimeoutFunc returns how long an ask of the agent (session) waits for an answer before it
-	// is decided `cancelled` (the preset's approval.timeoutMs). Nil or a non-positive result:
-	// DefaultTimeout.
+	// is decided `cancelled` (the preset's approval.timeoutMs), for a request without a Timeout
+	// of its own (pkg/agents fills it). Nil or a non-positive result: DefaultTimeout.
 	TimeoutFunc func(agent string) time.Duration
 	// NewID returns approval ids. Default: random UUIDs.
 	NewID func() string
@@ -38,7 +38,8 @@ type Config struct {
 	// PolicyFunc returns the approval policy in force for the agent (session) from its log as
 	// the turn's runner has read it: its last `approval/policy` event, else the preset's
 	// approval.policy (Effective). An `approval/policy` among the running turn's events wins
-	// over it. Nil or an invalid result: ask.
+	// over it, and a request's Policy (pkg/agents fills it) over PolicyFunc. Nil or an invalid
+	// result: ask.
 	PolicyFunc func(agent string) string
 }
 
@@ -81,7 +82,7 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	asked := eventlog.ApprovalAsked{ID: id, ToolName: req.ToolName, CallID: req.CallID, Reason: req.Reason}
 	never := false
 	err := exec.Recorder().CommitFunc(context.WithoutCancel(ctx), func(turn []eventlog.Event) ([]eventlog.NewEvent, error) {
-		never = s.policy(req.Agent, turn) == PolicyNever
+		never = s.policy(req, turn) == PolicyNever
 		if never {
 			return nil, nil
 		}
@@ -98,7 +99,7 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	}
 	s.cfg.Metrics.ApprovalWaiting(1)
 	defer s.cfg.Metrics.ApprovalWaiting(-1)
-	timer := time.NewTimer(s.timeout(req.Agent))
+	timer := time.NewTimer(s.timeout(req))
 	defer timer.Stop()
 	var why string
 	select {
@@ -143,13 +144,17 @@ func outcomeOf(d eventlog.ApprovalDecided) (string, error) {
 }
 
 // policy is the policy in force for an ask of agent, given the committed events of its
-// running turn: the last `approval/policy` among them, else PolicyFunc's.
-func (s *Service) policy(agent string, turn []eventlog.Event) string {
+// running turn: the last `approval/policy` among them, else the request's (req.Policy), else
+// PolicyFunc's.
+func (s *Service) policy(req registry.ApprovalRequest, turn []eventlog.Event) string {
 	if p, ok := LoggedPolicy(turn); ok {
 		return p
 	}
+	if req.Policy != "" {
+		return Effective(req.Policy, "")
+	}
 	if s.cfg.PolicyFunc != nil {
-		return Effective(s.cfg.PolicyFunc(agent), "")
+		return Effective(s.cfg.PolicyFunc(req.Agent), "")
 	}
 	return PolicyAsk
 }
@@ -174,7 +179,7 @@ func (s *Service) approveParked(ctx context.Context, req registry.ApprovalReques
 			outcome = eventlog.ApprovalCancelled
 			return []eventlog.NewEvent{eventlog.Of(eventlog.ApprovalDecided{ID: a.ID, Outcome: outcome, Reason: "the turn was cancelled"})}, nil
 		}
-		if s.policy(req.Agent, turn) == PolicyNever {
+		if s.policy(req, turn) == PolicyNever {
 			outcome = eventlog.ApprovalRejected
 			if ctx.Err() != nil {
 				outcome = eventlog.ApprovalCancelled
@@ -208,12 +213,21 @@ func askOf(evs []eventlog.Event, callID string) (eventlog.ApprovalAsked, bool) {
 	return out, found
 }
 
-// Timeout returns how long an ask of agent waits for its answer (a parked ask's deadline).
-func (s *Service) Timeout(agent string) time.Duration { return s.timeout(agent) }
+// Timeout returns how long an ask of agent waits for its answer (a parked ask's deadline):
+// TimeoutFunc's, else DefaultTimeout. A request's own Timeout (filled by pkg/agents) is not
+// seen here: a caller holding the request reads req.Timeout first (timeout does).
+func (s *Service) Timeout(agent string) time.Duration {
+	return s.timeout(registry.ApprovalRequest{Agent: agent})
+}
 
-func (s *Service) timeout(agent string) time.Duration {
+// timeout is how long an ask waits: the request's (req.Timeout), else TimeoutFunc's, else
+// DefaultTimeout.
+func (s *Service) timeout(req registry.ApprovalRequest) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
 	if s.cfg.TimeoutFunc != nil {
-		if d := s.cfg.TimeoutFunc(agent); d > 0 {
+		if d := s.cfg.TimeoutFunc(req.Agent); d > 0 {
 			return d
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dshd/dshd/pkg/fault"
 )
@@ -24,6 +25,12 @@ type ApprovalRequest struct {
 	CallID   string
 	Reason   string
 	Exec     *Execution
+	// Timeout and Policy are the agent's approval settings (the preset's approval.timeoutMs, the
+	// policy in force as its runner has read the log), filled by the approver that knows the
+	// agent (pkg/agents) before it passes the ask on; zero when unknown. The approval service
+	// reads them from the request, so it needs no reference back to the agents.
+	Timeout time.Duration
+	Policy  string
 	// Park lets the approver park the call: commit the ask and return ErrParked instead of
 	// waiting. Never set for nested (run_code) calls.
 	Park bool
