@@ -1084,7 +1084,8 @@ class SessionView {
 // dispatches named events only to listeners of that name.
 const KNOWN_TYPES = ['agent/inbox/spliced', 'turn/start', 'turn/end', 'step/start', 'step/end', 'user/message',
   'request/header', 'request/context', 'assistant/chunk', 'assistant/message', 'tool/call', 'tool/result',
-  'todo/write', 'session/end-seed', 'llm/retry', 'agent/cancel', 'turn/trace', 'assistant/usage', 'approval/asked',
+  'todo/write', 'session/end-seed', 'llm/retry', 'agent/cancel', 'turn/trace', 'assistant/usage', 'turn/parked',
+  'turn/resumed', 'tool/client-result', 'approval/asked',
   'approval/decided', 'approval/policy', 'tool/code-dispatch-start', 'tool/code-dispatch', 'agent-preset/selected', 'command/run',
   'command/done', 'compact/start', 'compact/end', 'compact/prune', 'compact/summary', 'feedback/record',
   'goal/change', 'hook/invoked', 'hook/result', 'llm/retry-started', 'permission/preset', 'plan/mode',

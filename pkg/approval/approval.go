@@ -70,6 +70,9 @@ func (s *Service) Approve(ctx context.Context, req registry.ApprovalRequest) (st
 	if exec == nil || exec.Recorder() == nil {
 		return "", ErrNoTurn
 	}
+	if req.Park && exec.Parent == nil {
+		return s.approveParked(ctx, req)
+	}
 	id := s.cfg.NewID()
 	ch := s.register(id)
 	defer s.unregister(id)
@@ -150,6 +153,63 @@ func (s *Service) policy(agent string, turn []eventlog.Event) string {
 	}
 	return PolicyAsk
 }
+
+// approveParked is Approve for a call that may park: the first time it commits the ask
+// (under the policy in force, as the blocking path) and returns registry.ErrParked; when the
+// parked turn is resumed it finds its ask among the turn's events and returns the logged
+// decision, or, with none (the resume is a cancel), decides `cancelled` and returns that.
+func (s *Service) approveParked(ctx context.Context, req registry.ApprovalRequest) (string, error) {
+	exec := req.Exec
+	var (
+		outcome string
+		parked  bool
+	)
+	err := exec.Recorder().CommitFunc(context.WithoutCancel(ctx), func(turn []eventlog.Event) ([]eventlog.NewEvent, error) {
+		outcome, parked = "", false
+		if a, ok := askOf(turn, req.CallID); ok {
+			if d, ok := Decision(turn, a.ID); ok {
+				outcome = d.Outcome
+				return nil, nil
+			}
+			outcome = eventlog.ApprovalCancelled
+			return []eventlog.NewEvent{eventlog.Of(eventlog.ApprovalDecided{ID: a.ID, Outcome: outcome, Reason: "the turn was cancelled"})}, nil
+		}
+		if s.policy(req.Agent, turn) == PolicyNever {
+			outcome = eventlog.ApprovalRejected
+			if ctx.Err() != nil {
+				outcome = eventlog.ApprovalCancelled
+			}
+			return nil, nil
+		}
+		parked = true
+		return []eventlog.NewEvent{eventlog.Of(eventlog.ApprovalAsked{ID: s.cfg.NewID(), ToolName: req.ToolName, CallID: req.CallID, Reason: req.Reason})}, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("approval: ask: %w", err)
+	}
+	if parked {
+		return "", registry.ErrParked
+	}
+	return outcomeOf(eventlog.ApprovalDecided{Outcome: outcome})
+}
+
+// askOf returns the last approval/asked of call callID among evs.
+func askOf(evs []eventlog.Event, callID string) (eventlog.ApprovalAsked, bool) {
+	var out eventlog.ApprovalAsked
+	found := false
+	for _, ev := range evs {
+		if ev.Type != eventlog.TypeApprovalAsked {
+			continue
+		}
+		if a, err := eventlog.Decode[eventlog.ApprovalAsked](ev); err == nil && a.CallID == callID {
+			out, found = a, true
+		}
+	}
+	return out, found
+}
+
+// Timeout returns how long an ask of agent waits for its answer (a parked ask's deadline).
+func (s *Service) Timeout(agent string) time.Duration { return s.timeout(agent) }
 
 func (s *Service) timeout(agent string) time.Duration {
 	if s.cfg.TimeoutFunc != nil {

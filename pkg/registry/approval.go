@@ -24,6 +24,9 @@ type ApprovalRequest struct {
 	CallID   string
 	Reason   string
 	Exec     *Execution
+	// Park lets the approver park the call: commit the ask and return ErrParked instead of
+	// waiting. Never set for nested (run_code) calls.
+	Park bool
 }
 
 // Approver resolves an `ask`. It returns one of the four outcomes; it should return
@@ -64,7 +67,10 @@ func (r *Registry) ask(ctx context.Context, e *Execution, reason string) (allow 
 		return false, denied(fmt.Sprintf("tool %q requires approval, but the call has no agent to route it through", e.Name),
 			NameToolDenied, fault.CodeToolDenied), PrepPostResult
 	}
-	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason, Exec: e})
+	outcome, err := callApprover(ctx, box.a, ApprovalRequest{Agent: e.Agent, ToolName: e.Name, CallID: e.CallID, Reason: reason, Exec: e, Park: e.park})
+	if errors.Is(err, ErrParked) && e.park {
+		return false, nil, PrepPark
+	}
 	if errors.Is(err, ErrNoApprovalService) {
 		return false, noApprovalService(e.Name, reason), PrepPostResult
 	}

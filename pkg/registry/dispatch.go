@@ -69,6 +69,10 @@ func (r *Registry) runBody(ctx context.Context, e *Execution) (*Result, error) {
 		ctx = c
 	}
 	e.started.Store(true)
+	if t.Client && p.client != nil {
+		p.canonical = r.clientResult(e, t, p.client, p.timeoutMs)
+		return p.canonical, nil
+	}
 	e.setInBody(true)
 	val, err := r.callBody(ctx, t, e)
 	e.setInBody(false)

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"github.com/dshd/dshd/pkg/eventlog"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +28,10 @@ type Input struct {
 	// Log is the session log the call may write to while it runs (Execution.Commit); nil for a
 	// call outside a session.
 	Log Recorder
+	// Park lets the call's ask park (ApprovalRequest.Park); ignored for nested calls.
+	Park bool
+	// Resumed is set for a call of a parked turn that is resumed; nil otherwise.
+	Resumed *Resumed
 }
 
 // Token is an execution's opaque identity (PIPE-1); it is never serialised.
@@ -57,6 +62,7 @@ type Execution struct {
 	reg       *Registry
 	prep      *Prepared
 	log       Recorder
+	park      bool
 }
 
 // Token returns the execution's token, for nested calls' Input.Parent.
@@ -129,6 +135,7 @@ type Prepared struct {
 	dispCtx   context.Context
 	canonical *Result
 	settled   Settled
+	client    *eventlog.ClientResult // a resumed client call's posted result
 }
 
 // Result returns the prepared result of a PrepPostResult or PrepFinalResult call (nil for

@@ -19,7 +19,8 @@ func (r *Registry) Prepare(ctx context.Context, in Input) *Prepared {
 	p.Exec = e
 	scope, _ := r.scopes.Lookup(in.Scope)
 	*e = Execution{CallID: in.CallID, Name: in.Name, RootCallID: in.RootCallID, Agent: in.Agent,
-		Scope: scope, Location: in.Location, Parent: in.Parent, reg: r, log: in.Log}
+		Scope: scope, Location: in.Location, Parent: in.Parent, reg: r, log: in.Log,
+		park: in.Park && in.Parent == nil}
 	e.token.exec, e.prep = e, p
 	if e.RootCallID == "" {
 		e.RootCallID = e.CallID
@@ -49,6 +50,18 @@ func (r *Registry) Prepare(ctx context.Context, in Input) *Prepared {
 	if ctx.Err() != nil {
 		return p.final(AbortedBeforeDispatchResult())
 	}
+	if rs := in.Resumed; rs != nil && in.Parent == nil {
+		switch {
+		case rs.Client != nil:
+			// Fully prepared before the park: only the dispatch stage is left.
+			c := *rs.Client
+			p.client = &c
+			p.Kind = PrepDispatch
+			return p
+		case rs.Ask != nil:
+			return r.decideFrom(ctx, p, Decision{Kind: DecisionAsk, Reason: rs.Ask.Reason})
+		}
+	}
 	return r.decide(ctx, p)
 }
 
@@ -64,11 +77,16 @@ func (p *Prepared) post(res *Result) *Prepared {
 
 // decide runs pre-execute, approval, guards and the PIPE-7 abort check.
 func (r *Registry) decide(ctx context.Context, p *Prepared) *Prepared {
-	e := p.Exec
-	d, err := r.preExecute(ctx, e)
+	d, err := r.preExecute(ctx, p.Exec)
 	if err != nil {
 		return p.final(failureOf(err))
 	}
+	return r.decideFrom(ctx, p, d)
+}
+
+// decideFrom continues decide after pre-execute decided d (a resumed ask starts here).
+func (r *Registry) decideFrom(ctx context.Context, p *Prepared, d Decision) *Prepared {
+	e := p.Exec
 	switch d.Kind {
 	case DecisionDeny:
 		return p.post(denied(d.Reason, NameToolDenied, fault.CodeToolDenied))

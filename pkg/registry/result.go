@@ -79,6 +79,9 @@ const (
 	// PrepFinalResult: the call already has a final result (a throwing policy, bad arguments,
 	// a collapsed call) that skips post-execute; run Finish.
 	PrepFinalResult
+	// PrepPark: the call waits outside the server (its ask is committed); it has no result
+	// and is not dispatched: the turn parks and a resumed loop instance prepares it again.
+	PrepPark
 )
 
 func (k PrepKind) String() string {
@@ -87,6 +90,8 @@ func (k PrepKind) String() string {
 		return "dispatch"
 	case PrepPostResult:
 		return "post-result"
+	case PrepPark:
+		return "park"
 	default:
 		return "final-result"
 	}

@@ -35,6 +35,9 @@ type Tool struct {
 	FinalizeContent func(exec *Execution, res *Result) ([]llm.Block, error)
 	// PresentCall gives a short human label of a call, or "" (soft; never fails, SCH-11).
 	PresentCall func(args json.RawMessage) string
+	// Client marks a client-executed tool (ClientTool): a parkable turn parks its calls
+	// instead of running Execute, which only fails.
+	Client bool
 }
 
 // Output is the output contract of a tool (REG-2, SCH-12, PIPE-12).
