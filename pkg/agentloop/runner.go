@@ -110,6 +110,9 @@ type Config struct {
 	// it lets the agent's configuration follow facts the log states (the session's approval
 	// policy). It must be quick and must not call the runner.
 	Observe func(eventlog.Event)
+	// Park, when set, lets turns park (E6) while they wait only on something outside the server;
+	// nil: an ask blocks the turn and a client-executed tool fails server-side.
+	Park *ParkConfig
 }
 
 func (c Config) withDefaults() Config {
