@@ -5,11 +5,11 @@
 // agent (Settings). A preset version is immutable, so its scope is set up once and shared by its
 // sessions while any of them uses it (Agent hands out a release func; the scope is
 // reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
-// disposed when they fall out of it: every registration made for them (restrictions,
-// presentation mode, tool policies, approval asks, prompt sections and variables) is undone, and the next
-// Agent call of that version sets it up again. Model clients are cached by base URL and key,
-// bounded: a preset naming a tenant credential (model.credential) resolves it at every model call
-// and never shares a client with another key.
+// disposed when they fall out of it: every registration made for them (declared tools,
+// restrictions, presentation mode, tool policies, approval asks, prompt sections and variables)
+// is undone, and the next Agent call of that version sets it up again. Model clients are cached
+// by base URL and key, bounded: a preset naming a tenant credential (model.credential) resolves
+// it at every model call and never shares a client with another key.
 //
 // Setting a scope up and disposing it take time linear in the preset's size (its prompt is one
 // promptasm bundle) and run outside the lock the agents share: a large preset being set up
@@ -199,10 +199,13 @@ type scope struct {
 	ready    chan struct{} // closed when the setup is done
 	sched    *scheduler.Scheduler
 	settings Settings
-	canAsk   bool  // the preset's calls may ask for approval (canAsk): its prompt states the policy
-	err      error // a setup failure: every turn of the preset version ends with it
+	canAsk   bool     // the preset's calls may ask for approval (canAsk): its prompt states the policy
+	declared []string // the names of the preset's declared tools (declareTools)
+	err      error    // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
 	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, policies, asks)
+	// declaredFiber registers the declared tools in their scope (declareTools); nil without them.
+	declaredFiber *kernel.Fiber
 	// group is the policies' scheduler group hook (E5: one pre-execute webhook request per
 	// group); nil without a pre-execute webhook. Set by the setup.
 	group func(context.Context, []registry.Input) func(context.Context) context.Context
@@ -286,20 +289,22 @@ func New(cfg Config) (*Agents, error) {
 
 // Rules returns the preset validation rules of what these agents can run: a preset they accept
 // gets a model provider (its baseUrl host is among Config.ModelHosts, with their default; it is
-// not scripted while Config.ScriptedDisabled), and names policy webhooks only when
-// Config.PolicyWebhooks has a key (with its http and private-address settings). The server
-// validates presets with them.
+// not scripted while Config.ScriptedDisabled), names policy webhooks only when
+// Config.PolicyWebhooks has a key (with its http and private-address settings), and declares
+// no tool of a built-in tool's name. The server validates presets with them.
 func (a *Agents) Rules() preset.Rules {
 	w := a.cfg.PolicyWebhooks
 	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled,
 		PolicyWebhookKey: slices.Clone(w.Key), PolicyWebhookHTTP: w.AllowHTTP, PolicyWebhookPrivate: w.AllowPrivate,
-		SandboxNetworkDisabled: a.cfg.SandboxNetworkDisabled}
+		SandboxNetworkDisabled: a.cfg.SandboxNetworkDisabled, BuiltinTools: a.reg.Names("")}
 }
 
 // Registry returns the tool registry (for the catalogue).
 func (a *Agents) Registry() *registry.Registry { return a.reg }
 
 // toolSet provides the wire tools of the scope an assembly runs in: the nearest chain element.
+// The names toolOrder may list are the global tools and the scope's declared tools, before
+// restrictions.
 func (a *Agents) toolSet(_ context.Context, in promptasm.Input) (promptasm.ToolSet, error) {
 	key := ""
 	if len(in.Chain) > 0 {
@@ -309,7 +314,7 @@ func (a *Agents) toolSet(_ context.Context, in promptasm.Input) (promptasm.ToolS
 	if err != nil {
 		return promptasm.ToolSet{}, err
 	}
-	return promptasm.ToolSet{Schemas: s, KnownNames: a.reg.Names("")}, nil
+	return promptasm.ToolSet{Schemas: s, KnownNames: append(a.reg.Names(""), a.declaredNames(key)...)}, nil
 }
 
 // Session is what Agent needs to know of a session.
@@ -330,7 +335,9 @@ type Session struct {
 // turn/end {kind: error, error: {code: NO_ADAPTER}} after one step; Prompt returns the error.
 // Agent itself returns no error for either, so a caller (the worker) runs such turns to their end
 // instead of retrying the session's job. While the configuration is held,
-// Settings(s.ID.String()) returns the agent's settings. On an error, release is a no-op.
+// Settings(s.ID.String()) returns the agent's settings. The configuration's Park is set (E6):
+// an ask and a call of a client-executed tool park the turn, and a parked ask waits the preset's
+// approval.timeoutMs. On an error, release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
 	a.bindWorkspace(s)
@@ -361,6 +368,9 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	cfg.Observe = a.observe(cfg.SessionID)
 	cfg.Tools = a.reg
 	cfg.Scheduler = sc.sched
+	// E6: the session's asks and client-executed calls park the turn instead of holding the
+	// runner; a parked ask waits the preset's approval.timeoutMs.
+	cfg.Park = &agentloop.ParkConfig{ApprovalTimeout: sc.settings.Approval.Timeout}
 	if p.Limits.MaxSteps != nil {
 		cfg.MaxSteps = *p.Limits.MaxSteps
 	}
@@ -484,7 +494,8 @@ func (a *Agents) release(sc *scope) {
 }
 
 // dispose undoes every registration made for sc: the promptasm ones, then the fiber's
-// (restrictions, presentation mode, policies, approval asks), each in reverse order.
+// (restrictions, presentation mode, policies, approval asks), each in reverse order, then the
+// declared tools.
 func (a *Agents) dispose(sc *scope) {
 	for i := len(sc.undo) - 1; i >= 0; i-- {
 		sc.undo[i]()
@@ -493,15 +504,22 @@ func (a *Agents) dispose(sc *scope) {
 	if sc.fiber != nil {
 		sc.fiber.Dispose()
 	}
+	if sc.declaredFiber != nil {
+		sc.declaredFiber.Dispose()
+	}
 }
 
-// setup declares the scope and registers the preset's restrictions, mode, policies, approval
-// asks, and its persona, sections and variables as one promptasm bundle, keeping in sc what
+// setup declares the scope and registers the preset's declared tools, restrictions, mode,
+// policies, approval asks, and its persona, sections and variables as one promptasm bundle, keeping in sc what
 // undoes them (also after a failure: dispose undoes what was registered before it).
 func (a *Agents) setup(sc *scope, pv preset.Preset) error {
 	p := pv.Body
 	key := sc.key
-	s, err := a.k.Scopes().Declare(key, a.parentScope(p))
+	parent, err := a.declareTools(sc, a.parentScope(p), p.Tools.Declared)
+	if err != nil {
+		return err
+	}
+	s, err := a.k.Scopes().Declare(key, parent)
 	if err != nil {
 		return err
 	}
