@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/preset"
 )
@@ -128,5 +130,34 @@ func TestE6_DeclaredToolsFollowTheScopeLifecycle(t *testing.T) {
 		if got := toolNames(t, a, declaredKey); slices.Contains(got, "ask_user") || slices.Contains(got, "pick_file") {
 			t.Fatalf("after disposal the declared scope still has %v", got)
 		}
+	}
+}
+
+// TestE6_ScriptedModelCallsADeclaredTool: the scripted model calls a declared tool by name like
+// any tool (tool:NAME args:JSON): the turn's assistant message carries the call with the
+// script's arguments. What the call does next (the turn parks until the client posts the
+// result) is the agent loop's part.
+func TestE6_ScriptedModelCallsADeclaredTool(t *testing.T) {
+	t.Parallel()
+	a := newAgents(t)
+	cfg, release, err := a.Agent(agents.Session{ID: uuid.New(), Preset: presetOf(t, declaredPreset)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	j := eventlog.NewMemJournal(nil)
+	script := llm.NewUserMessage("u1", `tool:ask_user args:{"question":"Ship?"}`)
+	if _, err := j.Append(context.Background(), func(eventlog.Head) ([]eventlog.NewEvent, error) {
+		return []eventlog.NewEvent{{Type: eventlog.TypeInboxSpliced, Data: eventlog.Insertion(eventlog.InboxNextTurn, 0, script)}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, serveErr := agentloop.NewRunner(cfg, j).Serve(context.Background())
+	msgs := find(j.Events(), eventlog.TypeAssistantMessage)
+	if len(msgs) == 0 || !strings.Contains(msgs[0], `"name":"ask_user"`) || !strings.Contains(msgs[0], `Ship?`) {
+		t.Fatalf("assistant messages %v (Serve: %v); want a call of ask_user", msgs, serveErr)
+	}
+	if serveErr != nil && len(find(j.Events(), eventlog.TypeTurnParked)) == 0 {
+		t.Fatalf("Serve: %v", serveErr)
 	}
 }
