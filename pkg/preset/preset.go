@@ -82,7 +82,8 @@ type Model struct {
 // Tools selects which tools the agent sees and how. An empty Allow allows every tool; Deny always
 // wins. An empty ToolOrder sorts tools by name. Bash holds the settings of the `bash` tool.
 // Declared are the tools the preset adds to the built-in ones: client-executed tools
-// (DeclaredTool), which Allow, Deny, ToolOrder and approval.ask name like any tool.
+// (DeclaredTool), which Allow, Deny, ToolOrder and approval.ask name like any tool. It is left out
+// of the JSON when empty, so a preset that declares none reads as before.
 type Tools struct {
 	Mode                 string         `json:"mode"`
 	Allow                []string       `json:"allow"`
@@ -91,7 +92,7 @@ type Tools struct {
 	MaxParallelToolCalls *int           `json:"maxParallelToolCalls"`
 	MaxParallelSubCalls  *int           `json:"maxParallelSubCalls"`
 	Bash                 Bash           `json:"bash"`
-	Declared             []DeclaredTool `json:"declared"`
+	Declared             []DeclaredTool `json:"declared,omitempty"`
 }
 
 // Bash are the settings of the `bash` tool. Network gives its sandboxed commands the host's
