@@ -257,6 +257,9 @@ func (r *Runner) Repair(ctx context.Context) (bool, error) {
 	if !open {
 		return false, nil
 	}
+	if _, parked := r.Parked(); parked {
+		return false, nil // a parked turn is not open work (E6)
+	}
 	ctx, span := r.startRoot(ctx, "dshd.turn.repair", turn)
 	var first, last *handle
 	for _, ev := range r.m.log.Closers() {
@@ -336,6 +339,22 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		if err := r.w.catchUp(ctx); err != nil {
 			return reasons, err
 		}
+		if p, parked := r.Parked(); parked {
+			// A parked turn waits for its answers: what the inbox holds waits for its end. Once it
+			// can resume, this serve resumes it (E6).
+			if !p.Resolvable() {
+				break
+			}
+			reason, err := r.ResumeTurn(ctx, p)
+			if err != nil {
+				return reasons, err
+			}
+			reasons = append(reasons, reason)
+			if reason.Kind == EndParked || reason.Kind == eventlog.EndAborted || released(r.j) {
+				break
+			}
+			continue
+		}
 		if !r.Pending() {
 			break
 		}
@@ -345,7 +364,7 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 			return reasons, err
 		}
 		reasons = append(reasons, reason)
-		if reason.Kind == eventlog.EndAborted || released(r.j) {
+		if reason.Kind == EndParked || reason.Kind == eventlog.EndAborted || released(r.j) {
 			break
 		}
 		if r.claimed == claimedBefore && reason.Kind != eventlog.EndCompleted {

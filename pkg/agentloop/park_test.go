@@ -1,0 +1,201 @@
+package agentloop
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/pkg/approval"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/registry"
+)
+
+// parkHarness is approvalHarness with parking on, plus a client-executed tool `alert`.
+func parkHarness(t *testing.T) *harness {
+	t.Helper()
+	alert, err := registry.ClientTool(registry.ClientSpec{Name: "alert", Description: "shows an alert in the browser",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`), TimeoutMs: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := approvalHarness(t, time.Hour)
+	if _, err := h.reg.Register(h.k.Fiber("client", nil), alert); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Park = &ParkConfig{ApprovalTimeout: time.Minute}
+	return h
+}
+
+// parkOf returns the log's park, failing the test when the log does not end parked.
+func parkOf(t *testing.T, h *harness) eventlog.Park {
+	t.Helper()
+	p, ok := eventlog.Parked(h.j.Events())
+	if !ok {
+		t.Fatalf("the turn is not parked: %v", h.types())
+	}
+	return p
+}
+
+func appendEv(t *testing.T, h *harness, p eventlog.Payload) {
+	t.Helper()
+	if _, err := h.j.Append(context.Background(), func(eventlog.Head) ([]eventlog.NewEvent, error) {
+		return []eventlog.NewEvent{eventlog.Of(p)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestE6_ApprovalParksAndResumes: an ask parks the turn (turn/parked names the approval, with
+// its deadline; no step/end, no turn/end; Serve returns), and a new runner resumes it once the
+// answer is in the log: turn/resumed, the call's result, request/header reason resume, then the
+// turn completes.
+func TestE6_ApprovalParksAndResumes(t *testing.T) {
+	t.Parallel()
+	h := parkHarness(t)
+	h.post(eventlog.InboxNextTurn, `tool:echo args:{"text":"hi"}`)
+	before := time.Now()
+	if r := h.serve(context.Background()); len(r) != 1 || r[0].Kind != EndParked {
+		t.Fatalf("reasons %+v", r)
+	}
+	p := parkOf(t, h)
+	a := askedOnce(t, h)
+	if p.Reason != eventlog.ParkApproval || len(p.Waits) != 1 || p.Waits[0].ApprovalID != a.ID || p.Waits[0].CallID != a.CallID ||
+		p.Waits[0].DeadlineMs < before.Add(time.Minute).UnixMilli() || p.Resolvable() {
+		t.Fatalf("park %+v", p)
+	}
+	if len(h.ofType(eventlog.TypeStepEnd)) != 0 || len(h.ofType(eventlog.TypeTurnEnd)) != 0 {
+		t.Fatalf("a parked turn wrote its ends: %v", h.types())
+	}
+	h.checkInvariants()
+	// A runner that finds the park unanswered does nothing.
+	if r := h.serve(context.Background()); len(r) != 0 {
+		t.Fatalf("an unanswered park was served: %+v", r)
+	}
+	if _, err := approval.Answer(context.Background(), h.j, readAll(h.j), a.ID, eventlog.ApprovalAllowedOnce, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.serve(context.Background()); len(r) != 1 || r[0].Kind != eventlog.EndCompleted {
+		t.Fatalf("resumed %+v: %v", r, h.types())
+	}
+	rs := results(t, h)
+	if len(rs) != 1 || rs[0].Message.Content[0].Content[0].Text != "hi" {
+		t.Fatalf("results %+v", rs)
+	}
+	if !subsequence(h.types(), []string{"approval/asked", "turn/parked", "approval/decided", "turn/resumed", "tool/result", "step/end",
+		"request/header", "assistant/message", "step/end", "turn/end"}) {
+		t.Fatalf("log %v", h.types())
+	}
+	if got := headerReasons(t, h); len(got) != 2 || got[0] != "initial" || got[1] != "resume" {
+		t.Fatalf("request/header reasons %v", got)
+	}
+	if len(h.ofType(eventlog.TypeToolCall)) != 1 {
+		t.Fatalf("the resumed call's tool/call was written again: %v", h.types())
+	}
+	h.checkInvariants()
+}
+
+// TestE6_ClientCallsParkAndResumeInAnyOrder: two client calls of one step form one group; the
+// turn parks on both, stays parked while one is answered, and resumes when the last one is; each
+// result goes through finalize (its content, an error result's text), in model order.
+func TestE6_ClientCallsParkAndResumeInAnyOrder(t *testing.T) {
+	t.Parallel()
+	h := parkHarness(t)
+	h.post(eventlog.InboxNextTurn, `tool:alert tools:2 args:{"text":"x"}`)
+	if r := h.serve(context.Background()); r[0].Kind != EndParked {
+		t.Fatalf("reasons %+v", r)
+	}
+	p := parkOf(t, h)
+	if p.Reason != eventlog.ParkClient || len(p.Waits) != 2 || p.Waits[0].Kind != eventlog.ParkClient || p.Waits[0].DeadlineMs == 0 {
+		t.Fatalf("park %+v", p)
+	}
+	if len(h.ofType(eventlog.TypeToolCall)) != 2 || len(h.ofType(eventlog.TypeToolResult)) != 0 {
+		t.Fatalf("log %v", h.types())
+	}
+	first, second := p.Waits[0].CallID, p.Waits[1].CallID
+	appendEv(t, h, eventlog.ClientResult{CallID: second, Content: []llm.Block{llm.TextBlock("denied by user")}, IsError: true})
+	if r := h.serve(context.Background()); len(r) != 0 {
+		t.Fatalf("served with one answer of two: %+v", r)
+	}
+	appendEv(t, h, eventlog.ClientResult{CallID: first, Content: []llm.Block{llm.TextBlock("shown")}})
+	if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
+		t.Fatalf("resumed %+v: %v", r, h.types())
+	}
+	rs := results(t, h)
+	if len(rs) != 2 || rs[0].Message.Source.CallID != first || rs[0].Message.Content[0].Content[0].Text != "shown" ||
+		rs[1].Message.Source.CallID != second || !rs[1].Message.Content[0].IsError ||
+		rs[1].Message.Content[0].Content[0].Text != "Error: denied by user" {
+		t.Fatalf("results %+v", rs)
+	}
+	h.checkInvariants()
+}
+
+// TestE6_ClientTimeoutAndCancelWhileParked: a client call's timed-out result is TOOL_TIMEOUT (E2);
+// a cancel of a parked turn ends it aborted, the waiting client call ABORTED and a parked ask
+// decided cancelled (its call ABORTED_BEFORE_DISPATCH), with no model call after it.
+func TestE6_ClientTimeoutAndCancelWhileParked(t *testing.T) {
+	t.Parallel()
+	t.Run("timeout", func(t *testing.T) {
+		h := parkHarness(t)
+		h.post(eventlog.InboxNextTurn, `tool:alert args:{"text":"x"}`)
+		h.serve(context.Background())
+		appendEv(t, h, eventlog.ClientResult{CallID: parkOf(t, h).Waits[0].CallID, TimedOut: true})
+		if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
+			t.Fatalf("reasons %+v", r)
+		}
+		if rs := results(t, h); code(rs[0]) != fault.CodeToolTimeout || rs[0].Message.Content[0].Content[0].Text != "Error: tool call timed out after 60000ms" {
+			t.Fatalf("result %+v", rs[0])
+		}
+		h.checkInvariants()
+	})
+	for _, tc := range []struct{ script, want string }{
+		{`tool:alert args:{"text":"x"}`, fault.CodeAborted},
+		{`tool:echo args:{"text":"x"}`, fault.CodeAbortedBeforeDispatch},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			h := parkHarness(t)
+			h.post(eventlog.InboxNextTurn, tc.script)
+			h.serve(context.Background())
+			parkOf(t, h)
+			if _, err := h.j.Append(context.Background(), func(hd eventlog.Head) ([]eventlog.NewEvent, error) {
+				return CancelEvents(hd, Cause{Kind: eventlog.CauseUser}, false), nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			models := len(h.ofType(eventlog.TypeAssistantMessage))
+			if r := h.serve(context.Background()); r[0].Kind != eventlog.EndAborted {
+				t.Fatalf("reasons %+v: %v", r, h.types())
+			}
+			if rs := results(t, h); len(rs) != 1 || code(rs[0]) != tc.want {
+				t.Fatalf("results %+v", rs)
+			}
+			if len(h.ofType(eventlog.TypeAssistantMessage)) != models {
+				t.Fatalf("the model was called after the cancel: %v", h.types())
+			}
+			if len(approval.Pending(h.j.Events())) != 0 {
+				t.Fatalf("an ask was left pending: %v", h.types())
+			}
+			h.checkInvariants()
+		})
+	}
+}
+
+// TestE6_NoParkWithoutParkConfig: a runner without Config.Park never parks: a client tool fails
+// server-side with a clear error, and the turn completes.
+func TestE6_NoParkWithoutParkConfig(t *testing.T) {
+	t.Parallel()
+	h := parkHarness(t)
+	h.cfg.Park = nil
+	h.post(eventlog.InboxNextTurn, `tool:alert args:{"text":"x"}`)
+	if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
+		t.Fatalf("reasons %+v", r)
+	}
+	if rs := results(t, h); !rs[0].Message.Content[0].IsError {
+		t.Fatalf("result %+v", rs[0])
+	}
+	if len(h.ofType(eventlog.TypeTurnParked)) != 0 {
+		t.Fatal("parked without Park")
+	}
+}
