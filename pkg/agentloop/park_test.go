@@ -3,12 +3,14 @@ package agentloop
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 )
@@ -198,4 +200,98 @@ func TestE6_NoParkWithoutParkConfig(t *testing.T) {
 	if len(h.ofType(eventlog.TypeTurnParked)) != 0 {
 		t.Fatal("parked without Park")
 	}
+}
+
+// TestE6_AskOfAClientCallParksTwice: in a group of three client calls whose second asks, the
+// turn parks on the first call's result and the ask (nothing after the ask starts, SCHED-3);
+// once both are answered it resumes, the approved call and the third wait for the client, and
+// the turn parks again in the same step; the last answers complete it, results in model order.
+func TestE6_AskOfAClientCallParksTwice(t *testing.T) {
+	t.Parallel()
+	h := parkHarness(t)
+	var prepares atomic.Int32
+	if _, err := kernel.Listen(h.k.Fiber("ask-second", nil), h.reg.Hooks.PreExecute,
+		func(ctx context.Context, e *registry.Execution, next func(context.Context) (registry.Decision, error)) (registry.Decision, error) {
+			if e.Name == "alert" && prepares.Add(1) == 2 {
+				return registry.Ask("the second alert needs a person"), nil
+			}
+			return next(ctx)
+		}); err != nil {
+		t.Fatal(err)
+	}
+	h.post(eventlog.InboxNextTurn, `tool:alert tools:3 args:{"text":"x"}`)
+	h.serve(context.Background())
+	p := parkOf(t, h)
+	if p.Reason != eventlog.ParkApproval || len(p.Waits) != 2 || p.Waits[0].Kind != eventlog.ParkClient || p.Waits[1].Kind != eventlog.ParkApproval {
+		t.Fatalf("first park %+v", p)
+	}
+	if n := len(h.ofType(eventlog.TypeToolCall)); n != 2 {
+		t.Fatalf("%d tool/calls before the first park, want 2 (nothing starts after an ask)", n)
+	}
+	c1, c2 := p.Waits[0].CallID, p.Waits[1].CallID
+	appendEv(t, h, eventlog.ClientResult{CallID: c1, Content: []llm.Block{llm.TextBlock("one")}})
+	if _, err := approval.Answer(context.Background(), h.j, readAll(h.j), p.Waits[1].ApprovalID, eventlog.ApprovalAllowedOnce, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.serve(context.Background()); r[0].Kind != EndParked {
+		t.Fatalf("second serve %+v: %v", r, h.types())
+	}
+	p = parkOf(t, h)
+	if p.Reason != eventlog.ParkClient || len(p.Waits) != 2 || p.Waits[0].CallID != c2 || p.Step != 1 {
+		t.Fatalf("second park %+v", p)
+	}
+	c3 := p.Waits[1].CallID
+	appendEv(t, h, eventlog.ClientResult{CallID: c3, Content: []llm.Block{llm.TextBlock("three")}})
+	appendEv(t, h, eventlog.ClientResult{CallID: c2, Content: []llm.Block{llm.TextBlock("two")}})
+	if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
+		t.Fatalf("third serve %+v: %v", r, h.types())
+	}
+	rs := results(t, h)
+	want := []string{c1, c2, c3}
+	for i, text := range []string{"one", "two", "three"} {
+		if rs[i].Message.Source.CallID != want[i] || rs[i].Message.Content[0].Content[0].Text != text {
+			t.Fatalf("results %+v", rs)
+		}
+	}
+	if prepares.Load() != 3 {
+		t.Fatalf("%d pre-executes, want 3 (a resumed call is not asked again)", prepares.Load())
+	}
+	if got := headerReasons(t, h); len(got) != 2 || got[1] != "resume" {
+		t.Fatalf("request/header reasons %v", got)
+	}
+	h.checkInvariants()
+}
+
+// TestE6_CancelBeforeTheParkIsWritten: a cancel folded while the step's calls are prepared (before
+// turn/parked would be written) does not leave a park nobody answers: the waiting calls get their
+// cancellation results at once and the turn ends aborted.
+func TestE6_CancelBeforeTheParkIsWritten(t *testing.T) {
+	t.Parallel()
+	h := parkHarness(t)
+	r := NewRunner(h.cfg, h.j)
+	var prepares atomic.Int32
+	if _, err := kernel.Listen(h.k.Fiber("cancel-in-prepare", nil), h.reg.Hooks.PreExecute,
+		func(ctx context.Context, e *registry.Execution, next func(context.Context) (registry.Decision, error)) (registry.Decision, error) {
+			if prepares.Add(1) == 2 { // the first call already waits for the client
+				r.Interrupt(Cause{Kind: eventlog.CauseUser})
+			}
+			return next(ctx)
+		}); err != nil {
+		t.Fatal(err)
+	}
+	h.post(eventlog.InboxNextTurn, `tool:alert tools:2 args:{"text":"x"}`)
+	reasons, err := r.Serve(context.Background())
+	if err != nil || len(reasons) != 1 || reasons[0].Kind != eventlog.EndAborted {
+		t.Fatalf("reasons %+v %v: %v", reasons, err, h.types())
+	}
+	if len(h.ofType(eventlog.TypeTurnParked)) != 0 {
+		t.Fatalf("parked after a cancel: %v", h.types())
+	}
+	if rs := results(t, h); len(rs) != 2 || code(rs[0]) != fault.CodeAborted || code(rs[1]) != fault.CodeAbortedBeforeDispatch {
+		t.Fatalf("results %+v", rs)
+	}
+	if n := len(h.ofType(eventlog.TypeToolCall)); n != 2 {
+		t.Fatalf("%d tool/calls, want 2", n)
+	}
+	h.checkInvariants()
 }
