@@ -30,6 +30,23 @@ const EndParked = "parked"
 // turn/end are not.
 var errParked = errors.New("agentloop: the turn parked")
 
+// Handover asks the runner to hand its turn over (a draining replica, E6): at the running
+// turn's next step boundary it commits turn/parked with reason handover and Serve returns, and
+// Serve opens no new turn; the lease's next holder resumes the turn as a new loop instance. Safe
+// to call from any goroutine; it stays in force for the runner's life.
+func (r *Runner) Handover() { r.handover.Store(true) }
+
+// handingOver reports whether Handover was called.
+func (r *Runner) handingOver() bool { return r.handover.Load() }
+
+// handoverStep stages the turn/parked of a handover after step (0: before the first) of turn and
+// returns errParked.
+func (r *Runner) handoverStep(turn, step int) error {
+	r.w.stage(staged{typ: eventlog.TypeTurnParked, ignorable: true,
+		data: eventlog.TurnParked{Turn: turn, Step: step, Reason: eventlog.ParkHandover}})
+	return errParked
+}
+
 // Parked returns the park of the session's turn when the runner's view of the log ends with a
 // parked turn (eventlog.Parked), with what was answered since.
 func (r *Runner) Parked() (eventlog.Park, bool) {

@@ -295,3 +295,54 @@ func TestE6_CancelBeforeTheParkIsWritten(t *testing.T) {
 	}
 	h.checkInvariants()
 }
+
+// onCall runs f before the n-th model call (1-based) it streams.
+type onCall struct {
+	p     llm.Provider
+	n     int
+	f     func()
+	calls atomic.Int32
+}
+
+func (p *onCall) Stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
+	if int(p.calls.Add(1)) == p.n {
+		p.f()
+	}
+	return p.p.Stream(ctx, req)
+}
+
+// TestE6_HandoverAtAStepBoundary: a runner asked to hand over finishes the step it is in, commits
+// turn/parked (reason handover, naming the step that ended) and stops; another runner resumes the
+// turn with the next step, and every step's model request is made exactly once.
+func TestE6_HandoverAtAStepBoundary(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	h.cfg.Park = &ParkConfig{}
+	var r *Runner
+	oc := &onCall{p: h.cfg.Provider, n: 2, f: func() { r.Handover() }}
+	h.cfg.Provider = oc
+	r = NewRunner(h.cfg, h.j)
+	h.post(eventlog.InboxNextTurn, `tools:1 steps:3`)
+	reasons, err := r.Serve(context.Background())
+	if err != nil || len(reasons) != 1 || reasons[0].Kind != EndParked {
+		t.Fatalf("reasons %+v %v", reasons, err)
+	}
+	p := parkOf(t, h)
+	if p.Reason != eventlog.ParkHandover || p.Step != 2 || !p.Resolvable() || len(h.ofType(eventlog.TypeStepEnd)) != 2 {
+		t.Fatalf("park %+v: %v", p, h.types())
+	}
+	h.checkInvariants()
+	if reasons := h.serve(context.Background()); len(reasons) != 1 || reasons[0].Kind != eventlog.EndCompleted {
+		t.Fatalf("resumed %+v: %v", reasons, h.types())
+	}
+	if n := oc.calls.Load(); n != 4 {
+		t.Fatalf("%d model calls, want 4 (three tool steps and the answer, each once)", n)
+	}
+	if n := len(results(t, h)); n != 3 {
+		t.Fatalf("%d tool results, want 3", n)
+	}
+	if got := headerReasons(t, h); len(got) != 2 || got[1] != "resume" {
+		t.Fatalf("request/header reasons %v", got)
+	}
+	h.checkInvariants()
+}

@@ -193,6 +193,8 @@ type Runner struct {
 	// spanCtx is the span context of the running or last traced (sampled) turn, for the log lines
 	// of the worker serving it (SpanContext); read from other goroutines.
 	spanCtx atomic.Pointer[trace.SpanContext]
+	// handover is set by Handover: the runner hands its turn over at the next step boundary.
+	handover atomic.Bool
 }
 
 // SpanContext returns the span context of the runner's running turn, or of its last one, and
@@ -338,6 +340,9 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		// to open a turn.
 		if err := r.w.catchUp(ctx); err != nil {
 			return reasons, err
+		}
+		if r.handingOver() {
+			break // a draining replica opens and resumes no turn: the next lease holder does
 		}
 		if p, parked := r.Parked(); parked {
 			// A parked turn waits for its answers: what the inbox holds waits for its end. Once it

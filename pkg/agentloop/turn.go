@@ -147,6 +147,10 @@ func (r *Runner) turnSteps(ctx context.Context, turn int, p *eventlog.Park) (Rea
 		if ends != nil && len(r.waiting(eventlog.InboxNextStep)) == 0 {
 			return *ends, nil
 		}
+		if ends == nil && r.handingOver() {
+			// A step boundary of a draining replica: another step follows, on the next holder.
+			return Reason{}, r.handoverStep(turn, step)
+		}
 		if step == 0 && r.cfg.Admit != nil {
 			if refused := r.cfg.Admit(ctx); refused != nil {
 				if err := r.discardInput(ctx); err != nil {
