@@ -133,18 +133,29 @@ func TestE6_DeclaredToolsFollowTheScopeLifecycle(t *testing.T) {
 	}
 }
 
-// TestE6_ScriptedModelCallsADeclaredTool: the scripted model calls a declared tool by name like
-// any tool (tool:NAME args:JSON): the turn's assistant message carries the call with the
-// script's arguments. What the call does next (the turn parks until the client posts the
-// result) is the agent loop's part.
-func TestE6_ScriptedModelCallsADeclaredTool(t *testing.T) {
-	t.Parallel()
-	a := newAgents(t)
-	cfg, release, err := a.Agent(agents.Session{ID: uuid.New(), Preset: presetOf(t, declaredPreset)})
+// serveOnce serves the session's log once with a new runner of the session's agent, as a worker
+// does for each run (a resumed turn is a new loop instance).
+func serveOnce(t *testing.T, a *agents.Agents, s agents.Session, j *eventlog.MemJournal) {
+	t.Helper()
+	cfg, release, err := a.Agent(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
+	if _, err := agentloop.NewRunner(cfg, j).Serve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestE6_ScriptedModelCallsADeclaredTool: the scripted model calls a declared tool by name like
+// any tool (tool:NAME args:JSON); the session's turn parks on the call (a client wait naming the
+// tool, no result), and once the client's result is in the log the next runner resumes the
+// turn: the call's result is the client's content, and the next scripted step sees it.
+func TestE6_ScriptedModelCallsADeclaredTool(t *testing.T) {
+	t.Parallel()
+	a := newAgents(t)
+	s := agents.Session{ID: uuid.New(), Preset: presetOf(t, `{"name":"p","model":{"provider":"scripted","model":"m"},
+		"tools":{"declared":[{"name":"ask_user","parameters":`+askUserSchema+`,"executor":"client"}]}}`)}
 	j := eventlog.NewMemJournal(nil)
 	script := llm.NewUserMessage("u1", `tool:ask_user args:{"question":"Ship?"}`)
 	if _, err := j.Append(context.Background(), func(eventlog.Head) ([]eventlog.NewEvent, error) {
@@ -152,12 +163,32 @@ func TestE6_ScriptedModelCallsADeclaredTool(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, serveErr := agentloop.NewRunner(cfg, j).Serve(context.Background())
-	msgs := find(j.Events(), eventlog.TypeAssistantMessage)
-	if len(msgs) == 0 || !strings.Contains(msgs[0], `"name":"ask_user"`) || !strings.Contains(msgs[0], `Ship?`) {
-		t.Fatalf("assistant messages %v (Serve: %v); want a call of ask_user", msgs, serveErr)
+	serveOnce(t, a, s, j)
+	park, ok := eventlog.Parked(j.Events())
+	if !ok || park.Reason != eventlog.ParkClient || len(park.Waits) != 1 || park.Waits[0].ToolName != "ask_user" {
+		t.Fatalf("park %+v (parked %v)", park, ok)
 	}
-	if serveErr != nil && len(find(j.Events(), eventlog.TypeTurnParked)) == 0 {
-		t.Fatalf("Serve: %v", serveErr)
+	if msgs := find(j.Events(), eventlog.TypeAssistantMessage); len(msgs) != 1 || !strings.Contains(msgs[0], `Ship?`) {
+		t.Fatalf("assistant messages %v", msgs)
+	}
+	if res := find(j.Events(), eventlog.TypeToolResult); len(res) != 0 {
+		t.Fatalf("a parked call has results %v", res)
+	}
+	result := eventlog.ClientResult{CallID: park.Waits[0].CallID, Content: []llm.Block{llm.TextBlock("yes, ship it")}}
+	if _, err := j.Append(context.Background(), func(eventlog.Head) ([]eventlog.NewEvent, error) {
+		return []eventlog.NewEvent{eventlog.Of(result)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	serveOnce(t, a, s, j)
+	if res := find(j.Events(), eventlog.TypeToolResult); len(res) != 1 || !strings.Contains(res[0], "yes, ship it") {
+		t.Fatalf("results %v", res)
+	}
+	msgs := find(j.Events(), eventlog.TypeAssistantMessage)
+	if len(msgs) != 2 || !strings.Contains(msgs[1], "Done after 1 steps and 1 tool results.") {
+		t.Fatalf("assistant messages %v", msgs)
+	}
+	if ends := find(j.Events(), eventlog.TypeTurnEnd); len(ends) != 1 || !strings.Contains(ends[0], `"completed"`) {
+		t.Fatalf("turn/end %v", ends)
 	}
 }
