@@ -30,7 +30,9 @@ type SessionState struct {
 }
 
 // The boundaries are looked up with the type spelled as a literal, so that the partial index of
-// migration 00002 (surface events and turn boundaries) serves the backward scans.
+// migration 00002 (surface events and turn boundaries) serves the backward scans. The last
+// turn/parked or turn/resumed is looked for in the open turn only (a scan of the primary key back
+// to its turn/start; nothing while no turn is open): when it is a turn/parked, the turn is parked.
 const sessionStateSQL = `
 SELECT c.session_id, c.last_seq, c.inbox_next_turn, c.inbox_next_step, c.run_owner, c.run_lease_until,
        coalesce(ts.turn, 0), coalesce(ts.seq, -1), ts.seq IS NOT NULL AND coalesce(te.seq, -1) < ts.seq,
@@ -46,8 +48,9 @@ LEFT JOIN LATERAL (SELECT count(*) AS pending FROM events a
                       AND d.type = 'approval/decided' AND d.data->>'id' = a.data->>'id')
     ) ap ON ts.seq IS NOT NULL AND coalesce(te.seq, -1) < ts.seq
 LEFT JOIN LATERAL (SELECT e.seq, e.type FROM events e
-    WHERE e.session_id = c.session_id AND e.seq > ts.seq AND e.type IN ('turn/parked', 'turn/resumed')
-    ORDER BY e.seq DESC LIMIT 1) pk ON ts.seq IS NOT NULL AND coalesce(te.seq, -1) < ts.seq
+    WHERE e.session_id = c.session_id AND e.seq > ts.seq AND coalesce(te.seq, -1) < ts.seq
+      AND e.type IN ('turn/parked', 'turn/resumed')
+    ORDER BY e.seq DESC LIMIT 1) pk ON true
 WHERE s.tenant_id = $1 AND c.session_id = ANY($2) AND s.deleted_at IS NULL`
 
 // SessionStates returns the state of each of the tenant's live sessions among ids, in one query
