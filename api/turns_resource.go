@@ -96,7 +96,7 @@ func turnOut(t eventlog.TurnSummary) *turnJSON {
 }
 
 // settle gives the open turns their state: the state of its park when the log's last turn is
-// parked (park non-nil), else running or waiting-approval while a replica holds the session's
+// parked (park, of that turn, non-nil), else running or waiting-approval while a replica holds the session's
 // lease (only the log's last turn can be open then), stalled otherwise.
 func settle(turns []*turnJSON, h eventlog.Head, park *eventlog.Park, now time.Time) {
 	for i, t := range turns {
@@ -105,7 +105,7 @@ func settle(turns []*turnJSON, h eventlog.Head, park *eventlog.Park, now time.Ti
 		}
 		t.DurationMs = max(0, now.UnixMilli()-t.StartedAt.UnixMilli())
 		switch last := i == len(turns)-1; {
-		case last && park != nil:
+		case last && park != nil && park.Turn == t.Turn:
 			t.Status, t.park = parkStatus(*park, h, now), park
 		case last && h.Lease.HeldAt(now):
 			t.Status = StatusRunning
