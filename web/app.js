@@ -873,6 +873,7 @@ class SessionView {
           card.actions.replaceChildren(badge(d.outcome === 'allowed-once' ? 'ok' : d.outcome), d.reason ? ` ${d.reason}` : '');
           card.classList.add('decided');
         }
+        this.answered(`a:${d.id}`);
         this.refreshSoon();
         break;
       }
@@ -894,6 +895,7 @@ class SessionView {
         break;
       case 'agent/cancel':
         this.place(h('p', { class: 'note' }, 'cancel requested'));
+        this.answered(null);
         this.refreshSoon();
         break;
       case 'turn/end':
@@ -925,6 +927,7 @@ class SessionView {
       h('div', {}, badge(status), ` turn ${d.turn} parked in step ${d.step}: ${what}`));
     this.place(note);
     this.turnEl(d.turn).statusEl.replaceChildren(badge(status));
+    this.park = { turn: d.turn, open: new Set(waits.map((w) => w.kind === 'approval' ? `a:${w.approvalId}` : `c:${w.callId}`)) };
     for (const w of waits) {
       if (w.kind !== 'client' || this.clientWaits.has(w.callId)) continue;
       const { form } = this.clientForm(w);
@@ -963,12 +966,20 @@ class SessionView {
     });
   }
 
+  // answered takes a wait of the park off the list (key a:<approval id> or c:<call id>); once
+  // none is left, or a cancel came, the turn is queued for a replica to resume it.
+  answered(key) {
+    if (!this.park || !(key === null || this.park.open.delete(key))) return;
+    if (key === null || !this.park.open.size) this.turnEl(this.park.turn).statusEl.replaceChildren(badge('queued'));
+  }
+
   // clientResult replaces the call's form with the result that arrived (from this page or any
   // other client, or the call's deadline).
   clientResult(d) {
     const wait = this.clientWaits.get(d.callId);
     const shown = h('div', { class: 'client-result', dataset: { callId: d.callId } },
       badge(d.timedOut ? 'timed-out' : d.isError ? 'error' : 'ok'), ' client result', h('pre', { class: 'result' }, textOf(d.content)));
+    this.answered(`c:${d.callId}`);
     if (wait && !wait.done) {
       wait.form.replaceWith(shown);
       wait.done = true;
@@ -980,6 +991,7 @@ class SessionView {
 
   // closeWaits disables the forms of a park that is over (resumed or ended) without their result.
   closeWaits(why) {
+    this.park = null;
     for (const [id, wait] of this.clientWaits) {
       if (!wait.done) {
         for (const el of wait.form.querySelectorAll('textarea, input, button')) el.disabled = true;

@@ -60,8 +60,9 @@ try {
     (await card.locator('.client-result .result').innerText()) === 'blue' &&
     (await card.locator('.client-result .badge.error').count()) === 1);
   if (await page.getByRole('form', { name: 'Result of ask_user' }).count() !== 0) throw new Error('the form is still shown');
-  await until('the session to be queued for the resume', async () =>
-    (await page.locator('.session-head .status').innerText()).includes('queued'));
+  await until('the session and its turn to be queued for the resume', async () =>
+    (await page.locator('.session-head .status').innerText()).includes('queued') &&
+    (await turn.locator('.badge.queued').count()) === 1);
   await page.screenshot({ path: join(artifacts, 'parked-answered.png'), fullPage: true });
 } catch (e) {
   await page.screenshot({ path: join(artifacts, 'parked-FAILED.png'), fullPage: true }).catch(() => {});
