@@ -50,25 +50,42 @@ func (rs sessionResource) approvalArguments(ctx context.Context, tenant, id uuid
 	if a.CallID == "" {
 		return a.Arguments, nil
 	}
-	evs, err := rs.s.cfg.Log.EventsBefore(ctx, tenant, id, asked.Seq,
-		[]string{eventlog.TypeToolCall, eventlog.TypeToolCodeDispatchInit}, approvalCallWindow)
+	args, err := rs.callArguments(ctx, tenant, id, asked.Seq, approvalCallWindow)
 	if err != nil {
 		return nil, err
 	}
-	for _, ev := range evs {
-		switch ev.Type {
-		case eventlog.TypeToolCall:
-			if c, err := eventlog.Decode[eventlog.ToolCall](ev); err == nil && c.CallID == a.CallID {
-				return scheduler.ParseArguments(c.Arguments), nil // as the call's pipeline got them (SCHED-1)
-			}
-		case eventlog.TypeToolCodeDispatchInit:
-			if c, err := eventlog.Decode[eventlog.CodeDispatchStart](ev); err == nil && c.SubCallID == a.CallID {
-				return c.Arguments, nil
-			}
-		}
+	if got, ok := args[a.CallID]; ok {
+		return got, nil
 	}
 	return a.Arguments, nil
 }
+
+// callArguments returns, by call id, the arguments of the calls (tool/call) and run_code
+// sub-calls (tool/code-dispatch-start) among the last window of them before seq, as each call's
+// pipeline got them (SCHED-1). The later of two events of one call id wins.
+func (rs sessionResource) callArguments(ctx context.Context, tenant, id uuid.UUID, before int64, window int) (map[string]json.RawMessage, error) {
+	evs, err := rs.s.cfg.Log.EventsBefore(ctx, tenant, id, before,
+		[]string{eventlog.TypeToolCall, eventlog.TypeToolCodeDispatchInit}, window)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]json.RawMessage{}
+	for _, ev := range evs { // newest first
+		switch ev.Type {
+		case eventlog.TypeToolCall:
+			if c, err := eventlog.Decode[eventlog.ToolCall](ev); err == nil && !seen(out, c.CallID) {
+				out[c.CallID] = scheduler.ParseArguments(c.Arguments)
+			}
+		case eventlog.TypeToolCodeDispatchInit:
+			if c, err := eventlog.Decode[eventlog.CodeDispatchStart](ev); err == nil && !seen(out, c.SubCallID) {
+				out[c.SubCallID] = c.Arguments
+			}
+		}
+	}
+	return out, nil
+}
+
+func seen(m map[string]json.RawMessage, k string) bool { _, ok := m[k]; return ok }
 
 // handleApprovalList answers the session's pending approvals: asked and not decided yet (APR,
 // E1), each with its call's arguments. It reads the pending asks only (pgstore
@@ -101,9 +118,17 @@ func (rs sessionResource) handleApprovalList(w http.ResponseWriter, r *http.Requ
 	writeJSON(w, http.StatusOK, approvalList{Items: items})
 }
 
+// approvalAnswers records approval decisions through the post path (worker.Service): it appends
+// the approval/decided and wakes the session's turn when it is parked on the approval (E6). Its
+// errors are those of approval.Answer.
+type approvalAnswers interface {
+	AnswerApproval(ctx context.Context, tenantID, sessionID uuid.UUID, approvalID, outcome, reason string) (eventlog.Event, error)
+}
+
 // handleApprovalAnswer records a person's decision on a pending approval, exactly once: a second
 // answer, or one after the approval timed out or its turn ended, answers 409. It reads the one
-// approval it names (pgstore ApprovalEvents).
+// approval it names (pgstore ApprovalEvents). When the turns service answers approvals itself
+// (approvalAnswers), it does, so that a turn parked on the approval resumes.
 func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
@@ -117,6 +142,15 @@ func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Re
 	}
 	tenant := tenantID(r)
 	approvalID := chi.URLParam(r, "approvalId")
+	if aa, ok := rs.s.cfg.Turns.(approvalAnswers); ok {
+		ev, err := aa.AnswerApproval(r.Context(), tenant, id, approvalID, req.Outcome, req.Reason)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, approvalDecided{ID: approvalID, Outcome: req.Outcome, Seq: ev.Seq})
+		return
+	}
 	read := func(ctx context.Context) ([]eventlog.Event, int64, error) {
 		h, err := rs.s.cfg.Log.SessionHead(ctx, tenant, id)
 		if err != nil {

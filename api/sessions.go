@@ -36,6 +36,8 @@ func (rs sessionResource) routes() chi.Router {
 	r.Get("/{id}/prompt", rs.handleSessionPrompt)
 	r.Get("/{id}/approvals", rs.handleApprovalList)
 	r.Post("/{id}/approvals/{approvalId}", rs.handleApprovalAnswer)
+	r.Get("/{id}/tool-results", rs.handleToolResultList)
+	r.Post("/{id}/tool-results", rs.handleToolResultPost)
 	r.Post("/{id}/stream-tokens", rs.handleStreamTokenCreate)
 	r.Get("/{id}/turns", rs.handleTurnList)
 	r.Get("/{id}/turns/{n}", rs.handleTurnGet)

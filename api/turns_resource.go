@@ -22,19 +22,23 @@ import (
 // session, are derived from the log on every read (nothing is stored besides the log): the turn
 // boundaries, steps, messages, tool calls and results, retries and approvals of the session,
 // read with a type filter, folded turn by turn; the state of a running turn comes from the lease
-// on the session's head and the approvals that wait in it.
+// on the session's head and the approvals that wait in it, that of a parked turn (E6), which holds
+// no lease, from its last turn/parked and the answers after it (pgstore SessionState.Park).
 
 // Session statuses.
 const (
 	StatusIdle            = "idle"             // nothing runs and nothing waits
 	StatusQueued          = "queued"           // a followup waits for a replica, or a dead replica's turn waits for repair
 	StatusRunning         = "running"          // a replica holds the session's lease
-	StatusWaitingApproval = "waiting-approval" // running, and a tool call waits for a person's answer
+	StatusWaitingApproval = "waiting-approval" // a tool call waits for a person's answer: the turn runs, or is parked on it
+	StatusWaitingClient   = "waiting-client"   // the turn is parked on the result of a client-executed tool
 )
 
-// Turn statuses besides running and waiting-approval: how the turn ended (eventlog.TurnOutcome,
-// the one outcome rule), or stalled: open in the log while no replica holds the lease (crash
-// repair will end it interrupted).
+// Turn statuses besides running, waiting-approval and waiting-client: how the turn ended
+// (eventlog.TurnOutcome, the one outcome rule); stalled: open in the log while no replica holds
+// the lease (crash repair will end it interrupted); queued: parked with nothing left to wait for
+// (every wait answered, cancelled, or handed over by a draining replica) until a replica resumes
+// it.
 const (
 	TurnCompleted   = string(eventlog.OutcomeCompleted)
 	TurnCancelled   = string(eventlog.OutcomeCancelled)
@@ -44,6 +48,7 @@ const (
 	TurnInterrupted = string(eventlog.OutcomeInterrupted)
 	TurnBlocked     = string(eventlog.OutcomeBlocked)
 	TurnStalled     = "stalled"
+	TurnQueued      = StatusQueued
 )
 
 // usageJSON counts what turns cost, as eventlog.Usage defines it (the usage tables and
@@ -72,6 +77,7 @@ type turnJSON struct {
 	Usage            usageJSON `json:"usage"`
 
 	open bool
+	park *eventlog.Park // the turn's park while it is the log's last turn and parked (settle)
 }
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
@@ -89,15 +95,19 @@ func turnOut(t eventlog.TurnSummary) *turnJSON {
 	return out
 }
 
-// settle gives the open turns their state: running or waiting-approval while a replica holds the
-// session's lease (only the log's last turn can be open then), stalled otherwise.
-func settle(turns []*turnJSON, h eventlog.Head, now time.Time) {
+// settle gives the open turns their state: the state of its park when the log's last turn is
+// parked (park, of that turn, non-nil), else running or waiting-approval while a replica holds the session's
+// lease (only the log's last turn can be open then), stalled otherwise.
+func settle(turns []*turnJSON, h eventlog.Head, park *eventlog.Park, now time.Time) {
 	for i, t := range turns {
 		if !t.open {
 			continue
 		}
 		t.DurationMs = max(0, now.UnixMilli()-t.StartedAt.UnixMilli())
-		if i == len(turns)-1 && h.Lease.HeldAt(now) {
+		switch last := i == len(turns)-1; {
+		case last && park != nil && park.Turn == t.Turn:
+			t.Status, t.park = parkStatus(*park, h, now), park
+		case last && h.Lease.HeldAt(now):
 			t.Status = StatusRunning
 			if t.PendingApprovals > 0 {
 				t.Status = StatusWaitingApproval
@@ -106,9 +116,37 @@ func settle(turns []*turnJSON, h eventlog.Head, now time.Time) {
 	}
 }
 
-// sessionStatus is a session's status and the number of its running turn (nil unless one runs or
-// is about to start under the lease).
-func sessionStatus(h eventlog.Head, lastTurn int, open bool, pending int, now time.Time) (string, *int) {
+// parkStatus is the status of a parked turn: waiting-approval while an approval it waits for is
+// unanswered, else waiting-client while a client-executed call's result is missing; once nothing
+// is left to wait for (or a cancel came), running when a replica holds the lease to resume it,
+// queued until one does.
+func parkStatus(p eventlog.Park, h eventlog.Head, now time.Time) string {
+	if p.Cancel == nil {
+		open := p.Open()
+		if slices.ContainsFunc(open, func(w eventlog.ParkWait) bool { return w.Kind == eventlog.ParkApproval }) {
+			return StatusWaitingApproval
+		}
+		if len(open) > 0 {
+			return StatusWaitingClient
+		}
+	}
+	if h.Lease.HeldAt(now) {
+		return StatusRunning
+	}
+	return StatusQueued
+}
+
+// sessionStatus is a session's status and the number of its running turn (nil unless one runs, is
+// parked, or is about to start under the lease). park is the open turn's park, nil unless the
+// last turn is parked.
+func sessionStatus(h eventlog.Head, lastTurn int, open bool, pending int, park *eventlog.Park, now time.Time) (string, *int) {
+	if open && park != nil {
+		st := parkStatus(*park, h, now)
+		if st == StatusQueued {
+			return st, nil
+		}
+		return st, &lastTurn
+	}
 	if h.Lease.HeldAt(now) {
 		var n *int
 		switch {
@@ -178,8 +216,27 @@ func (rs sessionResource) turnRange(ctx context.Context, tenant, id uuid.UUID, h
 	for i, t := range folded {
 		turns[i] = turnOut(t)
 	}
-	settle(turns, h, time.Now())
+	var park *eventlog.Park
+	if len(turns) > 0 && turns[len(turns)-1].open {
+		if park, err = rs.park(ctx, tenant, id); err != nil {
+			return nil, false, err
+		}
+	}
+	settle(turns, h, park, time.Now())
 	return turns, more, nil
+}
+
+// park returns the park of the session's open turn, nil unless that turn is parked.
+func (rs sessionResource) park(ctx context.Context, tenant, id uuid.UUID) (*eventlog.Park, error) {
+	states, err := rs.s.cfg.Log.SessionStates(ctx, tenant, []uuid.UUID{id})
+	if err != nil {
+		return nil, err
+	}
+	st, ok := states[id]
+	if !ok {
+		return nil, pgstore.ErrNotFound
+	}
+	return st.Park, nil
 }
 
 // handleTurnList answers {items, nextCursor}: the session's turns, oldest first; the cursor is
@@ -267,6 +324,7 @@ func (rs sessionResource) sessionDetail(ctx context.Context, tenant uuid.UUID, s
 	}
 	var (
 		total    usageJSON
+		park     *eventlog.Park
 		lastTurn int
 		open     bool
 		pending  int
@@ -276,9 +334,9 @@ func (rs sessionResource) sessionDetail(ctx context.Context, tenant uuid.UUID, s
 	}
 	if len(turns) > 0 {
 		last := turns[len(turns)-1]
-		lastTurn, open, pending = last.Turn, last.open, last.PendingApprovals
+		lastTurn, open, pending, park = last.Turn, last.open, last.PendingApprovals, last.park
 	}
-	out.Status, out.Turn = sessionStatus(h, lastTurn, open, pending, time.Now())
+	out.Status, out.Turn = sessionStatus(h, lastTurn, open, pending, park, time.Now())
 	out.LastTurn, out.Usage = &lastTurn, &total
 	return out, nil
 }
@@ -300,7 +358,7 @@ func (rs sessionResource) withStates(ctx context.Context, tenant uuid.UUID, item
 		if !ok {
 			continue // deleted meanwhile
 		}
-		items[i].Status, items[i].Turn = sessionStatus(st.Head, st.LastTurn, st.TurnOpen, st.PendingApprovals, now)
+		items[i].Status, items[i].Turn = sessionStatus(st.Head, st.LastTurn, st.TurnOpen, st.PendingApprovals, st.Park, now)
 		n := st.LastTurn
 		items[i].LastTurn = &n
 	}

@@ -468,6 +468,7 @@ class SessionView {
     this.tools = new Map();     // call id -> card
     this.subs = new Map();      // sub-call id -> li
     this.approvals = new Map(); // approval id -> card
+    this.clientWaits = new Map(); // call id -> the form that posts a client-executed call's result, and its controls
     this.inbox = { 'next-turn': [], 'next-step': [] };
     this.currentTurn = null;
     this.endedTurns = new Set(); // ended turns whose status the turn resource has not shown yet
@@ -872,18 +873,34 @@ class SessionView {
           card.actions.replaceChildren(badge(d.outcome === 'allowed-once' ? 'ok' : d.outcome), d.reason ? ` ${d.reason}` : '');
           card.classList.add('decided');
         }
+        this.answered(`a:${d.id}`);
         this.refreshSoon();
         break;
       }
+      case 'turn/parked':
+        this.parked(d);
+        break;
+      case 'tool/client-result':
+        this.clientResult(d);
+        this.refreshSoon();
+        break;
+      case 'turn/resumed':
+        this.closeWaits('the turn resumed without it');
+        this.turnEl(d.turn).statusEl.replaceChildren(badge('running'));
+        this.place(h('p', { class: 'note' }, `turn ${d.turn} resumed (parked at seq ${d.parkedSeq})`));
+        this.refreshSoon();
+        break;
       case 'llm/retry':
         this.place(h('p', { class: 'note' }, `retrying the model call after ${d.code || 'a failure'} (attempt ${d.attempt} of ${d.maxRetries + 1}), in ${d.delayMs} ms`));
         break;
       case 'agent/cancel':
         this.place(h('p', { class: 'note' }, 'cancel requested'));
+        this.answered(null);
         this.refreshSoon();
         break;
       case 'turn/end':
         this.turnEl(d.turn);
+        this.closeWaits('the turn ended without it');
         this.currentTurn = null;
         if (this.knownTurns.has(d.turn)) {
           this.showTurn(this.knownTurns.get(d.turn));
@@ -894,6 +911,94 @@ class SessionView {
         this.refreshSoon();
         break;
       default:
+    }
+  }
+
+  // ----- parked turns (E6)
+
+  // parked shows what a parked turn waits for and, for each client-executed call among its
+  // waits, a form that posts the call's result; approvals have their buttons on the ask's card.
+  parked(d) {
+    const waits = d.waits || [];
+    const what = d.reason === 'handover' ? 'handed over to another replica; it waits for nothing'
+      : `waits for ${waits.map((w) => w.kind === 'approval' ? `approval of ${w.toolName}` : `the client's result of ${w.toolName}`).join(', ')}`;
+    const status = d.reason === 'approval' ? 'waiting-approval' : d.reason === 'client' ? 'waiting-client' : 'queued';
+    const note = h('div', { class: 'parked', role: 'group', 'aria-label': `Turn ${d.turn} parked` },
+      h('div', {}, badge(status), ` turn ${d.turn} parked in step ${d.step}: ${what}`));
+    this.place(note);
+    this.turnEl(d.turn).statusEl.replaceChildren(badge(status));
+    this.park = { turn: d.turn, open: new Set(waits.map((w) => w.kind === 'approval' ? `a:${w.approvalId}` : `c:${w.callId}`)) };
+    for (const w of waits) {
+      if (w.kind !== 'client' || this.clientWaits.has(w.callId)) continue;
+      const { form } = this.clientForm(w);
+      const tool = this.tools.get(w.callId);
+      if (tool) tool.insertBefore(form, tool.result); else note.append(form);
+    }
+    this.refreshSoon();
+  }
+
+  clientForm(w) {
+    const content = h('textarea', { rows: 3, name: 'content', placeholder: 'The tool\'s output' });
+    const isError = h('input', { type: 'checkbox', name: 'isError' });
+    const submit = h('button', { type: 'submit', class: 'primary' }, 'Submit result');
+    const deadline = w.deadlineMs ? ` (times out ${fmtTime(w.deadlineMs)})` : '';
+    // The controls are kept beside the form, not on it: a form's named controls shadow its
+    // properties.
+    const wait = { callId: w.callId, content, isError, submit };
+    wait.form = h('form', { class: 'client-wait', 'aria-label': `Result of ${w.toolName}`, dataset: { callId: w.callId },
+      onsubmit: (e) => { e.preventDefault(); this.postResult(wait); } },
+      h('div', {}, h('strong', {}, `Result of ${w.toolName}`), ` call ${w.callId}${deadline}`),
+      field('Content', content), h('label', { class: 'check' }, isError, ' is an error'), submit);
+    this.clientWaits.set(w.callId, wait);
+    return wait;
+  }
+
+  postResult(wait) {
+    return guard(async () => {
+      wait.submit.disabled = true;
+      try {
+        await api('POST', `/v1/sessions/${this.id}/tool-results`,
+          { callId: wait.callId, content: wait.content.value, isError: wait.isError.checked });
+      } catch (e) {
+        wait.submit.disabled = false;
+        throw e;
+      }
+    });
+  }
+
+  // answered takes a wait of the park off the list (key a:<approval id> or c:<call id>); once
+  // none is left, or a cancel came, the turn is queued for a replica to resume it.
+  answered(key) {
+    if (!this.park || !(key === null || this.park.open.delete(key))) return;
+    if (key === null || !this.park.open.size) this.turnEl(this.park.turn).statusEl.replaceChildren(badge('queued'));
+  }
+
+  // clientResult replaces the call's form with the result that arrived (from this page or any
+  // other client, or the call's deadline).
+  clientResult(d) {
+    const wait = this.clientWaits.get(d.callId);
+    const shown = h('div', { class: 'client-result', dataset: { callId: d.callId } },
+      badge(d.timedOut ? 'timed-out' : d.isError ? 'error' : 'ok'), ' client result', h('pre', { class: 'result' }, textOf(d.content)));
+    this.answered(`c:${d.callId}`);
+    if (wait && !wait.done) {
+      wait.form.replaceWith(shown);
+      wait.done = true;
+      return;
+    }
+    const tool = this.tools.get(d.callId);
+    if (tool) tool.insertBefore(shown, tool.result); else this.place(shown);
+  }
+
+  // closeWaits disables the forms of a park that is over (resumed or ended) without their result.
+  closeWaits(why) {
+    this.park = null;
+    for (const [id, wait] of this.clientWaits) {
+      if (!wait.done) {
+        for (const el of wait.form.querySelectorAll('textarea, input, button')) el.disabled = true;
+        wait.form.append(h('p', { class: 'hint' }, why));
+        wait.done = true;
+      }
+      this.clientWaits.delete(id);
     }
   }
 

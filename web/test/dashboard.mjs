@@ -6,7 +6,8 @@
 // mid-turn, cut the network mid-turn, cancel a running tool, filter the timeline, fork, read the
 // turns and the history, and use a phone-sized viewport. On every view it checks that each control
 // has an accessible name and is reached by Tab with no trap; it creates a preset with the
-// keyboard alone, and runs a run_code program whose card nests its sub-calls. A page of another
+// keyboard alone, and runs a run_code program whose card nests its sub-calls. A turn parks on a
+// client-executed tool's call (E6) and is answered through the card's form, when the server can. A page of another
 // origin follows the session with a stream token (DSHD_CORS_PAGE, listed in the server's
 // DSHD_CORS_ORIGINS) and one of an unlisted origin is refused (DSHD_CORS_UNLISTED_PAGE). Every
 // step leaves a screenshot in DSHD_ARTIFACTS (default ./artifacts); the page may log no console
@@ -639,6 +640,43 @@ await step('run-code-card', async () => {
   await turnEnded(1, 'completed');
   await a11y('session view with a run_code card', { tab: false });
 });
+
+// A turn parked on a client-executed call (E6): the card says what it waits for, its form posts
+// the result (POST .../tool-results), the result shows when its tool/client-result arrives and
+// the resumed turn ends. It needs a server whose presets declare client-executed tools
+// (tools.declared) and whose post path takes tool results (a result for a call nobody waits for
+// answers 404); a server without them is told by its answers, and the step is skipped.
+async function rawCall(method, path, body) {
+  const resp = await fetch(direct + path, { method, headers: { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body) });
+  return { status: resp.status, body: await resp.json().catch(() => null) };
+}
+const clientPreset = await rawCall('POST', '/v1/presets', { name: 'client-tool', model: { provider: 'scripted', model: 'default' },
+  tools: { declared: [{ name: 'ask_user', description: 'Asks the user a question.', executor: 'client', timeoutMs: 600000,
+    parameters: { type: 'object', properties: { question: { type: 'string' } }, required: ['question'] } }] } });
+const clientSession = clientPreset.status === 201 ? await rawCall('POST', '/v1/sessions', { presetId: clientPreset.body.id }) : null;
+const probe = clientSession?.status === 201
+  ? await rawCall('POST', `/v1/sessions/${clientSession.body.id}/tool-results`, { callId: 'nobody-waits', content: 'x' }) : null;
+if (probe?.status !== 404) {
+  console.log(`skip parked-turn-answered: the server declares no client tools (preset ${clientPreset.status}) or takes no tool results (${probe?.status})`);
+} else {
+  await step('parked-turn-answered', async () => {
+    await page.goto(`${url}/#/sessions/${clientSession.body.id}`);
+    await until('the stream to be live', async () => (await page.locator('#conn').innerText()) === 'live');
+    await send('tool:ask_user args:{"question":"colour"}');
+    await turn(1).getByRole('group', { name: 'Turn 1 parked' }).waitFor();
+    await until('the session to wait for the client', async () =>
+      (await page.locator('.session-head .status').innerText()).includes('waiting-client'));
+    const form = page.getByRole('form', { name: 'Result of ask_user' });
+    await form.getByLabel('Content').fill('blue');
+    await form.getByRole('button', { name: 'Submit result' }).click();
+    const card = turn(1).locator('article.tool', { hasText: 'ask_user' });
+    await until('the client result in the card', async () =>
+      (await card.locator('.client-result .result').innerText().catch(() => '')) === 'blue');
+    await turnEnded(1, 'completed');
+    await a11y('session view with a parked turn', { tab: false });
+  });
+}
 
 await step('signed-out', async () => {
   await page.getByRole('button', { name: 'Sign out' }).click();
