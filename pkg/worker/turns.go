@@ -135,6 +135,7 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	go func() { defer wg.Done(); w.renew(ctx, a, owner, r, j, cancel) }()
 	go func() { defer wg.Done(); w.watch(ctx, a, r, j, from) }()
 	defer func() { cancel(nil); wg.Wait() }()
+	resumed := int64(-1) // the park the last serve was to resume (park)
 	for {
 		_, err := r.Serve(ctx)
 		if errors.Is(context.Cause(ctx), errStopping) {
@@ -163,6 +164,19 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 			}
 			cfg.Logger.WarnContext(r.TraceContext(ctx), "serve failed; the session was handed over", "session", a.SessionID, "err", err)
 			return false, nil
+		}
+		if p, ok := r.Parked(); ok {
+			parked, again, err := w.park(ctx, a, owner, p, &resumed)
+			if errors.Is(err, eventlog.ErrLeaseLost) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err // the lease expires and the sweeper wakes the session
+			}
+			if parked || !again || ctx.Err() != nil {
+				return parked, nil // parked: the runner stays cached for the answer's serve
+			}
+			continue // an answer came, or the park can resume: serve again with the lease held
 		}
 		if j.Released() {
 			return true, nil // the turn's last append released the lease

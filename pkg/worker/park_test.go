@@ -1,0 +1,266 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dshd/dshd/pkg/approval"
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/llm"
+	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/worker"
+)
+
+// parkedSession returns a session whose first turn parked in its first step waiting for waits,
+// written as a runner would have left it (an approval/asked for every approval wait) and holding
+// no lease.
+func (e *env) parkedSession(waits ...eventlog.ParkWait) uuid.UUID {
+	e.t.Helper()
+	sid := e.session()
+	var calls []llm.Block
+	for _, w := range waits {
+		calls = append(calls, llm.ToolCallBlock(w.CallID, w.ToolName, `{}`))
+	}
+	am := llm.Message{ID: "m1", Role: llm.RoleAssistant, Content: calls,
+		Source: llm.Source{Kind: llm.SourceModel, Provider: "scripted", Model: "scripted-1"}}
+	evs := []eventlog.NewEvent{
+		{Type: eventlog.TypeTurnStart, Data: eventlog.TurnStart{Turn: 1}},
+		{Type: eventlog.TypeStepStart, Data: eventlog.StepStart{Turn: 1, Step: 1}},
+		{Type: eventlog.TypeUserMessage, Data: llm.NewUserMessage("u0", "park"), SurfaceOp: eventlog.Append},
+		{Type: eventlog.TypeAssistantMessage, Data: map[string]any{"turn": 1, "step": 1, "message": am},
+			SurfaceOp: eventlog.Append, SourceEventSeqs: []int64{}},
+	}
+	reason := eventlog.ParkClient
+	for _, w := range waits {
+		if w.Kind == eventlog.ParkApproval {
+			reason = eventlog.ParkApproval
+			evs = append(evs, eventlog.Of(eventlog.ApprovalAsked{ID: w.ApprovalID, ToolName: w.ToolName, CallID: w.CallID}))
+		}
+	}
+	evs = append(evs, eventlog.NewEvent{Type: eventlog.TypeTurnParked, Ignorable: true,
+		Data: eventlog.TurnParked{Turn: 1, Step: 1, Reason: reason, Waits: waits}})
+	if _, err := e.store.Journal(nil, e.tenant, sid, uuid.Nil).Append(context.Background(), eventlog.Batch(evs...)); err != nil {
+		e.t.Fatal(err)
+	}
+	return sid
+}
+
+// riverJobs counts the session's River jobs of kind in state (any state when empty).
+func (e *env) riverJobs(sid uuid.UUID, kind, state string) int {
+	e.t.Helper()
+	var n int
+	err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+		WHERE kind = $1 AND args->>'sessionId' = $2 AND ($3 = '' OR state::text = $3)`, kind, sid.String(), state).Scan(&n)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func clientWait(id string, deadline int64) eventlog.ParkWait {
+	return eventlog.ParkWait{Kind: eventlog.ParkClient, CallID: id, ToolName: "pick", DeadlineMs: deadline}
+}
+
+func approvalWait(callID, id string, deadline int64) eventlog.ParkWait {
+	return eventlog.ParkWait{Kind: eventlog.ParkApproval, CallID: callID, ToolName: "write", ApprovalID: id, DeadlineMs: deadline}
+}
+
+func faultCode(err error) string {
+	var f *fault.Error
+	if errors.As(err, &f) {
+		return f.Code
+	}
+	return ""
+}
+
+// faultMessage is the message a client reads of err (problem+json detail).
+func faultMessage(err error) string {
+	var f *fault.Error
+	if errors.As(err, &f) {
+		return f.Message
+	}
+	return ""
+}
+
+// TestE6_PostToolResultErrors: a client's result is accepted only for an open client wait of
+// the session's parked turn, once, and wakes the session in the same transaction.
+func TestE6_PostToolResultErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.InsertOnly = true })
+	ctx := context.Background()
+	idle := e.session()
+	if _, err := r.svc.PostToolResult(ctx, e.tenant, idle, eventlog.ClientResult{CallID: "c1"}); faultCode(err) != fault.NotFound {
+		t.Fatalf("result to a session that never parked: %v; want not found", err)
+	}
+	sid := e.parkedSession(clientWait("c1", 0), clientWait("c2", 0))
+	_, err := r.svc.PostToolResult(ctx, e.tenant, sid, eventlog.ClientResult{CallID: "c9"})
+	if faultCode(err) != fault.NotFound || faultMessage(err) != "no client-executed call c9 waits for a result in this session" {
+		t.Fatalf("unknown call: %v", err)
+	}
+	if _, err := r.svc.PostToolResult(ctx, e.tenant, sid, eventlog.ClientResult{CallID: "c1", TimedOut: true}); faultCode(err) != fault.Invalid {
+		t.Fatalf("a client's timed-out result: %v; want invalid", err)
+	}
+	big := eventlog.ClientResult{CallID: "c1", Content: []llm.Block{llm.TextBlock(strings.Repeat("x", worker.MaxClientResultBytes))}}
+	if _, err := r.svc.PostToolResult(ctx, e.tenant, sid, big); faultCode(err) != fault.Invalid {
+		t.Fatalf("a result over the size bound: %v; want invalid", err)
+	}
+	if n := e.riverJobs(sid, "dshd_turn", ""); n != 0 {
+		t.Fatalf("refused results enqueued %d wake jobs", n)
+	}
+	ev, err := r.svc.PostToolResult(ctx, e.tenant, sid, eventlog.ClientResult{CallID: "c1", Content: []llm.Block{llm.TextBlock("blue")}})
+	if err != nil || ev.Type != eventlog.TypeClientResult || !ev.Ignorable {
+		t.Fatalf("result: %+v, %v", ev, err)
+	}
+	if n := e.riverJobs(sid, "dshd_turn", ""); n != 1 {
+		t.Fatalf("the accepted result enqueued %d wake jobs, want 1", n)
+	}
+	_, err = r.svc.PostToolResult(ctx, e.tenant, sid, eventlog.ClientResult{CallID: "c1"})
+	if faultCode(err) != fault.Conflict || faultMessage(err) != "call c1 already has a result" {
+		t.Fatalf("second result: %v; want conflict", err)
+	}
+	if got := count(e.events(sid), eventlog.TypeClientResult); got != 1 {
+		t.Fatalf("%d client results logged, want 1", got)
+	}
+}
+
+// TestE6_AnswerApprovalWakesAParkedSession: the answer of a parked turn's approval is checked as
+// approval.Answer checks it and enqueues the session's wake with the decision.
+func TestE6_AnswerApprovalWakesAParkedSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.InsertOnly = true })
+	ctx := context.Background()
+	sid := e.parkedSession(approvalWait("c1", "a1", 0))
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", "maybe", ""); faultCode(err) != fault.Invalid {
+		t.Fatalf("bad outcome: %v", err)
+	}
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", eventlog.ApprovalRejected, strings.Repeat("x", 4097)); faultCode(err) != fault.Invalid {
+		t.Fatalf("long reason: %v", err)
+	}
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a9", eventlog.ApprovalAllowedOnce, ""); !errors.Is(err, approval.ErrNotPending) {
+		t.Fatalf("unknown approval: %v", err)
+	}
+	ev, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", eventlog.ApprovalAllowedOnce, "ok")
+	if err != nil || ev.Type != eventlog.TypeApprovalDecided {
+		t.Fatalf("answer: %+v, %v", ev, err)
+	}
+	if n := e.riverJobs(sid, "dshd_turn", ""); n != 1 {
+		t.Fatalf("the answer enqueued %d wake jobs, want 1", n)
+	}
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", eventlog.ApprovalRejected, ""); !errors.Is(err, approval.ErrAnswered) {
+		t.Fatalf("second answer: %v", err)
+	}
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, uuid.New(), "a1", eventlog.ApprovalRejected, ""); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("unknown session: %v", err)
+	}
+}
+
+// TestE6_DeadlineJobDecidesOnlyAnOpenWait: a deadline job decides its wait when it is still open
+// with the job's deadline (approval cancelled, client call timed out) and does nothing once it
+// was answered, when the deadline moved later, or when the session is gone.
+func TestE6_DeadlineJobDecidesOnlyAnOpenWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.InsertOnly = true })
+	ctx := context.Background()
+	at := time.Now().UnixMilli()
+	a1, c2, c3 := approvalWait("c1", "a1", at), clientWait("c2", at), clientWait("c3", at)
+	sid := e.parkedSession(a1, c2, c3)
+	job := func(w eventlog.ParkWait) pgstore.ParkDeadline {
+		return pgstore.ParkDeadline{TenantID: e.tenant, SessionID: sid, Wait: w}
+	}
+	early := job(c3)
+	early.Wait.DeadlineMs = at - 1 // a job of an earlier park whose deadline this one moved
+	for _, d := range []pgstore.ParkDeadline{job(a1), job(c2), job(a1), job(c2), early} {
+		if err := r.svc.RunDeadline(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := e.events(sid)
+	if count(evs, eventlog.TypeApprovalDecided) != 1 || count(evs, eventlog.TypeClientResult) != 1 {
+		t.Fatalf("%d decisions and %d client results, want one each", count(evs, eventlog.TypeApprovalDecided), count(evs, eventlog.TypeClientResult))
+	}
+	p, ok := eventlog.Parked(evs)
+	if !ok || p.Decided["a1"].Outcome != eventlog.ApprovalCancelled || p.Decided["a1"].Reason != "no answer before the approval's timeout" ||
+		!p.Results["c2"].TimedOut || len(p.Open()) != 1 {
+		t.Fatalf("park after the deadlines: %+v", p)
+	}
+	if n := e.riverJobs(sid, "dshd_turn", ""); n != 1 {
+		t.Fatalf("the deadlines enqueued %d wake jobs, want 1 (one is queued)", n)
+	}
+	if _, err := r.svc.PostToolResult(ctx, e.tenant, sid, eventlog.ClientResult{CallID: "c3"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.svc.RunDeadline(ctx, job(c3)); err != nil || count(e.events(sid), eventlog.TypeClientResult) != 2 {
+		t.Fatalf("deadline of an answered call: %v, %d results", err, count(e.events(sid), eventlog.TypeClientResult))
+	}
+	if err := e.store.SessionDelete(ctx, e.tenant, sid); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.svc.RunDeadline(ctx, job(c3)); err != nil {
+		t.Fatalf("deadline of a deleted session: %v", err)
+	}
+}
+
+// TestE6_CancelWakesAParkedTurn: a parked turn holds no lease, so its cancel wakes the session
+// with the agent/cancel; a cancel of an idle session writes nothing.
+func TestE6_CancelWakesAParkedTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.InsertOnly = true })
+	ctx := context.Background()
+	if ok, err := r.svc.Cancel(ctx, e.tenant, e.session(), false); err != nil || ok {
+		t.Fatalf("cancel of an idle session: %v %v", ok, err)
+	}
+	sid := e.parkedSession(clientWait("c1", 0))
+	if ok, err := r.svc.Cancel(ctx, e.tenant, sid, false); err != nil || !ok {
+		t.Fatalf("cancel of a parked turn: %v %v", ok, err)
+	}
+	p, ok := eventlog.Parked(e.events(sid))
+	if !ok || p.Cancel == nil || !p.Resolvable() {
+		t.Fatalf("park after the cancel: %+v %v", p, ok)
+	}
+	if n := e.riverJobs(sid, "dshd_turn", ""); n != 1 {
+		t.Fatalf("the cancel enqueued %d wake jobs, want 1", n)
+	}
+}
+
+// TestE6_ServedParkGivesUpTheLease: a serve whose runner finds the turn parked with a wait still
+// open gives up the lease (no lease held, no turn slot) and schedules the wait's deadline job;
+// the job, when the deadline passes, decides the approval cancelled and wakes the session, whose
+// serve parks again for the call still open.
+func TestE6_ServedParkGivesUpTheLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replica(10 * time.Second)
+	ctx := context.Background()
+	sid := e.parkedSession(approvalWait("c1", "a1", 0), approvalWait("c2", "a2", time.Now().Add(500*time.Millisecond).UnixMilli()),
+		clientWait("c3", 0))
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", eventlog.ApprovalAllowedOnce, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The served park schedules a2's deadline job; River runs it once due, which decides a2.
+	e.waitFor(r.hub, sid, eventlog.TypeApprovalDecided)
+	eventually(t, 30*time.Second, func() bool {
+		p, _ := eventlog.Parked(e.events(sid))
+		return p.Decided["a2"].Outcome == eventlog.ApprovalCancelled
+	})
+	eventually(t, 10*time.Second, func() bool {
+		return e.riverJobs(sid, "dshd_park_deadline", "completed") == 1 && e.riverJobs(sid, "dshd_turn", "completed") == 2
+	})
+	e.waitReleased(sid)
+	if n, err := e.store.LeasesHeld(ctx, e.tenant); err != nil || n != 0 {
+		t.Fatalf("leases held by a parked turn: %d, %v", n, err)
+	}
+	p, ok := eventlog.Parked(e.events(sid))
+	if !ok || len(p.Open()) != 1 || p.Open()[0].CallID != "c3" {
+		t.Fatalf("park: %+v %v; want c3 open", p, ok)
+	}
+}
