@@ -193,6 +193,8 @@ type Runner struct {
 	// spanCtx is the span context of the running or last traced (sampled) turn, for the log lines
 	// of the worker serving it (SpanContext); read from other goroutines.
 	spanCtx atomic.Pointer[trace.SpanContext]
+	// handover is set by Handover: the runner hands its turn over at the next step boundary.
+	handover atomic.Bool
 }
 
 // SpanContext returns the span context of the runner's running turn, or of its last one, and
@@ -256,6 +258,9 @@ func (r *Runner) Repair(ctx context.Context) (bool, error) {
 	turn, open := r.m.log.OpenTurn()
 	if !open {
 		return false, nil
+	}
+	if _, parked := r.Parked(); parked {
+		return false, nil // a parked turn is not open work (E6)
 	}
 	ctx, span := r.startRoot(ctx, "dshd.turn.repair", turn)
 	var first, last *handle
@@ -336,6 +341,25 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		if err := r.w.catchUp(ctx); err != nil {
 			return reasons, err
 		}
+		if r.handingOver() {
+			break // a draining replica opens and resumes no turn: the next lease holder does
+		}
+		if p, parked := r.Parked(); parked {
+			// A parked turn waits for its answers: what the inbox holds waits for its end. Once it
+			// can resume, this serve resumes it (E6).
+			if !p.Resolvable() {
+				break
+			}
+			reason, err := r.ResumeTurn(ctx, p)
+			if err != nil {
+				return reasons, err
+			}
+			reasons = append(reasons, reason)
+			if reason.Kind == EndParked || reason.Kind == eventlog.EndAborted || released(r.j) {
+				break
+			}
+			continue
+		}
 		if !r.Pending() {
 			break
 		}
@@ -345,7 +369,7 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 			return reasons, err
 		}
 		reasons = append(reasons, reason)
-		if reason.Kind == eventlog.EndAborted || released(r.j) {
+		if reason.Kind == EndParked || reason.Kind == eventlog.EndAborted || released(r.j) {
 			break
 		}
 		if r.claimed == claimedBefore && reason.Kind != eventlog.EndCompleted {

@@ -14,13 +14,20 @@ import (
 
 // runTools runs the step's tool calls through the scheduler (SCHED-1..9) and reports whether a committed
 // result concluded the turn. An aborted step is reported through ctx, not as an error.
-func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Block) (bool, error) {
+func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Block) (scheduler.Outcome, error) {
 	calls := make([]scheduler.Call, len(blocks))
 	for i, b := range blocks {
 		calls[i] = scheduler.Call{ID: b.ID, Name: b.Name, Arguments: b.Arguments}
 	}
+	return r.runCalls(ctx, turn, step, calls)
+}
+
+// runCalls runs calls through the scheduler: the calls of a step's assistant message, or of a
+// resumed step (their Resume set).
+func (r *Runner) runCalls(ctx context.Context, turn, step int, calls []scheduler.Call) (scheduler.Outcome, error) {
 	em := &stepEmitter{r: r, turn: turn, step: step}
-	st := scheduler.Step{Turn: turn, Step: step, Agent: r.cfg.SessionID, Scope: r.cfg.Scope, Log: em}
+	st := scheduler.Step{Turn: turn, Step: step, Agent: r.cfg.SessionID, Scope: r.cfg.Scope, Log: em,
+		Park: r.cfg.Park != nil}
 	sctx, cancelStep := context.WithCancelCause(ctx)
 	defer cancelStep(nil)
 	stop := em.startFlusher(sctx, cancelStep)
@@ -31,12 +38,12 @@ func (r *Runner) runTools(ctx context.Context, turn, step int, blocks []llm.Bloc
 		// What the failed batch held, and what was staged after it, is never committed: the
 		// tool was told its commit failed (review 18 P2-a).
 		r.w.discard()
-		return false, r.logErr(em.logErr)
+		return out, r.logErr(em.logErr)
 	}
 	if err != nil {
-		return false, fmt.Errorf("tool scheduler: %w", err)
+		return out, fmt.Errorf("tool scheduler: %w", err)
 	}
-	return out.ConcludesTurn, nil
+	return out, nil
 }
 
 // stepEmitter implements scheduler.Emitter over the runner's writer, and registry.Recorder for
@@ -115,6 +122,14 @@ func (e *stepEmitter) CommitFunc(ctx context.Context, build func(turn []eventlog
 func (e *stepEmitter) ToolCall(_ context.Context, c scheduler.Call) (int64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if c.Started() {
+		// A resumed call: its tool/call is in the log, and its result cites that one.
+		e.calls = append(e.calls, &handle{seq: c.Resume.CallSeq, idx: -1})
+		if e.r.cfg.Metrics != nil {
+			e.started = append(e.started, time.Now())
+		}
+		return int64(len(e.calls) - 1), nil
+	}
 	h := e.r.w.stage(staged{typ: eventlog.TypeToolCall, size: 64 + len(c.Arguments),
 		data: eventlog.ToolCall{Turn: e.turn, Step: e.step, CallID: c.ID, Name: c.Name, Arguments: c.Arguments}})
 	e.calls = append(e.calls, h)

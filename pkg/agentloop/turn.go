@@ -18,7 +18,19 @@ import (
 // RunTurn runs one turn (LOOP-2) and returns how it ended. Cancelling ctx aborts the turn; a
 // *CancelError cause names why. The error is non-nil only when the log itself could not be
 // written: the turn is then left open for crash repair.
-func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
+func (r *Runner) RunTurn(ctx context.Context) (Reason, error) { return r.runTurn(ctx, nil) }
+
+// ResumeTurn resumes the parked turn p (extension E6) as a new loop instance: `turn/resumed`
+// first, then the parked step's calls from where they waited (or, for a handover, the next
+// step), then the turn's further steps as RunTurn runs them. A park followed by an agent/cancel
+// ends aborted, its waiting calls given their cancellation results. Like RunTurn it may park
+// again (Reason.Kind EndParked).
+func (r *Runner) ResumeTurn(ctx context.Context, p eventlog.Park) (Reason, error) {
+	return r.runTurn(ctx, &p)
+}
+
+// runTurn runs a new turn, or resumes the parked turn p.
+func (r *Runner) runTurn(ctx context.Context, p *eventlog.Park) (Reason, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.intr.set(cancel)
@@ -28,17 +40,41 @@ func (r *Runner) RunTurn(ctx context.Context) (Reason, error) {
 	turn := r.m.lastTurn + 1
 	r.claimLost = false
 	r.steps = 0
+	if p != nil {
+		turn, r.steps = p.Turn, p.Step
+		// A new loop instance: its first request logs request/header with reason resume
+		// (LOOP-3), whichever replica (or cached runner) resumes the turn.
+		r.headerLogged = false
+		if p.Cancel != nil {
+			cancel(&CancelError{Cause: p.Cancel.Reason})
+		}
+	}
 	started := time.Now()
 	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
-	first := r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
+	var first *handle
+	if p == nil {
+		first = r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})
+	} else {
+		first = r.w.stage(staged{typ: eventlog.TypeTurnResumed, ignorable: true,
+			data: eventlog.TurnResumed{Turn: turn, Step: p.Step, ParkedSeq: p.Seq}})
+	}
 	if telemetry.Sampled(span) {
 		r.w.stage(staged{typ: eventlog.TypeTurnTrace, ignorable: true,
 			data: eventlog.TurnTrace{Turn: turn, TraceID: span.SpanContext().TraceID().String()}})
 	}
-	end, err := r.turnSteps(ctx, turn)
+	end, err := r.turnSteps(ctx, turn, p)
 	if errors.Is(err, errLog) {
 		endSpan(span, first, nil, err)
 		return Reason{}, err
+	}
+	if errors.Is(err, errParked) {
+		ferr := r.w.flush(context.WithoutCancel(ctx))
+		endSpan(span, first, nil, ferr)
+		if ferr != nil {
+			return Reason{}, r.logErr(ferr)
+		}
+		r.cfg.Logger.InfoContext(ctx, "turn parked", "session", r.cfg.SessionID, "turn", turn, "steps", r.steps)
+		return Reason{Kind: EndParked}, nil
 	}
 	// A cancel that cleared the inbox before the turn's first batch was written aborts the turn,
 	// whatever it did meanwhile: its reason is decided when turn/end is written.
@@ -83,9 +119,24 @@ func (r *Runner) turnEnded(span trace.Span, end Reason, started time.Time) {
 }
 
 // turnSteps runs the steps of turn and returns its ending.
-func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
+func (r *Runner) turnSteps(ctx context.Context, turn int, p *eventlog.Park) (Reason, error) {
 	var ends *Reason
 	step := 0
+	if p != nil {
+		step = p.Step
+		if p.Reason != eventlog.ParkHandover {
+			e, err := r.resumeStep(ctx, turn, step, *p)
+			switch {
+			case errors.Is(err, errLog), errors.Is(err, errParked):
+				return Reason{}, err
+			case err != nil && ctx.Err() != nil:
+				return aborted(ctx), nil
+			case err != nil:
+				return failure(err), nil
+			}
+			ends = e
+		}
+	}
 	for {
 		if ctx.Err() != nil {
 			return aborted(ctx), nil
@@ -95,6 +146,10 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		}
 		if ends != nil && len(r.waiting(eventlog.InboxNextStep)) == 0 {
 			return *ends, nil
+		}
+		if ends == nil && r.handingOver() {
+			// A step boundary of a draining replica: another step follows, on the next holder.
+			return Reason{}, r.handoverStep(turn, step)
 		}
 		if step == 0 && r.cfg.Admit != nil {
 			if refused := r.cfg.Admit(ctx); refused != nil {
@@ -147,7 +202,7 @@ func (r *Runner) turnSteps(ctx context.Context, turn int) (Reason, error) {
 		}
 		stepEnd, err := r.runStep(ctx, turn, step, asm)
 		if err != nil {
-			if errors.Is(err, errLog) {
+			if errors.Is(err, errLog) || errors.Is(err, errParked) {
 				return Reason{}, err
 			}
 			if ctx.Err() != nil {
@@ -168,10 +223,13 @@ func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Resu
 	if span.IsRecording() {
 		span.SetAttributes(telemetry.AttrSession.String(r.cfg.SessionID), telemetry.AttrTurn.Int(turn), telemetry.AttrStep.Int(step))
 	}
+	parked := false // a parked step stays open: its step/end is written when it is resumed
 	defer func() {
-		r.w.stage(staged{typ: eventlog.TypeStepEnd, data: eventlog.StepEnd{Turn: turn, Step: step}})
+		if !parked {
+			r.w.stage(staged{typ: eventlog.TypeStepEnd, data: eventlog.StepEnd{Turn: turn, Step: step}})
+		}
 		if span.IsRecording() {
-			if err != nil {
+			if err != nil && !errors.Is(err, errParked) {
 				span.SetStatus(codes.Error, failureOf(err).Code)
 			}
 			span.End()
@@ -188,11 +246,18 @@ func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Resu
 	if len(calls) == 0 {
 		return &Reason{Kind: eventlog.EndCompleted}, nil
 	}
-	concluded, err := r.runTools(ctx, turn, step, calls)
+	out, err := r.runTools(ctx, turn, step, calls)
+	if err == nil && len(out.Parked) > 0 {
+		if ctx.Err() == nil {
+			parked = true
+			return nil, r.parkStep(turn, step, out)
+		}
+		out, err = r.cancelParked(ctx, turn, step, out)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if concluded {
+	if out.ConcludesTurn {
 		return &Reason{Kind: eventlog.EndCompleted}, nil
 	}
 	return nil, nil

@@ -23,6 +23,10 @@ type trace struct {
 	openTurn, openStep int64 // 0 when none is open
 	nextTurn, nextStep int64
 	pending            map[string]bool // call ids with a tool/call in the open step
+	// parked is the open turn's park (E6) while no turn/resumed followed it; answered holds the
+	// calls with a tool/client-result in the open turn.
+	parked   *TurnParked
+	answered map[string]bool
 }
 
 // CheckInvariants is the optional relational checker of SES-10 over a whole log (seqs in order):
@@ -32,7 +36,11 @@ type trace struct {
 //     assistant/message, tool/call and tool/result (append) are inside the open step and name it;
 //   - a tool/result append has an earlier tool/call with its callId in the same step, unless it is
 //     a synthetic TOOL_NOT_STARTED result; a tool/result replacement is inside a turn;
-//   - todo/write, request/header and request/context are inside a turn.
+//   - todo/write, request/header and request/context are inside a turn;
+//   - parked turns (E6): turn/parked is inside a turn, in the step it names (a handover's between
+//     steps, naming the last); while a turn is parked, nothing of a turn or step is written
+//     (only answers, cancels and inbox changes) until its turn/resumed, which names the park's
+//     turn and step; a call has at most one tool/client-result.
 //
 // It returns the first violation as an *InvariantError, or nil. Other packages' tests use it to
 // check the logs they produce.
@@ -50,7 +58,32 @@ func CheckInvariants(events []Event) error {
 }
 
 func (t *trace) step(ev Event) string {
+	if t.parked != nil {
+		if r := t.whileParked(ev); r != "" {
+			return r
+		}
+	}
 	switch ev.Type {
+	case TypeTurnParked:
+		return t.park(ev)
+	case TypeTurnResumed:
+		d, _ := Decode[TurnResumed](ev)
+		switch {
+		case t.parked == nil:
+			return "turn/resumed of a turn that is not parked"
+		case int64(d.Turn) != t.openTurn || d.Step != t.parked.Step:
+			return fmt.Sprintf("turn/resumed names turn %d step %d, the park is of turn %d step %d", d.Turn, d.Step, t.openTurn, t.parked.Step)
+		}
+		t.parked = nil
+	case TypeClientResult:
+		d, _ := Decode[ClientResult](ev)
+		if t.answered[d.CallID] {
+			return fmt.Sprintf("a second tool/client-result for call %s", d.CallID)
+		}
+		if t.answered == nil {
+			t.answered = map[string]bool{}
+		}
+		t.answered[d.CallID] = true
 	case TypeTurnStart:
 		d, _ := Decode[TurnStart](ev)
 		turn := int64(d.Turn)
@@ -61,6 +94,7 @@ func (t *trace) step(ev Event) string {
 			return fmt.Sprintf("turn/start %d, want %d", turn, t.nextTurn)
 		}
 		t.openTurn, t.nextTurn, t.nextStep = turn, turn+1, 1
+		clear(t.answered)
 	case TypeTurnEnd:
 		d, _ := Decode[TurnEnd](ev)
 		switch {
@@ -101,6 +135,37 @@ func (t *trace) step(ev Event) string {
 		if t.openTurn == 0 {
 			return ev.Type + " outside a turn"
 		}
+	}
+	return ""
+}
+
+// park checks a turn/parked and records it.
+func (t *trace) park(ev Event) string {
+	d, err := Decode[TurnParked](ev)
+	if err != nil {
+		return err.Error()
+	}
+	switch {
+	case t.openTurn == 0 || int64(d.Turn) != t.openTurn:
+		return fmt.Sprintf("turn/parked names turn %d, open turn is %d", d.Turn, t.openTurn)
+	case t.parked != nil:
+		return "turn/parked of a turn that is parked"
+	case d.Reason == ParkHandover && (t.openStep != 0 || int64(d.Step) != t.nextStep-1):
+		return fmt.Sprintf("a handover names step %d, the last step that ended is %d (open: %d)", d.Step, t.nextStep-1, t.openStep)
+	case d.Reason != ParkHandover && int64(d.Step) != t.openStep:
+		return fmt.Sprintf("turn/parked names step %d, open step is %d", d.Step, t.openStep)
+	}
+	t.parked = &d
+	return ""
+}
+
+// whileParked refuses what a parked turn cannot write: anything of a turn or step before its
+// turn/resumed.
+func (t *trace) whileParked(ev Event) string {
+	switch ev.Type {
+	case TypeTurnStart, TypeTurnEnd, TypeStepStart, TypeStepEnd, TypeAssistantChunk, TypeAssistantMessage,
+		TypeToolCall, TypeToolResult, TypeRequestHeader, TypeRequestContext, TypeApprovalAsked, TypeTodoWrite:
+		return ev.Type + " while the turn is parked"
 	}
 	return ""
 }

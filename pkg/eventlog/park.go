@@ -152,7 +152,7 @@ type Park struct {
 	Decided map[string]ApprovalDecided
 	// Results holds the tool/client-result of each client wait answered since (by call id).
 	Results map[string]ClientResult
-	// Cancel is the first agent/cancel written after the park, if any.
+	// Cancel is the first agent/cancel since the parking loop instance began, if any.
 	Cancel *AgentCancel
 }
 
@@ -194,7 +194,9 @@ func (p Park) answered(w ParkWait) bool {
 }
 
 // Parked returns the park of the turn left open at the end of events, when that turn is parked:
-// its last turn/parked has no turn/resumed after it. events may be any suffix of a log that
+// its last turn/parked has no turn/resumed after it. Decided, Results and Cancel hold what was
+// appended since the parking loop instance began (a cancel it did not see before it parked
+// cancels the park). events may be any suffix of a log that
 // starts at or before the open turn's turn/start.
 func Parked(events []Event) (Park, bool) {
 	at := -1
@@ -216,7 +218,20 @@ func Parked(events []Event) (Park, bool) {
 		return Park{}, false
 	}
 	p := Park{TurnParked: d, Seq: events[at].Seq, Decided: map[string]ApprovalDecided{}, Results: map[string]ClientResult{}}
-	for _, ev := range events[at+1:] {
+	// Answers and cancels count from the start of the loop instance that parked (its turn/start
+	// or turn/resumed): one appended while the runner was writing the park, before turn/parked
+	// was committed, was not seen by it and answers the park too.
+	from := 0
+	for i := at - 1; i >= 0; i-- {
+		if t := events[i].Type; t == TypeTurnStart || t == TypeTurnResumed {
+			from = i + 1
+			break
+		}
+	}
+	for i, ev := range events[from:] {
+		if from+i == at {
+			continue
+		}
 		switch ev.Type {
 		case TypeApprovalDecided:
 			if d, err := Decode[ApprovalDecided](ev); err == nil {

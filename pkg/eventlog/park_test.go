@@ -64,3 +64,39 @@ func TestE6_ParkedTurnReadModel(t *testing.T) {
 		t.Error("client result validation")
 	}
 }
+
+// TestE6_InvariantsOfParkedTurns: the relational checker accepts a park, its answers and its
+// resumption, and refuses what a parked turn cannot write, a resumption of no park, a park in
+// another step and a second client result.
+func TestE6_InvariantsOfParkedTurns(t *testing.T) {
+	t.Parallel()
+	base := []eventlog.Event{
+		ev(0, eventlog.TypeTurnStart, eventlog.TurnStart{Turn: 1}),
+		ev(1, eventlog.TypeStepStart, eventlog.StepStart{Turn: 1, Step: 1}),
+		ev(2, eventlog.TypeToolCall, eventlog.ToolCall{Turn: 1, Step: 1, CallID: "c1", Name: "pick", Arguments: "{}"}),
+		ev(3, eventlog.TypeTurnParked, eventlog.TurnParked{Turn: 1, Step: 1, Reason: eventlog.ParkClient,
+			Waits: []eventlog.ParkWait{{Kind: eventlog.ParkClient, CallID: "c1", ToolName: "pick"}}}),
+		ev(4, eventlog.TypeClientResult, eventlog.ClientResult{CallID: "c1"}),
+	}
+	with := func(evs ...eventlog.Event) []eventlog.Event { return append(base[:len(base):len(base)], evs...) }
+	good := with(ev(5, eventlog.TypeTurnResumed, eventlog.TurnResumed{Turn: 1, Step: 1, ParkedSeq: 3}),
+		ev(6, eventlog.TypeStepEnd, eventlog.StepEnd{Turn: 1, Step: 1}),
+		ev(7, eventlog.TypeTurnEnd, eventlog.TurnEnd{Turn: 1, Reason: eventlog.TurnReason{Kind: eventlog.EndCompleted}}))
+	if err := eventlog.CheckInvariants(good); err != nil {
+		t.Fatalf("a parked and resumed turn refused: %v", err)
+	}
+	for name, bad := range map[string][]eventlog.Event{
+		"step/end while parked":   with(ev(5, eventlog.TypeStepEnd, eventlog.StepEnd{Turn: 1, Step: 1})),
+		"turn/end while parked":   with(ev(5, eventlog.TypeTurnEnd, eventlog.TurnEnd{Turn: 1, Reason: eventlog.TurnReason{Kind: eventlog.EndCompleted}})),
+		"second client result":    with(ev(5, eventlog.TypeClientResult, eventlog.ClientResult{CallID: "c1"})),
+		"resumed in another step": with(ev(5, eventlog.TypeTurnResumed, eventlog.TurnResumed{Turn: 1, Step: 2, ParkedSeq: 3})),
+		"resumed twice": with(ev(5, eventlog.TypeTurnResumed, eventlog.TurnResumed{Turn: 1, Step: 1, ParkedSeq: 3}),
+			ev(6, eventlog.TypeTurnResumed, eventlog.TurnResumed{Turn: 1, Step: 1, ParkedSeq: 3})),
+		"park names another step": {base[0], base[1], ev(2, eventlog.TypeTurnParked, eventlog.TurnParked{Turn: 1, Step: 2,
+			Reason: eventlog.ParkClient, Waits: []eventlog.ParkWait{{Kind: eventlog.ParkClient, CallID: "c1"}}})},
+	} {
+		if err := eventlog.CheckInvariants(bad); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

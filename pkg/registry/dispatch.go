@@ -73,6 +73,10 @@ func (r *Registry) runBody(ctx context.Context, e *Execution) (*Result, error) {
 		p.canonical = r.clientResult(e, t, p.client, p.timeoutMs)
 		return p.canonical, nil
 	}
+	if t.Client && p.clientAborted {
+		p.canonical = abortedResult()
+		return p.canonical, nil
+	}
 	e.setInBody(true)
 	val, err := r.callBody(ctx, t, e)
 	e.setInBody(false)

@@ -136,6 +136,8 @@ type Prepared struct {
 	canonical *Result
 	settled   Settled
 	client    *eventlog.ClientResult // a resumed client call's posted result
+	// clientAborted: a resumed client call whose turn was cancelled before its result came.
+	clientAborted bool
 }
 
 // Result returns the prepared result of a PrepPostResult or PrepFinalResult call (nil for

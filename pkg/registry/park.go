@@ -25,6 +25,10 @@ type Resumed struct {
 	// pre-execute, approval and guards, and Dispatch turns this result into the call's result
 	// inside the tools/execute wrappers.
 	Client *eventlog.ClientResult
+	// Aborted: a client-executed call was fully prepared before the park and the turn was
+	// cancelled before its result came; Dispatch gives it the ABORTED result of a started call
+	// (PIPE-14) inside the tools/execute wrappers.
+	Aborted bool
 }
 
 // ResumedAsk is the logged ask decision of a resumed call.
@@ -131,6 +135,26 @@ func (r *Registry) clientResult(e *Execution, t *entry, c *eventlog.ClientResult
 
 // Client reports whether the prepared call is of a client-executed tool.
 func (p *Prepared) Client() bool { return p.tool != nil && p.tool.Client }
+
+// AwaitsClient reports whether the prepared call is a client-executed call to dispatch that
+// has no result yet: a turn that can park parks it instead of dispatching it (its body would
+// only fail server-side).
+func (p *Prepared) AwaitsClient() bool {
+	return p.Kind == PrepDispatch && p.Client() && p.client == nil && !p.clientAborted && p.Exec.Parent == nil
+}
+
+// IsClient reports whether in names a client-executed tool in its scope (a call the model
+// makes of it forms, with the client calls next to it, a group of its own).
+func (r *Registry) IsClient(in Input) bool {
+	if in.Parent != nil {
+		return false
+	}
+	scope, _ := r.scopes.Lookup(in.Scope)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t := r.resolveLocked(in.Name, scope)
+	return t != nil && t.Client && r.modeLocked(scope) != ModeCode
+}
 
 // TimeoutMs returns the call's timeout in milliseconds (the tool's, else the registry's default;
 // 0: none).

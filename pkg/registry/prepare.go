@@ -47,10 +47,9 @@ func (r *Registry) Prepare(ctx context.Context, in Input) *Prepared {
 		p.finalize = nil
 		return p.final(collapsedResult(in.Name))
 	}
-	if ctx.Err() != nil {
-		return p.final(AbortedBeforeDispatchResult())
-	}
-	if rs := in.Resumed; rs != nil && in.Parent == nil {
+	// A resumed call goes on from where it parked even when the turn was cancelled meanwhile:
+	// its ask is decided cancelled in the log, a started client call ends ABORTED.
+	if rs := in.Resumed; rs != nil && in.Parent == nil && p.tool != nil {
 		switch {
 		case rs.Client != nil:
 			// Fully prepared before the park: only the dispatch stage is left.
@@ -58,9 +57,16 @@ func (r *Registry) Prepare(ctx context.Context, in Input) *Prepared {
 			p.client = &c
 			p.Kind = PrepDispatch
 			return p
+		case rs.Aborted:
+			p.clientAborted = true
+			p.Kind = PrepDispatch
+			return p
 		case rs.Ask != nil:
 			return r.decideFrom(ctx, p, Decision{Kind: DecisionAsk, Reason: rs.Ask.Reason})
 		}
+	}
+	if ctx.Err() != nil {
+		return p.final(AbortedBeforeDispatchResult())
 	}
 	return r.decide(ctx, p)
 }

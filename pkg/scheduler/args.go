@@ -49,12 +49,16 @@ type Step struct {
 	// Log is the session log the calls' bodies may write to while they run (registry.Recorder);
 	// nil for calls outside a session.
 	Log registry.Recorder
+	// Park lets the step park (extension E6): a call whose ask parks (registry.PrepPark) or a
+	// client-executed call (registry.Prepared.AwaitsClient) waits outside the server, and
+	// RunStep returns with Outcome.Parked once every result before it is committed.
+	Park bool
 }
 
 // input builds the pipeline input of one top-level call (SCHED-1). RootCallID is the call itself;
 // a top-level call has no parent.
 func (st Step) input(c Call) registry.Input {
-	return registry.Input{
+	in := registry.Input{
 		CallID:     c.ID,
 		Name:       c.Name,
 		Args:       ParseArguments(c.Arguments),
@@ -63,5 +67,10 @@ func (st Step) input(c Call) registry.Input {
 		Location:   registry.Location{Turn: st.Turn, Step: st.Step},
 		RootCallID: c.ID,
 		Log:        st.Log,
+		Park:       st.Park,
 	}
+	if c.Resume != nil {
+		in.Resumed = c.Resume.Input
+	}
+	return in
 }

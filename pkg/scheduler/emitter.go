@@ -20,7 +20,26 @@ type Call struct {
 	// Mode is the call's execution mode as classified just before it started (REG-9); Exclusive
 	// for a call that never started. RunStep sets it.
 	Mode registry.Mode
+	// Resume is set on every call of a step that a parked turn's new loop instance resumes
+	// (extension E6, docs/rules.md): what the log already holds of the call. Nil otherwise.
+	Resume *Resume
 }
+
+// Resume is what the log holds of one call of a resumed step.
+type Resume struct {
+	// Committed: the call's tool/result is in the log; the step skips the call.
+	Committed bool
+	// CallSeq is the seq of the call's logged tool/call, -1 when the call had not started. An
+	// Emitter gives a started call's ToolCall this seq and appends nothing.
+	CallSeq int64
+	// Input is the resume input of a started call (registry.Input.Resumed): its logged ask, or
+	// its client's result. Nil for a started call that is prepared again (one after a waiting
+	// client call whose result had not been committed when the turn parked).
+	Input *registry.Resumed
+}
+
+// Started reports whether c's tool/call is in the log already (a resumed call).
+func (c Call) Started() bool { return c.Resume != nil && c.Resume.CallSeq >= 0 }
 
 // Emitter records what the scheduler does. The agent loop implements it over the session log:
 // ToolCall appends `tool/call`, ToolResult appends `tool/result` (SES-7), Contexts appends the

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	"github.com/dshd/dshd/pkg/registry"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // run is the state of one RunStep. Every field is owned by the lane goroutine; dispatch goroutines
@@ -30,6 +31,9 @@ type run struct {
 	// groupCtx is what Config.GroupFunc returned for the current group (nil: nothing), applied
 	// to the ctx of each of its prepares (extension E5).
 	groupCtx func(context.Context) context.Context
+
+	// parking: a call's ask parked (registry.PrepPark); no call starts after it (SCHED-3).
+	parking bool
 
 	out    Outcome
 	err    error // first internal failure (SCHED-7)
@@ -59,6 +63,9 @@ func newRun(s *Scheduler, ctx context.Context, step Step, calls []Call, em Emitt
 // exec runs every group, then settles the step: drain, synthetic pairs on abort, final flush.
 func (r *run) exec() {
 	defer r.recoverInternal()
+	if r.ctx.Err() != nil {
+		r.resolveStarted()
+	}
 	for r.next < len(r.calls) && r.mayStart() {
 		r.runGroup()
 	}
@@ -66,7 +73,8 @@ func (r *run) exec() {
 	if r.ctx.Err() != nil {
 		r.out.Aborted = true
 	}
-	if r.out.Aborted && r.err == nil {
+	r.park()
+	if r.out.Aborted && r.err == nil && len(r.out.Parked) == 0 {
 		r.synthesize()
 	}
 	if !r.emDead {
@@ -81,7 +89,7 @@ func (r *run) exec() {
 // mayStart reports whether a new call may start: no internal failure and the step signal not
 // aborted. It is the SCHED-6 check, made before every start.
 func (r *run) mayStart() bool {
-	if r.err != nil {
+	if r.err != nil || r.parking {
 		return false
 	}
 	if r.ctx.Err() != nil {
@@ -94,7 +102,8 @@ func (r *run) mayStart() bool {
 // runGroup runs the group that begins at r.next (SCHED-2) and drains it.
 func (r *run) runGroup() {
 	parallel := r.mode(r.next) == registry.Parallel
-	r.beginGroup(parallel)
+	client := r.isClient(r.next)
+	r.beginGroup(parallel, client)
 	defer func() { r.groupCtx = nil }()
 	if !parallel {
 		r.start(r.next)
@@ -121,8 +130,8 @@ func (r *run) runGroup() {
 			r.collectSettled() // every slot freed by now, so that the next launch fills them all
 			continue
 		}
-		if r.mode(r.next) != registry.Parallel {
-			break
+		if r.mode(r.next) != registry.Parallel || r.isClient(r.next) != client {
+			break // a run of client-executed calls is a group of its own
 		}
 		r.startGrouped(r.next)
 	}
@@ -147,13 +156,13 @@ func (r *run) mode(i int) (m registry.Mode) {
 // beginGroup calls Config.GroupFunc, if set, with the calls of the group that begins at r.next:
 // that call alone when it is exclusive, else it and the following calls that classify parallel
 // now (peekMode; each is classified again when it would start).
-func (r *run) beginGroup(parallel bool) {
+func (r *run) beginGroup(parallel, client bool) {
 	r.groupCtx = nil
 	if r.s.cfg.GroupFunc == nil {
 		return
 	}
 	ins := []registry.Input{r.input(r.next)}
-	for i := r.next + 1; parallel && i < len(r.calls) && r.peekMode(i) == registry.Parallel; i++ {
+	for i := r.next + 1; parallel && i < len(r.calls) && r.peekMode(i) == registry.Parallel && r.isClient(i) == client; i++ {
 		ins = append(ins, r.input(i))
 	}
 	r.groupCtx = r.s.cfg.GroupFunc(r.ctx, ins)
@@ -169,6 +178,13 @@ func (r *run) peekMode(i int) (m registry.Mode) {
 		}
 	}()
 	return r.s.pipe.ExecutionMode(in)
+}
+
+// isClient reports whether call i is of a client-executed tool (ClientClassifier; false when
+// the pipeline cannot tell).
+func (r *run) isClient(i int) bool {
+	cc, ok := r.s.pipe.(ClientClassifier)
+	return ok && cc.IsClient(r.input(i))
 }
 
 // input returns the pipeline input of call i, parsing its arguments once (SCHED-1).
@@ -202,14 +218,55 @@ func (r *run) collectSettled() {
 	}
 }
 
-// drain waits for every started call and commits them all in order.
+// drain waits for every dispatched body and commits the started calls in order, up to the first
+// that waits outside the server (a parked ask or a client call: commitReady stops there).
 func (r *run) drain() {
-	for r.head < r.next {
-		if !r.slots[r.head].done {
-			r.waitOne()
+	for {
+		r.commitReady()
+		if r.head >= r.next || r.inflight == 0 {
+			return
+		}
+		r.waitOne()
+	}
+}
+
+// resolveStarted runs, one at a time, the calls of a resumed step that had started when the turn
+// parked, before anything else of a step whose signal is already aborted (the turn was cancelled
+// while parked): each gets its own result (its ask decided cancelled, a client call ABORTED)
+// instead of the synthetic ABORTED_BEFORE_DISPATCH of calls that never started.
+func (r *run) resolveStarted() {
+	for r.next < len(r.calls) && r.err == nil && (r.calls[r.next].Started() || r.committed(r.next)) {
+		r.start(r.next)
+		r.drain()
+	}
+}
+
+// committed reports whether call i's result is in the log already (a resumed step skips it).
+func (r *run) committed(i int) bool {
+	c := r.calls[i]
+	return c.Resume != nil && c.Resume.Committed
+}
+
+// park records the calls the step waits for (Outcome.Parked): the uncommitted started calls from
+// the commit cursor on that wait outside the server. The spans of every uncommitted call end here;
+// the loop instance that resumes the turn gives them spans of their own.
+func (r *run) park() {
+	for i := r.head; i < r.next; i++ {
+		sl := r.slots[i]
+		if sl == nil {
 			continue
 		}
-		r.commitReady()
+		if sl.wait != "" {
+			pc := ParkedCall{Call: r.calls[i], CallSeq: sl.callSeq, Kind: sl.wait}
+			if sl.prep != nil {
+				pc.TimeoutMs = sl.prep.TimeoutMs()
+			}
+			r.out.Parked = append(r.out.Parked, pc)
+		}
+		if sl.span != nil {
+			telemetry.EndTool(sl.span, sl.call.Name, false, "")
+			sl.span = nil
+		}
 	}
 }
 
@@ -226,6 +283,9 @@ func (r *run) commitReady() {
 func (r *run) synthesize() {
 	for ; r.next < len(r.calls) && !r.emDead; r.next++ {
 		c := r.calls[r.next]
+		if r.committed(r.next) {
+			continue
+		}
 		seq, err := r.em.ToolCall(r.emCtx, c)
 		if !r.emit(err) {
 			return

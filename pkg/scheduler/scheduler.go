@@ -46,6 +46,28 @@ type Outcome struct {
 	Aborted bool
 	// ConcludesTurn is true when any committed result had ConcludesTurn (RES-5, LOOP-5).
 	ConcludesTurn bool
+	// Parked lists the calls the step waits for outside the server, in model order, when it
+	// parked (Step.Park): every result before the first of them is committed, no body is in
+	// flight, and no call after the last of them has started. Empty when the step did not park.
+	Parked []ParkedCall
+}
+
+// ParkedCall is one call a parked step waits for.
+type ParkedCall struct {
+	Call    Call
+	CallSeq int64
+	// Kind is eventlog.ParkApproval (its ask is committed) or eventlog.ParkClient (its
+	// tool/call is; the client runs it).
+	Kind string
+	// TimeoutMs bounds a client call's wait (the tool's timeout, E2); 0: none.
+	TimeoutMs int
+}
+
+// ClientClassifier is an optional extension of Pipeline: IsClient reports whether a call is of
+// a client-executed tool. The scheduler gives a run of such calls a group of their own (SCHED-2),
+// so that a step parks on them with no server body in flight.
+type ClientClassifier interface {
+	IsClient(in registry.Input) bool
 }
 
 // RunStep runs calls, the tool calls of one logged assistant message in model order, and reports

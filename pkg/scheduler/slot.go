@@ -7,6 +7,7 @@ import (
 
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/telemetry"
@@ -29,6 +30,9 @@ type slot struct {
 	broken  bool              // Dispatch returned nil (set by the dispatch goroutine)
 	done    bool              // ready to commit (lane-owned)
 	dead    bool              // never got a durable tool/call or a dispatch; commits nothing
+	// wait is eventlog.ParkApproval or eventlog.ParkClient for a call that waits outside the
+	// server (never done: the step parks before it commits); "" otherwise.
+	wait string
 }
 
 // start starts call i (SCHED-3): `tool/call`, the prepare stage, then, for a dispatched call, a
@@ -85,6 +89,10 @@ func (r *run) begin(i int) *slot {
 	sl := &slot{call: r.calls[i], done: true}
 	r.slots[i] = sl
 	r.next = i + 1
+	if r.committed(i) {
+		sl.dead = true // a resumed step's call whose result is in the log
+		return nil
+	}
 	seq, err := r.em.ToolCall(r.emCtx, sl.call)
 	if !r.emit(err) {
 		sl.dead = true
@@ -97,7 +105,18 @@ func (r *run) begin(i int) *slot {
 		pctx = r.groupCtx(pctx)
 	}
 	sl.prep, sl.result = r.prepare(pctx, sl.call, r.input(i))
-	if sl.result != nil || sl.prep.Kind != registry.PrepDispatch {
+	switch {
+	case sl.result != nil:
+		return nil
+	case sl.prep.Kind == registry.PrepPark:
+		// The ask is committed; nothing after it starts (SCHED-3) and the step parks.
+		sl.wait, sl.done, r.parking = eventlog.ParkApproval, false, true
+		return nil
+	case r.step.Park && sl.prep.AwaitsClient():
+		// The client runs it: its tool/call is all the server writes before the park.
+		sl.wait, sl.done = eventlog.ParkClient, false
+		return nil
+	case sl.prep.Kind != registry.PrepDispatch:
 		return nil
 	}
 	sl.done = false
