@@ -196,11 +196,21 @@ func (w *deadlineWorker) Work(ctx context.Context, job *river.Job[ParkDeadline])
 // run_wake), enqueues the session's wake in the same transaction, so that another replica serves
 // it. Dropping a lease one does not hold does nothing.
 func (q *Queue) LeaseDrop(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID) error {
+	return q.leaseDrop(ctx, st, tenantID, sessionID, owner, false)
+}
+
+// LeaseHandOver is LeaseDrop that always enqueues the session's wake: a replica shutting down
+// leaves a parked turn that can resume (answered, cancelled or handed over) to another replica.
+func (q *Queue) LeaseHandOver(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID) error {
+	return q.leaseDrop(ctx, st, tenantID, sessionID, owner, true)
+}
+
+func (q *Queue) leaseDrop(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID, always bool) error {
 	return st.inTx(ctx, "drop lease", func(tx pgx.Tx) error {
 		var waiting bool
 		err := tx.QueryRow(ctx, `
 			WITH cur AS (
-				SELECT c.session_id, c.inbox_next_turn > 0 OR c.inbox_next_step > 0 OR c.run_wake AS waiting
+				SELECT c.session_id, $4 OR c.inbox_next_turn > 0 OR c.inbox_next_step > 0 OR c.run_wake AS waiting
 				FROM session_counters c JOIN sessions s ON s.id = c.session_id
 				WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
 			), dropped AS (
@@ -209,7 +219,7 @@ func (q *Queue) LeaseDrop(ctx context.Context, st *Store, tenantID, sessionID, o
 				FROM cur WHERE c.session_id = cur.session_id
 				RETURNING c.session_id
 			)
-			SELECT cur.waiting FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
+			SELECT cur.waiting FROM cur`, sessionID, tenantID, owner, always).Scan(&waiting)
 		if errors.Is(err, pgx.ErrNoRows) || err == nil && !waiting {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
@@ -233,4 +234,24 @@ func (w *turnWorker) park(ctx context.Context, a TurnArgs, owner uuid.UUID, p ev
 		return false, false, err
 	}
 	return ok, !ok, nil
+}
+
+// leaveStopping gives up the lease of a serve the replica's Stop interrupted. A turn left parked
+// (served cleanly) is parked as always, with its deadline jobs, or handed over with a wake when
+// it can resume or an answer came meanwhile (pgstore.Queue.LeaseHandOver): no replica would wake
+// it otherwise. Any other session's lease is dropped with a wake when something waits.
+func (w *turnWorker) leaveStopping(ctx context.Context, a TurnArgs, owner uuid.UUID, r *agentloop.Runner, clean bool) {
+	ctx, cfg := context.WithoutCancel(ctx), w.s.cfg
+	p, ok := r.Parked()
+	if !clean || !ok {
+		_ = w.s.queue.LeaseDrop(ctx, cfg.Store, a.TenantID, a.SessionID, owner)
+		return
+	}
+	if !p.Resolvable() {
+		parked, err := w.s.queue.LeasePark(ctx, cfg.Store, a.TenantID, a.SessionID, owner, parkDeadlines(a, p))
+		if parked || err != nil {
+			return
+		}
+	}
+	_ = w.s.queue.LeaseHandOver(ctx, cfg.Store, a.TenantID, a.SessionID, owner)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/preset"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
@@ -263,4 +264,53 @@ func TestE6_ServedParkGivesUpTheLease(t *testing.T) {
 	if !ok || len(p.Open()) != 1 || p.Open()[0].CallID != "c3" {
 		t.Fatalf("park: %+v %v; want c3 open", p, ok)
 	}
+}
+
+// TestE6_ParkedAskResumesOnTheAnswer: a turn whose call asks for approval parks (turn/parked, no
+// lease held, no turn slot), the answer resumes it as a new loop instance (turn/resumed) and the
+// turn completes with the call run.
+func TestE6_ParkedAskResumesOnTheAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.parking = true
+	ctx := context.Background()
+	b := preset.Body{Name: "ask", Model: preset.Model{Provider: preset.ProviderScripted, Model: "scripted-1"},
+		Approval: preset.Approval{Ask: []string{"echo"}}}
+	b.Normalize()
+	p, err := e.presets.PresetCreate(ctx, e.tenant, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := e.store.SessionCreate(ctx, e.tenant, pgstore.SessionParams{PresetID: &p.ID, PresetVersion: p.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := sess.ID
+	r := e.replica(10 * time.Second)
+	post(t, r, e.tenant, sid, `tool:echo args:{"text":"x"}`, worker.ModeFollowup)
+	e.waitFor(r.hub, sid, eventlog.TypeTurnParked)
+	e.waitReleased(sid)
+	if n, err := e.store.LeasesHeld(ctx, e.tenant); err != nil || n != 0 {
+		t.Fatalf("leases held by a parked turn: %d, %v", n, err)
+	}
+	park, ok := eventlog.Parked(e.events(sid))
+	if !ok || len(park.Open()) != 1 || park.Open()[0].Kind != eventlog.ParkApproval {
+		t.Fatalf("park: %+v %v; want one approval wait", park, ok)
+	}
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, park.Open()[0].ApprovalID, eventlog.ApprovalAllowedOnce, ""); err != nil {
+		t.Fatal(err)
+	}
+	evs := e.waitTurnEnds(r.hub, sid, 1, 30*time.Second)
+	if got := reasons(t, evs); got[0] != eventlog.EndCompleted || count(evs, eventlog.TypeTurnResumed) != 1 {
+		t.Fatalf("reasons %v, %d resumes", got, count(evs, eventlog.TypeTurnResumed))
+	}
+	for _, ev := range evs {
+		if ev.Type == eventlog.TypeToolResult && strings.Contains(string(ev.Data), `"error"`) {
+			t.Fatalf("the approved call failed: %s", ev.Data)
+		}
+	}
+	if err := eventlog.CheckInvariants(evs); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReleased(sid)
 }

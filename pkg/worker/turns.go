@@ -142,7 +142,7 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 			// The replica is shutting down: the turn was aborted (disposed); what waits is left
 			// to the other replicas' jobs.
 			if !j.Released() {
-				_ = w.s.queue.LeaseDrop(context.WithoutCancel(ctx), cfg.Store, a.TenantID, a.SessionID, owner)
+				w.leaveStopping(ctx, a, owner, r, err == nil)
 			}
 			return err == nil, nil
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
@@ -40,6 +41,9 @@ type env struct {
 	presets *pgstore.Presets
 	tenant  uuid.UUID
 	preset  preset.Preset
+	// parking, when set before the first replica, gives the replicas an approval service and
+	// lets their turns park (agentloop.Config.Park, extension E6).
+	parking bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -77,11 +81,17 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ag, err := agents.New(agents.Config{Tools: tools, Loop: agentloop.Config{RetryBackoff: time.Millisecond}})
+	ac := agents.Config{Tools: tools, Loop: agentloop.Config{RetryBackoff: time.Millisecond}}
+	var approvals *approval.Service
+	if e.parking {
+		approvals = approval.New(approval.Config{})
+		ac.Approvals, ac.Loop.Park = approvals, &agentloop.ParkConfig{}
+	}
+	ag, err := agents.New(ac)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	wc := worker.Config{Store: e.store, Hub: hub, Presets: e.presets, Agents: ag,
+	wc := worker.Config{Store: e.store, Hub: hub, Presets: e.presets, Agents: ag, Approvals: approvals,
 		LeaseTTL: ttl, SweepInterval: 200 * time.Millisecond}
 	if tweak != nil {
 		tweak(&wc)
