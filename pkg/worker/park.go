@@ -135,9 +135,11 @@ var (
 )
 
 // readPark reads, under the post's lock, what eventlog.Parked needs of the session's last park:
-// its turn/parked, the answers and cancels after it, and the first event that ended it, if any,
-// in seq order (none when the session never parked). Its cost is the park's answers, not the log
-// that followed it.
+// its turn/parked, the answers and cancels since the loop instance that parked began (its
+// turn/start or turn/resumed: an answer appended while the runner was writing the park counts
+// too), and the first event that ended the park, if any, in seq order (none when the session
+// never parked). Its cost is the answers of the parking loop instance and of its park, not the
+// log before or after them.
 func readPark(ctx context.Context, r pgstore.EventReader) ([]eventlog.Event, error) {
 	last, ok, err := r.Last(ctx, eventlog.TypeTurnParked)
 	if err != nil || !ok {
@@ -147,7 +149,20 @@ func readPark(ctx context.Context, r pgstore.EventReader) ([]eventlog.Event, err
 	if err != nil {
 		return nil, err
 	}
-	answers, err := r.Since(ctx, last.Seq, parkAnswers, 0)
+	from := last.Seq
+	if len(ends) == 0 { // still parked: the last turn/start or turn/resumed is before the park
+		from = -1
+		for _, typ := range []string{eventlog.TypeTurnStart, eventlog.TypeTurnResumed} {
+			ev, ok, err := r.Last(ctx, typ)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				from = max(from, ev.Seq)
+			}
+		}
+	}
+	answers, err := r.Since(ctx, from, parkAnswers, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,13 @@ import (
 // no lease.
 func (e *env) parkedSession(waits ...eventlog.ParkWait) uuid.UUID {
 	e.t.Helper()
+	return e.parkedSessionWith(nil, waits...)
+}
+
+// parkedSessionWith is parkedSession with before appended just before the turn/parked (answers
+// that came while the runner was writing the park).
+func (e *env) parkedSessionWith(before []eventlog.NewEvent, waits ...eventlog.ParkWait) uuid.UUID {
+	e.t.Helper()
 	sid := e.session()
 	var calls []llm.Block
 	for _, w := range waits {
@@ -44,6 +51,7 @@ func (e *env) parkedSession(waits ...eventlog.ParkWait) uuid.UUID {
 			evs = append(evs, eventlog.Of(eventlog.ApprovalAsked{ID: w.ApprovalID, ToolName: w.ToolName, CallID: w.CallID}))
 		}
 	}
+	evs = append(evs, before...)
 	evs = append(evs, eventlog.NewEvent{Type: eventlog.TypeTurnParked, Ignorable: true,
 		Data: eventlog.TurnParked{Turn: 1, Step: 1, Reason: reason, Waits: waits}})
 	if _, err := e.store.Journal(nil, e.tenant, sid, uuid.Nil).Append(context.Background(), eventlog.Batch(evs...)); err != nil {
@@ -207,6 +215,37 @@ func TestE6_DeadlineJobDecidesOnlyAnOpenWait(t *testing.T) {
 	}
 	if err := r.svc.RunDeadline(ctx, job(c3)); err != nil {
 		t.Fatalf("deadline of a deleted session: %v", err)
+	}
+}
+
+// TestE6_AnswerBeforeTheParkCounts: an answer appended while the runner was writing its park
+// (after approval/asked, before turn/parked) answers the park: its deadline job does nothing, and
+// the wait's second answer is refused.
+func TestE6_AnswerBeforeTheParkCounts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.replicaWith(10*time.Second, func(c *worker.Config) { c.InsertOnly = true })
+	ctx := context.Background()
+	at := time.Now().UnixMilli()
+	a1, c2 := approvalWait("c1", "a1", at), clientWait("c2", at)
+	sid := e.parkedSessionWith([]eventlog.NewEvent{
+		eventlog.Of(eventlog.ApprovalDecided{ID: "a1", Outcome: eventlog.ApprovalAllowedOnce}),
+		{Type: eventlog.TypeClientResult, Ignorable: true, Data: eventlog.ClientResult{CallID: "c2"}},
+	}, a1, c2)
+	for _, w := range []eventlog.ParkWait{a1, c2} {
+		if err := r.svc.RunDeadline(ctx, pgstore.ParkDeadline{TenantID: e.tenant, SessionID: sid, Wait: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := e.events(sid)
+	if count(evs, eventlog.TypeApprovalDecided) != 1 || count(evs, eventlog.TypeClientResult) != 1 {
+		t.Fatalf("deadlines of answered waits appended: %d decisions, %d results", count(evs, eventlog.TypeApprovalDecided), count(evs, eventlog.TypeClientResult))
+	}
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", eventlog.ApprovalRejected, ""); !errors.Is(err, approval.ErrAnswered) {
+		t.Fatalf("second answer: %v", err)
+	}
+	if _, err := r.svc.PostToolResult(ctx, e.tenant, sid, eventlog.ClientResult{CallID: "c2"}); faultCode(err) != fault.Conflict {
+		t.Fatalf("second result: %v", err)
 	}
 }
 
