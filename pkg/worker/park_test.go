@@ -353,3 +353,45 @@ func TestE6_ParkedAskResumesOnTheAnswer(t *testing.T) {
 	}
 	e.waitReleased(sid)
 }
+
+// TestE6_ClientCallResumesOnItsResultOrDeadline: a client-executed call parks its turn; the
+// client's result resumes it and becomes the call's tool/result, and a call nobody answers is
+// decided timed out by its deadline job, which resumes the turn too.
+func TestE6_ClientCallResumesOnItsResultOrDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.parking = true
+	ctx := context.Background()
+	r := e.replica(10 * time.Second)
+	answered, late := e.session(), e.session()
+	post(t, r, e.tenant, answered, `tool:pick args:{}`, worker.ModeFollowup)
+	post(t, r, e.tenant, late, `tool:pick_fast args:{}`, worker.ModeFollowup)
+	e.waitFor(r.hub, answered, eventlog.TypeTurnParked)
+	park, ok := eventlog.Parked(e.events(answered))
+	if !ok || len(park.Open()) != 1 || park.Open()[0].Kind != eventlog.ParkClient {
+		t.Fatalf("park: %+v %v; want one client wait", park, ok)
+	}
+	e.waitReleased(answered)
+	result := eventlog.ClientResult{CallID: park.Open()[0].CallID, Content: []llm.Block{llm.TextBlock("blue")}}
+	if _, err := r.svc.PostToolResult(ctx, e.tenant, answered, result); err != nil {
+		t.Fatal(err)
+	}
+	for sid, want := range map[uuid.UUID]string{answered: `blue`, late: fault.CodeToolTimeout} {
+		evs := e.waitTurnEnds(r.hub, sid, 1, 30*time.Second)
+		if got := reasons(t, evs); got[0] != eventlog.EndCompleted || count(evs, eventlog.TypeTurnResumed) != 1 {
+			t.Fatalf("session %s: reasons %v, %d resumes", sid, got, count(evs, eventlog.TypeTurnResumed))
+		}
+		var res string
+		for _, ev := range evs {
+			if ev.Type == eventlog.TypeToolResult {
+				res = string(ev.Data)
+			}
+		}
+		if !strings.Contains(res, want) {
+			t.Fatalf("session %s: tool/result %s, want %s in it", sid, res, want)
+		}
+		if err := eventlog.CheckInvariants(evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

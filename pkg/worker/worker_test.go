@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/tools/demo"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -84,6 +85,13 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 	ac := agents.Config{Tools: tools, Loop: agentloop.Config{RetryBackoff: time.Millisecond}}
 	var approvals *approval.Service
 	if e.parking {
+		for _, spec := range []registry.ClientSpec{{Name: "pick", TimeoutMs: 600_000}, {Name: "pick_fast", TimeoutMs: 300}} {
+			ct, err := registry.ClientTool(spec)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			ac.Tools = append(ac.Tools, ct)
+		}
 		approvals = approval.New(approval.Config{})
 		ac.Approvals, ac.Loop.Park = approvals, &agentloop.ParkConfig{}
 	}
