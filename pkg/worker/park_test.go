@@ -305,6 +305,43 @@ func TestE6_ServedParkGivesUpTheLease(t *testing.T) {
 	}
 }
 
+// askSession returns a session whose preset asks before every echo call.
+func (e *env) askSession() uuid.UUID {
+	e.t.Helper()
+	ctx := context.Background()
+	b := preset.Body{Name: "ask", Model: preset.Model{Provider: preset.ProviderScripted, Model: "scripted-1"},
+		Approval: preset.Approval{Ask: []string{"echo"}}}
+	b.Normalize()
+	p, err := e.presets.PresetCreate(ctx, e.tenant, b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sess, err := e.store.SessionCreate(ctx, e.tenant, pgstore.SessionParams{PresetID: &p.ID, PresetVersion: p.Version})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return sess.ID
+}
+
+// approvedTurnEnds waits for the session's first turn to end and checks that it completed, with
+// resumes resumes and the approved call run.
+func (e *env) approvedTurnEnds(hub *pgstore.Hub, sid uuid.UUID, resumes int) {
+	e.t.Helper()
+	evs := e.waitTurnEnds(hub, sid, 1, 30*time.Second)
+	if got := reasons(e.t, evs); got[0] != eventlog.EndCompleted || count(evs, eventlog.TypeTurnResumed) != resumes {
+		e.t.Fatalf("reasons %v, %d resumes; want completed with %d", got, count(evs, eventlog.TypeTurnResumed), resumes)
+	}
+	for _, ev := range evs {
+		if ev.Type == eventlog.TypeToolResult && strings.Contains(string(ev.Data), `"error"`) {
+			e.t.Fatalf("the approved call failed: %s", ev.Data)
+		}
+	}
+	if err := eventlog.CheckInvariants(evs); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitReleased(sid)
+}
+
 // TestE6_ParkedAskResumesOnTheAnswer: a turn whose call asks for approval parks (turn/parked, no
 // lease held, no turn slot), the answer resumes it as a new loop instance (turn/resumed) and the
 // turn completes with the call run.
@@ -313,18 +350,7 @@ func TestE6_ParkedAskResumesOnTheAnswer(t *testing.T) {
 	e := newEnv(t)
 	e.parking = true
 	ctx := context.Background()
-	b := preset.Body{Name: "ask", Model: preset.Model{Provider: preset.ProviderScripted, Model: "scripted-1"},
-		Approval: preset.Approval{Ask: []string{"echo"}}}
-	b.Normalize()
-	p, err := e.presets.PresetCreate(ctx, e.tenant, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := e.store.SessionCreate(ctx, e.tenant, pgstore.SessionParams{PresetID: &p.ID, PresetVersion: p.Version})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := sess.ID
+	sid := e.askSession()
 	r := e.replica(10 * time.Second)
 	post(t, r, e.tenant, sid, `tool:echo args:{"text":"x"}`, worker.ModeFollowup)
 	e.waitFor(r.hub, sid, eventlog.TypeTurnParked)
@@ -339,19 +365,30 @@ func TestE6_ParkedAskResumesOnTheAnswer(t *testing.T) {
 	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, park.Open()[0].ApprovalID, eventlog.ApprovalAllowedOnce, ""); err != nil {
 		t.Fatal(err)
 	}
-	evs := e.waitTurnEnds(r.hub, sid, 1, 30*time.Second)
-	if got := reasons(t, evs); got[0] != eventlog.EndCompleted || count(evs, eventlog.TypeTurnResumed) != 1 {
-		t.Fatalf("reasons %v, %d resumes", got, count(evs, eventlog.TypeTurnResumed))
-	}
-	for _, ev := range evs {
-		if ev.Type == eventlog.TypeToolResult && strings.Contains(string(ev.Data), `"error"`) {
-			t.Fatalf("the approved call failed: %s", ev.Data)
+	e.approvedTurnEnds(r.hub, sid, 1)
+}
+
+// TestE6_AnswerApprovalOfABlockingAsk: without parking, an ask blocks its running turn, and
+// AnswerApproval reaches it through the holder's watch as before.
+func TestE6_AnswerApprovalOfABlockingAsk(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.asking = true
+	ctx := context.Background()
+	sid := e.askSession()
+	r := e.replica(10 * time.Second)
+	post(t, r, e.tenant, sid, `tool:echo args:{"text":"x"}`, worker.ModeFollowup)
+	e.waitFor(r.hub, sid, eventlog.TypeApprovalAsked)
+	var id string
+	for _, ev := range e.events(sid) {
+		if a, err := eventlog.Decode[eventlog.ApprovalAsked](ev); err == nil && ev.Type == eventlog.TypeApprovalAsked {
+			id = a.ID
 		}
 	}
-	if err := eventlog.CheckInvariants(evs); err != nil {
+	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, id, eventlog.ApprovalAllowedOnce, ""); err != nil {
 		t.Fatal(err)
 	}
-	e.waitReleased(sid)
+	e.approvedTurnEnds(r.hub, sid, 0)
 }
 
 // TestE6_ClientCallResumesOnItsResultOrDeadline: a client-executed call parks its turn; the

@@ -42,9 +42,10 @@ type env struct {
 	presets *pgstore.Presets
 	tenant  uuid.UUID
 	preset  preset.Preset
-	// parking, when set before the first replica, gives the replicas an approval service and
-	// lets their turns park (agentloop.Config.Park, extension E6).
-	parking bool
+	// asking, when set before the first replica, gives the replicas an approval service; parking
+	// also lets their turns park (agentloop.Config.Park, extension E6), with client-executed
+	// tools pick and pick_fast.
+	asking, parking bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -92,8 +93,11 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 			}
 			ac.Tools = append(ac.Tools, ct)
 		}
+		ac.Loop.Park = &agentloop.ParkConfig{}
+	}
+	if e.asking || e.parking {
 		approvals = approval.New(approval.Config{})
-		ac.Approvals, ac.Loop.Park = approvals, &agentloop.ParkConfig{}
+		ac.Approvals = approvals
 	}
 	ag, err := agents.New(ac)
 	if err != nil {
