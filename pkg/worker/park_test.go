@@ -432,3 +432,28 @@ func TestE6_ClientCallResumesOnItsResultOrDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestE6_CancelEndsAParkedTurn: the cancel of a parked ask wakes the session; the resumed runner
+// sees the agent/cancel after turn/parked and ends the turn.
+func TestE6_CancelEndsAParkedTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.parking = true
+	ctx := context.Background()
+	sid := e.askSession()
+	r := e.replica(10 * time.Second)
+	post(t, r, e.tenant, sid, `tool:echo args:{"text":"x"}`, worker.ModeFollowup)
+	e.waitFor(r.hub, sid, eventlog.TypeTurnParked)
+	e.waitReleased(sid)
+	if ok, err := r.svc.Cancel(ctx, e.tenant, sid, false); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	evs := e.waitTurnEnds(r.hub, sid, 1, 30*time.Second)
+	if got := reasons(t, evs); got[0] != eventlog.EndAborted {
+		t.Fatalf("reasons %v; want aborted", got)
+	}
+	if err := eventlog.CheckInvariants(evs); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReleased(sid)
+}
