@@ -139,8 +139,8 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	for {
 		_, err := r.Serve(ctx)
 		if errors.Is(context.Cause(ctx), errStopping) {
-			// The replica is shutting down: the turn was aborted (disposed); what waits is left
-			// to the other replicas' jobs.
+			// The replica is shutting down: the turn was aborted (disposed), or it parked and is
+			// parked or handed over (leaveStopping); what waits is left to the other replicas' jobs.
 			if !j.Released() {
 				w.leaveStopping(ctx, a, owner, r, err == nil)
 			}
@@ -173,10 +173,12 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 			if err != nil {
 				return false, err // the lease expires and the sweeper wakes the session
 			}
-			if parked || !again || ctx.Err() != nil {
+			if parked || !again {
 				return parked, nil // parked: the runner stays cached for the answer's serve
 			}
-			continue // an answer came, or the park can resume: serve again with the lease held
+			// An answer came, or the park can resume: serve again with the lease held (a serve
+			// stopped or lost meanwhile is handled by the branches above).
+			continue
 		}
 		if j.Released() {
 			return true, nil // the turn's last append released the lease
