@@ -5,11 +5,11 @@
 // agent (Settings). A preset version is immutable, so its scope is set up once and shared by its
 // sessions while any of them uses it (Agent hands out a release func; the scope is
 // reference-counted). Unused scopes are kept in a bounded LRU (Config.MaxIdleScopes) and
-// disposed when they fall out of it: every registration made for them (restrictions,
-// presentation mode, tool policies, approval asks, prompt sections and variables) is undone, and the next
-// Agent call of that version sets it up again. Model clients are cached by base URL and key,
-// bounded: a preset naming a tenant credential (model.credential) resolves it at every model call
-// and never shares a client with another key.
+// disposed when they fall out of it: every registration made for them (declared tools,
+// restrictions, presentation mode, tool policies, approval asks, prompt sections and variables)
+// is undone, and the next Agent call of that version sets it up again. Model clients are cached
+// by base URL and key, bounded: a preset naming a tenant credential (model.credential) resolves
+// it at every model call and never shares a client with another key.
 //
 // Setting a scope up and disposing it take time linear in the preset's size (its prompt is one
 // promptasm bundle) and run outside the lock the agents share: a large preset being set up
@@ -20,15 +20,12 @@ package agents
 import (
 	"container/list"
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -36,7 +33,6 @@ import (
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/codemode"
-	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/kernel"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/llm/openai"
@@ -148,11 +144,6 @@ const (
 	DefaultMaxIdleScopes = 256
 )
 
-// maxClients bounds the cached model clients (one per base URL and key: the operator's, or one
-// tenant credential's); the least recently used is dropped beyond it (the sessions using it keep
-// it).
-const maxClients = 64
-
 // Agents builds agent loop configurations. It is safe for concurrent use.
 type Agents struct {
 	cfg    Config
@@ -162,20 +153,15 @@ type Agents struct {
 	// codeRuntime is Config.CodeRuntime as prompt assembly sees it; nil without one.
 	codeRuntime *promptasm.CodeRuntime
 
-	// mu guards the scopes, their reference counts and the clients. It is held for map and list
-	// operations only: a scope is set up and disposed without it (see acquire and release).
-	mu      sync.Mutex
-	scopes  map[string]*scope        // by preset version key: the scopes in use and the idle ones
-	idle    *list.List               // of *scope with no references, most recently released first
-	gone    map[string]chan struct{} // keys whose evicted scope is being disposed; closed when done
-	clients map[string]*list.Element
-	lru     *list.List // of *client, most recently used first
+	// models gives each session its model client (models.go).
+	models modelClients
 
-	// credRefs maps the credentials presets name ("<tenant>\x00<name or id>") to the id each
-	// last resolved to, under mu (credentialFound).
-	credRefs map[string]string
-	// credWarns rate-limits the warning about a tenant credential that cannot be used.
-	credWarns warnLimiter
+	// mu guards the scopes and their reference counts. It is held for map and list operations
+	// only: a scope is set up and disposed without it (see acquire and release).
+	mu     sync.Mutex
+	scopes map[string]*scope        // by preset version key: the scopes in use and the idle ones
+	idle   *list.List               // of *scope with no references, most recently released first
+	gone   map[string]chan struct{} // keys whose evicted scope is being disposed; closed when done
 
 	// setupHook, when set (by tests, before any Agent call), is called in the middle of every
 	// scope's setup, outside mu.
@@ -199,23 +185,19 @@ type scope struct {
 	ready    chan struct{} // closed when the setup is done
 	sched    *scheduler.Scheduler
 	settings Settings
-	canAsk   bool  // the preset's calls may ask for approval (canAsk): its prompt states the policy
-	err      error // a setup failure: every turn of the preset version ends with it
+	canAsk   bool     // the preset's calls may ask for approval (canAsk): its prompt states the policy
+	declared []string // the names of the preset's declared tools (declareTools)
+	err      error    // a setup failure: every turn of the preset version ends with it
 	failing  *promptasm.Registry
 	fiber    *kernel.Fiber // the registry registrations (restrictions, mode, policies, asks)
+	// declaredFiber registers the declared tools in their scope (declareTools); nil without them.
+	declaredFiber *kernel.Fiber
 	// group is the policies' scheduler group hook (E5: one pre-execute webhook request per
 	// group); nil without a pre-execute webhook. Set by the setup.
 	group func(context.Context, []registry.Input) func(context.Context) context.Context
 	undo  []func()      // the promptasm registrations
 	refs  int           // under Agents.mu
 	elem  *list.Element // in idle when refs is 0; under Agents.mu
-}
-
-// client is a cached model client; key is its cache key (clientKey).
-type client struct {
-	key        string
-	credential string // the tenant credential's id, "" for the operator's key or none
-	p          llm.Provider
 }
 
 // New registers the built-in tools and returns the agents of a server.
@@ -250,8 +232,8 @@ func New(cfg Config) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{cfg: cfg, k: k, reg: reg, scopes: map[string]*scope{}, idle: list.New(), gone: map[string]chan struct{}{},
-		clients: map[string]*list.Element{}, lru: list.New(), held: map[string]*held{}}
+	a := &Agents{cfg: cfg, k: k, reg: reg, models: newModels(cfg), scopes: map[string]*scope{}, idle: list.New(),
+		gone: map[string]chan struct{}{}, held: map[string]*held{}}
 	if w := cfg.PolicyWebhooks; len(w.Key) > 0 {
 		a.webhooks = policy.NewClient(policy.ClientConfig{AllowHTTP: w.AllowHTTP, AllowPrivate: w.AllowPrivate, RootCAs: w.RootCAs})
 	}
@@ -286,20 +268,22 @@ func New(cfg Config) (*Agents, error) {
 
 // Rules returns the preset validation rules of what these agents can run: a preset they accept
 // gets a model provider (its baseUrl host is among Config.ModelHosts, with their default; it is
-// not scripted while Config.ScriptedDisabled), and names policy webhooks only when
-// Config.PolicyWebhooks has a key (with its http and private-address settings). The server
-// validates presets with them.
+// not scripted while Config.ScriptedDisabled), names policy webhooks only when
+// Config.PolicyWebhooks has a key (with its http and private-address settings), and declares
+// no tool of a built-in tool's name. The server validates presets with them.
 func (a *Agents) Rules() preset.Rules {
 	w := a.cfg.PolicyWebhooks
 	return preset.Rules{ModelHosts: slices.Clone(a.cfg.ModelHosts), ScriptedDisabled: a.cfg.ScriptedDisabled,
 		PolicyWebhookKey: slices.Clone(w.Key), PolicyWebhookHTTP: w.AllowHTTP, PolicyWebhookPrivate: w.AllowPrivate,
-		SandboxNetworkDisabled: a.cfg.SandboxNetworkDisabled}
+		SandboxNetworkDisabled: a.cfg.SandboxNetworkDisabled, BuiltinTools: a.reg.Names("")}
 }
 
 // Registry returns the tool registry (for the catalogue).
 func (a *Agents) Registry() *registry.Registry { return a.reg }
 
 // toolSet provides the wire tools of the scope an assembly runs in: the nearest chain element.
+// The names toolOrder may list are the global tools and the scope's declared tools, before
+// restrictions.
 func (a *Agents) toolSet(_ context.Context, in promptasm.Input) (promptasm.ToolSet, error) {
 	key := ""
 	if len(in.Chain) > 0 {
@@ -309,7 +293,7 @@ func (a *Agents) toolSet(_ context.Context, in promptasm.Input) (promptasm.ToolS
 	if err != nil {
 		return promptasm.ToolSet{}, err
 	}
-	return promptasm.ToolSet{Schemas: s, KnownNames: a.reg.Names("")}, nil
+	return promptasm.ToolSet{Schemas: s, KnownNames: append(a.reg.Names(""), a.declaredNames(key)...)}, nil
 }
 
 // Session is what Agent needs to know of a session.
@@ -330,11 +314,13 @@ type Session struct {
 // turn/end {kind: error, error: {code: NO_ADAPTER}} after one step; Prompt returns the error.
 // Agent itself returns no error for either, so a caller (the worker) runs such turns to their end
 // instead of retrying the session's job. While the configuration is held,
-// Settings(s.ID.String()) returns the agent's settings. On an error, release is a no-op.
+// Settings(s.ID.String()) returns the agent's settings. The configuration's Park is set (E6):
+// an ask and a call of a client-executed tool park the turn, and a parked ask waits the preset's
+// approval.timeoutMs. On an error, release is a no-op.
 func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	p := s.Preset.Body
 	a.bindWorkspace(s)
-	prov, defaults, err := a.provider(p.Model, s.TenantID)
+	prov, defaults, err := a.models.Provider(p.Model, s.TenantID)
 	if err != nil {
 		a.cfg.Logger.Warn("the preset's model provider cannot be built: its turns end with the error",
 			"preset", s.Preset.ID, "version", s.Preset.Version, "session", s.ID, "err", err)
@@ -361,6 +347,9 @@ func (a *Agents) Agent(s Session) (agentloop.Config, func(), error) {
 	cfg.Observe = a.observe(cfg.SessionID)
 	cfg.Tools = a.reg
 	cfg.Scheduler = sc.sched
+	// E6: the session's asks and client-executed calls park the turn instead of holding the
+	// runner; a parked ask waits the preset's approval.timeoutMs.
+	cfg.Park = &agentloop.ParkConfig{ApprovalTimeout: sc.settings.Approval.Timeout}
 	if p.Limits.MaxSteps != nil {
 		cfg.MaxSteps = *p.Limits.MaxSteps
 	}
@@ -484,7 +473,8 @@ func (a *Agents) release(sc *scope) {
 }
 
 // dispose undoes every registration made for sc: the promptasm ones, then the fiber's
-// (restrictions, presentation mode, policies, approval asks), each in reverse order.
+// (restrictions, presentation mode, policies, approval asks), each in reverse order, then the
+// declared tools.
 func (a *Agents) dispose(sc *scope) {
 	for i := len(sc.undo) - 1; i >= 0; i-- {
 		sc.undo[i]()
@@ -493,15 +483,22 @@ func (a *Agents) dispose(sc *scope) {
 	if sc.fiber != nil {
 		sc.fiber.Dispose()
 	}
+	if sc.declaredFiber != nil {
+		sc.declaredFiber.Dispose()
+	}
 }
 
-// setup declares the scope and registers the preset's restrictions, mode, policies, approval
-// asks, and its persona, sections and variables as one promptasm bundle, keeping in sc what
+// setup declares the scope and registers the preset's declared tools, restrictions, mode,
+// policies, approval asks, and its persona, sections and variables as one promptasm bundle, keeping in sc what
 // undoes them (also after a failure: dispose undoes what was registered before it).
 func (a *Agents) setup(sc *scope, pv preset.Preset) error {
 	p := pv.Body
 	key := sc.key
-	s, err := a.k.Scopes().Declare(key, a.parentScope(p))
+	parent, err := a.declareTools(sc, a.parentScope(p), p.Tools.Declared)
+	if err != nil {
+		return err
+	}
+	s, err := a.k.Scopes().Declare(key, parent)
 	if err != nil {
 		return err
 	}
@@ -612,232 +609,6 @@ func failing(setupErr error) *promptasm.Registry {
 		return promptasm.Assembly{}, err
 	})
 	return pr
-}
-
-// unavailable is the model provider of a preset whose provider cannot be built: every call fails
-// with err.
-type unavailable struct{ err error }
-
-func (u unavailable) Stream(context.Context, llm.Request) (llm.Stream, error) { return nil, u.err }
-
-// provider returns the model client of a preset's model settings and the defaults the
-// provider declares: deepseek DeepSeek's (openai.DeepSeekDefaults), openai and scripted none.
-// deepseek and openai share the OpenAI wire and its clients, and the rules of the operator's key.
-func (a *Agents) provider(m preset.Model, tenantID uuid.UUID) (llm.Provider, llm.Defaults, error) {
-	var defaults llm.Defaults
-	switch m.Provider {
-	case preset.ProviderScripted:
-		if a.cfg.ScriptedDisabled {
-			return nil, defaults, llm.NewError(llm.CodeNoAdapter, "the scripted model provider is disabled on this server (DSHD_SCRIPTED_MODEL=0)")
-		}
-		return a.cfg.Scripted, defaults, nil
-	case preset.ProviderDeepSeek:
-		defaults = openai.DeepSeekDefaults()
-	case preset.ProviderOpenAI:
-	default:
-		return nil, defaults, llm.NewError(llm.CodeNoAdapter, "no model adapter for provider %q", clip(m.Provider))
-	}
-	p, err := a.openAIClient(m, tenantID)
-	return p, defaults, err
-}
-
-// openAIClient returns the OpenAI-wire client of a deepseek or openai preset. A preset naming a
-// credential gets a client that resolves it at every call (credentialModel); any other gets the
-// operator's key on DeepSeek's endpoint only, and only while the operator lends it.
-func (a *Agents) openAIClient(m preset.Model, tenantID uuid.UUID) (llm.Provider, error) {
-	baseURL, deepseek := "", true // no baseUrl: the default DeepSeek endpoint
-	if m.BaseURL != "" {
-		u, err := openai.AllowedBaseURL(m.BaseURL, a.cfg.ModelHosts)
-		if err != nil {
-			return nil, llm.NewError(llm.CodeNoAdapter, "model baseUrl is not allowed: %s", clip(err.Error()))
-		}
-		baseURL = u.String() // the URL that was checked, not a differently-read spelling of it
-		deepseek = openai.IsDeepSeekEndpoint(u)
-	}
-	if m.Credential != "" {
-		return &credentialModel{a: a, tenantID: tenantID, ref: m.Credential, provider: m.Provider, baseURL: baseURL}, nil
-	}
-	if !deepseek {
-		return a.client(baseURL, "", ""), nil // the operator's key goes to DeepSeek only
-	}
-	if a.cfg.NoOperatorKeyFallback {
-		return nil, llm.NewError(llm.CodeInvalidCredential, "this server does not lend its DeepSeek key to presets: "+
-			"store a credential (POST /v1/credentials) and name it in the preset's model.credential")
-	}
-	return a.client(baseURL, "", a.cfg.DeepSeekAPIKey), nil
-}
-
-// credentialModel is the model provider of a preset that names a tenant credential: every call
-// reads and decrypts the credential (one row by the tenant and name or id, a microsecond of
-// AES-GCM), so a deleted credential is never used again, and calls through the client of its
-// base URL and key, which no other tenant's preset shares.
-type credentialModel struct {
-	a        *Agents
-	tenantID uuid.UUID
-	ref      string
-	provider string
-	baseURL  string
-}
-
-// Stream resolves the credential and sends req with its key.
-func (c *credentialModel) Stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
-	cred, err := c.resolve(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.a.client(c.baseURL, cred.ID.String(), cred.APIKey).Stream(ctx, req)
-}
-
-// resolve returns the credential, or the *llm.Error a turn ends with when it cannot be used:
-// INVALID_CREDENTIAL (not retried) when it is gone, disabled, for another provider or does not
-// decrypt; SERVER (retried) while the database is unavailable. When the credential the preset
-// names is gone or changed (deleted, or deleted and created again: another id), the clients of
-// the one it found before are dropped, and their decrypted key with them.
-func (c *credentialModel) resolve(ctx context.Context) (tenant.CredentialSecret, error) {
-	cred, err := c.find(ctx)
-	var le *llm.Error
-	switch {
-	case err == nil:
-		c.found(cred.ID.String())
-	case errors.As(err, &le) && le.Code == llm.CodeInvalidCredential:
-		c.found("")
-	}
-	return cred, err
-}
-
-// found records the id of the credential a resolve found ("" none) and drops the clients of the
-// one found before when it differs.
-func (c *credentialModel) found(id string) {
-	c.a.credentialFound(c.tenantID.String()+"\x00"+c.ref, id)
-}
-
-// find reads and decrypts the credential; see resolve.
-func (c *credentialModel) find(ctx context.Context) (tenant.CredentialSecret, error) {
-	if c.a.cfg.Credentials == nil {
-		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential, "credentials are disabled on this server")
-	}
-	cred, err := c.a.cfg.Credentials.CredentialResolve(ctx, c.tenantID, c.ref)
-	switch {
-	case err == nil && cred.Provider != c.provider:
-		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential,
-			"the preset's credential %q is for provider %q, not %q", clip(c.ref), cred.Provider, c.provider)
-	case err == nil:
-		return cred, nil
-	case ctx.Err() != nil:
-		return tenant.CredentialSecret{}, ctx.Err()
-	case errors.Is(err, tenant.ErrCredentialNotFound):
-		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential,
-			"the preset's credential %q does not exist (deleted?)", clip(c.ref))
-	case errors.Is(err, tenant.ErrCredentialsDisabled):
-		return tenant.CredentialSecret{}, llm.NewError(llm.CodeInvalidCredential, "credentials are disabled on this server")
-	case fault.Code(err) == fault.Unavailable:
-		e := llm.NewError(llm.CodeServer, "the preset's credential could not be read: the database is unavailable")
-		e.Err = err
-		return tenant.CredentialSecret{}, e
-	}
-	if ok, suppressed := c.a.credWarns.allow(c.tenantID.String()+"\x00"+c.ref, time.Now()); ok {
-		c.a.cfg.Logger.WarnContext(ctx, "a tenant credential cannot be used", "tenant", c.tenantID, "err", err,
-			"suppressed", suppressed, "every", credentialWarnEvery)
-	}
-	e := llm.NewError(llm.CodeInvalidCredential, "the preset's credential %q cannot be decrypted on this server", clip(c.ref))
-	e.Err = err
-	return tenant.CredentialSecret{}, e
-}
-
-// clientKey is the cache key of the client of a base URL and key: the credential's id for a
-// tenant credential ("" for the operator's key) and a fingerprint of the key, so that clients
-// are shared only by calls with the very same key.
-func clientKey(baseURL, credential, apiKey string) string {
-	sum := sha256.Sum256([]byte(apiKey))
-	return baseURL + "\x00" + credential + "\x00" + hex.EncodeToString(sum[:8])
-}
-
-// client returns the cached model client of a base URL ("" for the default endpoint) and key
-// (credential is the tenant credential's id, "" for the operator's key or none). A client serves
-// every model of its endpoint: the model is sent per request (llm.Request.Config.Model, which the
-// agent loop fills from the preset).
-func (a *Agents) client(baseURL, credential, apiKey string) llm.Provider {
-	key := clientKey(baseURL, credential, apiKey)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if e, ok := a.clients[key]; ok {
-		a.lru.MoveToFront(e)
-		return e.Value.(*client).p
-	}
-	c := &client{key: key, p: a.cfg.OpenAIFunc(openai.Config{BaseURL: baseURL, APIKey: apiKey, MaxAttempts: 1,
-		Logger: a.cfg.Logger})}
-	c.credential = credential
-	a.clients[key] = a.lru.PushFront(c)
-	for a.lru.Len() > maxClients {
-		delete(a.clients, a.lru.Remove(a.lru.Back()).(*client).key)
-	}
-	return c.p
-}
-
-// credentialFound records that the credential a tenant's preset names (ref, "<tenant>\x00<name
-// or id>") resolved to the credential id ("" none: gone, or unusable) and, when it resolved to
-// another one before, forgets that one's cached clients, and so its decrypted key. Calls in
-// flight keep their client.
-func (a *Agents) credentialFound(ref, id string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.credRefs == nil || len(a.credRefs) >= 4096 {
-		a.credRefs = map[string]string{} // forgetting costs only an early drop
-	}
-	last := a.credRefs[ref]
-	if id == "" {
-		delete(a.credRefs, ref)
-	} else {
-		a.credRefs[ref] = id
-	}
-	if last == "" || last == id {
-		return
-	}
-	for e := a.lru.Front(); e != nil; {
-		next := e.Next()
-		if c := e.Value.(*client); c.credential == last {
-			delete(a.clients, c.key)
-			a.lru.Remove(e)
-		}
-		e = next
-	}
-}
-
-// credentialWarnEvery is how often at most the agents warn about one unusable credential (of a
-// tenant and name): it fails every model call of its presets, and the log should say so, not
-// repeat it at each call.
-const credentialWarnEvery = time.Minute
-
-// warnLimiter lets one warning a key through per credentialWarnEvery and counts the others.
-type warnLimiter struct {
-	mu   sync.Mutex
-	last map[string]*warnState
-}
-
-type warnState struct {
-	at         time.Time
-	suppressed int
-}
-
-// allow reports whether a warning of key may be logged at now, and how many were suppressed
-// since the last one. It keeps at most 1024 keys (forgetting all beyond: a warning more).
-func (w *warnLimiter) allow(key string, now time.Time) (ok bool, suppressed int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.last == nil || len(w.last) >= 1024 {
-		w.last = map[string]*warnState{}
-	}
-	st := w.last[key]
-	if st != nil && now.Sub(st.at) < credentialWarnEvery {
-		st.suppressed++
-		return false, 0
-	}
-	if st == nil {
-		st = &warnState{}
-		w.last[key] = st
-	}
-	suppressed, st.at, st.suppressed = st.suppressed, now, 0
-	return true, suppressed
 }
 
 // Prompt returns the system prompt and wire tools a session's agent would get now. The preset

@@ -15,9 +15,10 @@ func (a *Agents) ScopeCounts() (live, idle int) {
 
 // ClientCount returns how many model clients are cached.
 func (a *Agents) ClientCount() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.clients)
+	ms := a.models.(*models)
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return len(ms.clients)
 }
 
 // Approve is the approver the agents mount on their registry.

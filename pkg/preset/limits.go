@@ -21,6 +21,13 @@ const (
 	MaxMaxParallelToolCalls = 64 // tools.maxParallelToolCalls (from 1)
 	MaxMaxParallelSubCalls  = 64 // tools.maxParallelSubCalls (from 1)
 
+	// MaxDeclaredTools bounds tools.declared; MaxDeclaredDescriptionBytes the description of
+	// one declared tool and MaxDeclaredTimeoutMs its timeoutMs (from 1). Its parameters are
+	// bounded by registry.MaxClientParameters.
+	MaxDeclaredTools            = 64
+	MaxDeclaredDescriptionBytes = 16 << 10
+	MaxDeclaredTimeoutMs        = 86_400_000 // one day
+
 	MaxPersonaBytes       = 32 << 10  // prompt.persona
 	MaxSections           = 64        // prompt.sections
 	MaxSectionNameBytes   = 128       // prompt.sections[].name

@@ -81,14 +81,18 @@ type Model struct {
 
 // Tools selects which tools the agent sees and how. An empty Allow allows every tool; Deny always
 // wins. An empty ToolOrder sorts tools by name. Bash holds the settings of the `bash` tool.
+// Declared are the tools the preset adds to the built-in ones: client-executed tools
+// (DeclaredTool), which Allow, Deny, ToolOrder and approval.ask name like any tool. It is left out
+// of the JSON when empty, so a preset that declares none reads as before.
 type Tools struct {
-	Mode                 string   `json:"mode"`
-	Allow                []string `json:"allow"`
-	Deny                 []string `json:"deny"`
-	ToolOrder            []string `json:"toolOrder"`
-	MaxParallelToolCalls *int     `json:"maxParallelToolCalls"`
-	MaxParallelSubCalls  *int     `json:"maxParallelSubCalls"`
-	Bash                 Bash     `json:"bash"`
+	Mode                 string         `json:"mode"`
+	Allow                []string       `json:"allow"`
+	Deny                 []string       `json:"deny"`
+	ToolOrder            []string       `json:"toolOrder"`
+	MaxParallelToolCalls *int           `json:"maxParallelToolCalls"`
+	MaxParallelSubCalls  *int           `json:"maxParallelSubCalls"`
+	Bash                 Bash           `json:"bash"`
+	Declared             []DeclaredTool `json:"declared,omitempty"`
 }
 
 // Bash are the settings of the `bash` tool. Network gives its sandboxed commands the host's
@@ -148,6 +152,9 @@ func (b *Body) Normalize() {
 	t.Allow, t.Deny, t.ToolOrder = nonNil(t.Allow), nonNil(t.Deny), nonNil(t.ToolOrder)
 	t.MaxParallelToolCalls = orDefault(t.MaxParallelToolCalls, DefaultMaxParallelToolCalls)
 	t.MaxParallelSubCalls = orDefault(t.MaxParallelSubCalls, DefaultMaxParallelSubCalls)
+	if t.Declared == nil {
+		t.Declared = []DeclaredTool{}
+	}
 	if t.Bash.Network == nil {
 		off := false
 		t.Bash.Network = &off

@@ -39,6 +39,9 @@ type Rules struct {
 	// PolicyWebhookPrivate allows policy webhook hosts that are loopback, private or link-local
 	// addresses (tests, private deployments).
 	PolicyWebhookPrivate bool
+	// BuiltinTools are the names of the server's built-in tools, which a declared tool
+	// (tools.declared) may not take. The server takes them from its agents (agents.Agents.Rules).
+	BuiltinTools []string
 }
 
 // WebhookSecret returns the signing secret of the policy webhooks of preset id; ok is false
@@ -89,6 +92,7 @@ func (r Rules) Validate(b *Body) error {
 	v.name(b.Name)
 	v.model(b.Model, r)
 	v.tools(b.Tools)
+	v.declared(b.Tools.Declared, r.BuiltinTools)
 	if *b.Tools.Bash.Network && r.SandboxNetworkDisabled {
 		v.add("tools.bash.network", "sandboxed commands may not use the network on this server (DSHD_SANDBOX_NETWORK=0)")
 	}
