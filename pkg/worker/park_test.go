@@ -368,29 +368,6 @@ func TestE6_ParkedAskResumesOnTheAnswer(t *testing.T) {
 	e.approvedTurnEnds(r.hub, sid, 1)
 }
 
-// TestE6_AnswerApprovalOfABlockingAsk: without parking, an ask blocks its running turn, and
-// AnswerApproval reaches it through the holder's watch as before.
-func TestE6_AnswerApprovalOfABlockingAsk(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.asking = true
-	ctx := context.Background()
-	sid := e.askSession()
-	r := e.replica(10 * time.Second)
-	post(t, r, e.tenant, sid, `tool:echo args:{"text":"x"}`, worker.ModeFollowup)
-	e.waitFor(r.hub, sid, eventlog.TypeApprovalAsked)
-	var id string
-	for _, ev := range e.events(sid) {
-		if a, err := eventlog.Decode[eventlog.ApprovalAsked](ev); err == nil && ev.Type == eventlog.TypeApprovalAsked {
-			id = a.ID
-		}
-	}
-	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, id, eventlog.ApprovalAllowedOnce, ""); err != nil {
-		t.Fatal(err)
-	}
-	e.approvedTurnEnds(r.hub, sid, 0)
-}
-
 // TestE6_ClientCallResumesOnItsResultOrDeadline: a client-executed call parks its turn; the
 // client's result resumes it and becomes the call's tool/result, and a call nobody answers is
 // decided timed out by its deadline job, which resumes the turn too.

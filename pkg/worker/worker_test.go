@@ -42,10 +42,10 @@ type env struct {
 	presets *pgstore.Presets
 	tenant  uuid.UUID
 	preset  preset.Preset
-	// asking, when set before the first replica, gives the replicas an approval service; parking
-	// also lets their turns park (agentloop.Config.Park, extension E6), with client-executed
-	// tools pick and pick_fast.
-	asking, parking bool
+	// parking, when set before the first replica, gives the replicas an approval service and the
+	// client-executed tools pick and pick_fast, whose calls park their turns (session agents
+	// park, extension E6).
+	parking bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -93,9 +93,6 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 			}
 			ac.Tools = append(ac.Tools, ct)
 		}
-		ac.Loop.Park = &agentloop.ParkConfig{}
-	}
-	if e.asking || e.parking {
 		approvals = approval.New(approval.Config{})
 		ac.Approvals = approvals
 	}
