@@ -171,13 +171,12 @@ func readPark(ctx context.Context, r pgstore.EventReader) ([]eventlog.Event, err
 	return evs, nil
 }
 
-// errNoWait is a deadline job's check that found its wait answered or its turn moved on.
-var errNoWait = errors.New("worker: the wait is no longer open")
-
 // runDeadline runs a deadline job (pgstore.ParkDeadline): when its wait is still open in the
-// session's parked turn, with the job's deadline, it decides it through the waking post of the
-// answers: an approval cancelled, a client call timed out. A wait answered, a turn resumed or
-// ended, a deadline moved later, or a deleted session: nothing, and the job succeeds.
+// session's parked turn, with the job's deadline, it decides it and wakes the session in one
+// transaction, as answers are posted: an approval cancelled, a client call timed out. A wait
+// answered, a turn resumed or ended, a deadline moved later, or a deleted session: nothing is
+// appended, and the job succeeds. A park that can resume (answered or cancelled by a writer that
+// did not wake the session) is woken all the same, so that it never stays parked for good.
 func (s *Service) runDeadline(ctx context.Context, d pgstore.ParkDeadline) error {
 	w := d.Wait
 	id, ev := w.CallID, eventlog.NewEvent{Type: eventlog.TypeClientResult, Ignorable: true,
@@ -185,30 +184,42 @@ func (s *Service) runDeadline(ctx context.Context, d pgstore.ParkDeadline) error
 	if w.Kind == eventlog.ParkApproval {
 		id, ev = w.ApprovalID, eventlog.Of(eventlog.ApprovalDecided{ID: w.ApprovalID, Outcome: eventlog.ApprovalCancelled, Reason: deadlineReason})
 	}
+	var decide, resumable bool
 	check := func(ctx context.Context, r pgstore.EventReader) error {
 		evs, err := readPark(ctx, r)
 		if err != nil {
 			return err
 		}
 		p, ok := eventlog.Parked(evs)
+		resumable = ok && p.Resolvable()
 		if !ok || p.Cancel != nil {
-			return errNoWait
+			return nil
 		}
 		open, ok := openWait(p, w.Kind, id)
 		if !ok || open.DeadlineMs <= 0 || open.DeadlineMs > w.DeadlineMs {
-			return errNoWait
+			return nil
 		}
 		if w.Kind == eventlog.ParkApproval {
 			err := approvalPending(ctx, r, id)
 			if errors.Is(err, approval.ErrAnswered) || errors.Is(err, approval.ErrNotPending) {
-				return errNoWait
+				return nil
 			}
-			return err
+			if err != nil {
+				return err
+			}
 		}
+		decide = true
 		return nil
 	}
-	_, err := s.answer(ctx, d.TenantID, d.SessionID, check, ev)
-	if errors.Is(err, errNoWait) || errors.Is(err, eventlog.ErrNotFound) {
+	_, err := s.cfg.Store.Post(ctx, pgstore.PostParams{Tenant: d.TenantID, Session: d.SessionID, Queue: s.queue,
+		Prepare: check, WakeIf: func() bool { return decide || resumable },
+		Build: func(eventlog.Head) ([]eventlog.NewEvent, error) {
+			if !decide {
+				return nil, nil
+			}
+			return []eventlog.NewEvent{ev}, nil
+		}})
+	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil
 	}
 	return err

@@ -219,8 +219,8 @@ func TestE6_DeadlineJobDecidesOnlyAnOpenWait(t *testing.T) {
 }
 
 // TestE6_AnswerBeforeTheParkCounts: an answer appended while the runner was writing its park
-// (after approval/asked, before turn/parked) answers the park: its deadline job does nothing, and
-// the wait's second answer is refused.
+// (after approval/asked, before turn/parked) answers the park: its deadline job decides nothing
+// (it only wakes the session, whose park can resume), and the wait's second answer is refused.
 func TestE6_AnswerBeforeTheParkCounts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -240,6 +240,9 @@ func TestE6_AnswerBeforeTheParkCounts(t *testing.T) {
 	evs := e.events(sid)
 	if count(evs, eventlog.TypeApprovalDecided) != 1 || count(evs, eventlog.TypeClientResult) != 1 {
 		t.Fatalf("deadlines of answered waits appended: %d decisions, %d results", count(evs, eventlog.TypeApprovalDecided), count(evs, eventlog.TypeClientResult))
+	}
+	if n := e.riverJobs(sid, "dshd_turn", ""); n != 1 {
+		t.Fatalf("the deadlines of a park that can resume enqueued %d wake jobs, want 1", n)
 	}
 	if _, err := r.svc.AnswerApproval(ctx, e.tenant, sid, "a1", eventlog.ApprovalRejected, ""); !errors.Is(err, approval.ErrAnswered) {
 		t.Fatalf("second answer: %v", err)
