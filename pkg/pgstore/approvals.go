@@ -13,10 +13,13 @@ import (
 // The tenant has been checked.
 type EventReader interface {
 	// Since returns the events with seq > after, of the given types (all when nil), in order, at
-	// most limit of them (limit > 0).
+	// most limit of them (all of them when limit <= 0).
 	Since(ctx context.Context, after int64, types []string, limit int) ([]eventlog.Event, error)
 	// Last returns the session's last event of type typ; ok is false when it has none.
 	Last(ctx context.Context, typ string) (ev eventlog.Event, ok bool, err error)
+	// Approval returns the approval/asked of approval id and its first approval/decided, if any
+	// (none when the session has no such approval), in seq order (ApprovalEvents).
+	Approval(ctx context.Context, id string) ([]eventlog.Event, error)
 }
 
 // txReader is the EventReader of a transaction.
@@ -41,6 +44,16 @@ func (r txReader) Last(ctx context.Context, typ string) (eventlog.Event, bool, e
 		return eventlog.Event{}, false, translate(err, "read last event")
 	}
 	return evs[0], true, nil
+}
+
+// Approval reads approval id's events by the primary key of approvals (approvalEventsSQL).
+func (r txReader) Approval(ctx context.Context, id string) ([]eventlog.Event, error) {
+	rows, err := r.q.Query(ctx, approvalEventsSQL, r.session, id)
+	if err != nil {
+		return nil, translate(err, "read approval")
+	}
+	evs, err := collectEvents(rows)
+	return evs, translate(err, "read approval")
 }
 
 // approvalsPendingSQL reads the approval/asked events of the session's pending approvals, in

@@ -7,8 +7,6 @@ import (
 
 	et "github.com/dshd/dshd/pkg/eventlog/eventlogtest"
 
-	"github.com/dshd/dshd/pkg/eventlog"
-
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/google/uuid"
 )
@@ -75,41 +73,5 @@ func TestSES15_ForkStartsWithAnEmptyInbox(t *testing.T) {
 	h, err := st.SessionHead(ctx, tenant, child.ID)
 	if err != nil || h.Inbox.NextTurn != 0 || h.Inbox.NextStep != 0 {
 		t.Fatalf("child head %+v, %v; want an empty inbox", h, err)
-	}
-}
-
-// TestLeaseParkReleasesWhateverWaits: a parked turn's holder gives up the lease and the tenant's
-// turn slot even while a followup waits (LeaseRelease would keep the lease), so another session
-// of the tenant takes the only slot; a second park reports the lease lost.
-func TestLeaseParkReleasesWhateverWaits(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	st, _, tenant := newStore(t, pgstore.StoreConfig{})
-	parked, other := newSession(t, st, tenant), newSession(t, st, tenant)
-	owner := uuid.New()
-	if o, _, err := st.LeaseTake(ctx, tenant, parked.ID, owner, time.Minute, 1); err != nil || o != pgstore.LeaseTaken {
-		t.Fatalf("take: %v %v", o, err)
-	}
-	followup := et.NE("agent/inbox/spliced", map[string]any{"target": "next-turn", "start": 0, "inserted": []any{et.UserMsg("m1", "hi")}})
-	if _, err := appendEvents(st, ctx, tenant, parked.ID, followup); err != nil {
-		t.Fatal(err)
-	}
-	if o, _, err := st.LeaseTake(ctx, tenant, other.ID, uuid.New(), time.Minute, 1); err != nil || o != pgstore.LeaseTenantFull {
-		t.Fatalf("take of the other session while the slot is held: %v %v; want tenant full", o, err)
-	}
-	if err := st.LeasePark(ctx, tenant, parked.ID, owner); err != nil {
-		t.Fatal(err)
-	}
-	if h, err := st.SessionHead(ctx, tenant, parked.ID); err != nil || h.Lease.Owner != "" || h.Inbox.NextTurn != 1 {
-		t.Fatalf("head after the park: %+v, %v; want no lease and the followup still waiting", h, err)
-	}
-	if n, err := st.LeasesHeld(ctx, tenant); err != nil || n != 0 {
-		t.Fatalf("leases held after the park: %d, %v", n, err)
-	}
-	if o, _, err := st.LeaseTake(ctx, tenant, other.ID, uuid.New(), time.Minute, 1); err != nil || o != pgstore.LeaseTaken {
-		t.Fatalf("take of the other session after the park: %v %v; want taken", o, err)
-	}
-	if err := st.LeasePark(ctx, tenant, parked.ID, owner); err != eventlog.ErrLeaseLost {
-		t.Fatalf("second park: %v; want ErrLeaseLost", err)
 	}
 }

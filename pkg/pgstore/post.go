@@ -54,6 +54,10 @@ type PostParams struct {
 	// approval policy notice replacing an unread one, approval.PolicyChange). Its error is
 	// returned as is and nothing is appended.
 	Prepare func(ctx context.Context, r EventReader) error
+	// WakeIf, when not nil, is asked after Build whether the post wakes the session through
+	// Queue: false appends without scheduling work (a cancel wakes only a parked turn, whose
+	// Prepare found it parked; a running turn's holder sees the cancel without a wake).
+	WakeIf func() bool
 }
 
 // InboxBound bounds a session's pending inbox, both lists together: a post that would make it hold
@@ -160,7 +164,11 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 		if len(evs) > 0 {
 			out.Seq = evs[0].Seq
 		}
-		if err := s.postWake(ctx, tx, p, st, &out); err != nil {
+		wake := p
+		if p.WakeIf != nil && !p.WakeIf() {
+			wake.Queue = nil
+		}
+		if err := s.postWake(ctx, tx, wake, st, &out); err != nil {
 			return err
 		}
 		if p.Idem != nil {

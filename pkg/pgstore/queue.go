@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/telemetry"
 )
 
@@ -54,6 +55,9 @@ type QueueConfig struct {
 	Logger *slog.Logger
 	// Metrics records how long jobs waited; default the store's (StoreConfig.Metrics).
 	Metrics *telemetry.Metrics
+	// DeadlineFunc runs the deadline jobs of parked turns (ParkDeadline). A queue that runs jobs
+	// needs it: every replica may fetch such a job.
+	DeadlineFunc DeadlineFunc
 }
 
 // Queue is the durable job queue of session wakes (River over the same PostgreSQL): a wake
@@ -90,6 +94,12 @@ func NewQueue(st *Store, cfg QueueConfig, fn WakeFunc) (*Queue, error) {
 			cfg.Metrics = st.metrics
 		}
 		if err := river.AddWorkerSafely[Wake](workers, &wakeWorker{fn: fn, metrics: cfg.Metrics}); err != nil {
+			return nil, err
+		}
+		if cfg.DeadlineFunc == nil {
+			return nil, errors.New("pgstore: a queue that runs jobs needs a DeadlineFunc")
+		}
+		if err := river.AddWorkerSafely[ParkDeadline](workers, &deadlineWorker{fn: cfg.DeadlineFunc}); err != nil {
 			return nil, err
 		}
 		rc.Workers = workers
@@ -149,16 +159,58 @@ func (w *wakeWorker) Work(ctx context.Context, job *river.Job[Wake]) error {
 	return w.fn(ctx, job.Args, job.Attempt)
 }
 
+// ParkDeadline is a job that decides one wait of a parked turn (E6) once its deadline has passed:
+// scheduled by LeasePark at Wait.DeadlineMs, it does nothing when the wait was answered or the
+// turn moved on. Its args are its identity (unique by args): parking the same turn again
+// schedules no second job for a wait.
+type ParkDeadline struct {
+	TenantID  uuid.UUID         `json:"tenantId"`
+	SessionID uuid.UUID         `json:"sessionId"`
+	Wait      eventlog.ParkWait `json:"wait"`
+}
+
+// Kind implements river.JobArgs.
+func (ParkDeadline) Kind() string { return "dshd_park_deadline" }
+
+// InsertOpts implements river.JobArgsWithInsertOpts.
+func (ParkDeadline) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueName, MaxAttempts: 25, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// DeadlineFunc runs one deadline job; an error retries it.
+type DeadlineFunc func(ctx context.Context, d ParkDeadline) error
+
+// deadlineWorker is the River worker of deadline jobs.
+type deadlineWorker struct {
+	river.WorkerDefaults[ParkDeadline]
+	fn DeadlineFunc
+}
+
+// Work implements river.Worker.
+func (w *deadlineWorker) Work(ctx context.Context, job *river.Job[ParkDeadline]) error {
+	return w.fn(ctx, job.Args)
+}
+
 // LeaseDrop gives up owner's lease of the session whatever waits in its inbox (a replica shutting
 // down) and, when a message waits (a followup, anything in next-step, or a waking post that set
 // run_wake), enqueues the session's wake in the same transaction, so that another replica serves
 // it. Dropping a lease one does not hold does nothing.
 func (q *Queue) LeaseDrop(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID) error {
+	return q.leaseDrop(ctx, st, tenantID, sessionID, owner, false)
+}
+
+// LeaseHandOver is LeaseDrop that always enqueues the session's wake: a replica shutting down
+// leaves a parked turn that can resume (answered, cancelled or handed over) to another replica.
+func (q *Queue) LeaseHandOver(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID) error {
+	return q.leaseDrop(ctx, st, tenantID, sessionID, owner, true)
+}
+
+func (q *Queue) leaseDrop(ctx context.Context, st *Store, tenantID, sessionID, owner uuid.UUID, always bool) error {
 	return st.inTx(ctx, "drop lease", func(tx pgx.Tx) error {
 		var waiting bool
 		err := tx.QueryRow(ctx, `
 			WITH cur AS (
-				SELECT c.session_id, c.inbox_next_turn > 0 OR c.inbox_next_step > 0 OR c.run_wake AS waiting
+				SELECT c.session_id, $4 OR c.inbox_next_turn > 0 OR c.inbox_next_step > 0 OR c.run_wake AS waiting
 				FROM session_counters c JOIN sessions s ON s.id = c.session_id
 				WHERE c.session_id = $1 AND s.tenant_id = $2 AND c.run_owner = $3 FOR UPDATE OF c
 			), dropped AS (
@@ -167,7 +219,7 @@ func (q *Queue) LeaseDrop(ctx context.Context, st *Store, tenantID, sessionID, o
 				FROM cur WHERE c.session_id = cur.session_id
 				RETURNING c.session_id
 			)
-			SELECT cur.waiting FROM cur`, sessionID, tenantID, owner).Scan(&waiting)
+			SELECT cur.waiting FROM cur`, sessionID, tenantID, owner, always).Scan(&waiting)
 		if errors.Is(err, pgx.ErrNoRows) || err == nil && !waiting {
 			return nil
 		}

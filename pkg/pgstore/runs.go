@@ -275,26 +275,6 @@ func (s *Store) LeaseRelease(ctx context.Context, tenantID, sessionID, owner uui
 	return released, nil
 }
 
-// LeasePark gives up owner's lease of a session whose turn parked (E6), whatever waits in its
-// inbox, and clears run_wake: a parked turn holds no lease and no turn slot (the slot is free once
-// the lease it records is), and messages posted meanwhile wait for the answer's wake, so the
-// holder must not serve again (LeaseRelease would keep the lease for a followup and the worker
-// would loop). It writes no session.idle: the session is not idle. ErrLeaseLost when owner did
-// not hold the lease.
-func (s *Store) LeasePark(ctx context.Context, tenantID, sessionID, owner uuid.UUID) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE session_counters c SET run_owner = NULL, run_lease_until = NULL, run_wake = false
-		FROM sessions s WHERE c.session_id = $1 AND s.id = $1 AND s.tenant_id = $2 AND c.run_owner = $3`,
-		sessionID, tenantID, owner)
-	if err != nil {
-		return translate(err, "park lease")
-	}
-	if tag.RowsAffected() == 0 {
-		return eventlog.ErrLeaseLost
-	}
-	return nil
-}
-
 // LeaseDrop gives up owner's lease whatever waits in the inbox (a replica shutting down leaves the
 // waiting messages to the jobs that other replicas run). Dropping a lease one does not hold is not
 // an error.

@@ -135,13 +135,14 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	go func() { defer wg.Done(); w.renew(ctx, a, owner, r, j, cancel) }()
 	go func() { defer wg.Done(); w.watch(ctx, a, r, j, from) }()
 	defer func() { cancel(nil); wg.Wait() }()
+	resumed := int64(-1) // the park the last serve was to resume (park)
 	for {
 		_, err := r.Serve(ctx)
 		if errors.Is(context.Cause(ctx), errStopping) {
-			// The replica is shutting down: the turn was aborted (disposed); what waits is left
-			// to the other replicas' jobs.
+			// The replica is shutting down: the turn was aborted (disposed), or it parked and is
+			// parked or handed over (leaveStopping); what waits is left to the other replicas' jobs.
 			if !j.Released() {
-				_ = w.s.queue.LeaseDrop(context.WithoutCancel(ctx), cfg.Store, a.TenantID, a.SessionID, owner)
+				w.leaveStopping(ctx, a, owner, r, err == nil)
 			}
 			return err == nil, nil
 		}
@@ -163,6 +164,21 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 			}
 			cfg.Logger.WarnContext(r.TraceContext(ctx), "serve failed; the session was handed over", "session", a.SessionID, "err", err)
 			return false, nil
+		}
+		if p, ok := r.Parked(); ok {
+			parked, again, err := w.park(ctx, a, owner, p, &resumed)
+			if errors.Is(err, eventlog.ErrLeaseLost) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err // the lease expires and the sweeper wakes the session
+			}
+			if parked || !again {
+				return parked, nil // parked: the runner stays cached for the answer's serve
+			}
+			// An answer came, or the park can resume: serve again with the lease held (a serve
+			// stopped or lost meanwhile is handled by the branches above).
+			continue
 		}
 		if j.Released() {
 			return true, nil // the turn's last append released the lease

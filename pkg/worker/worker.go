@@ -165,7 +165,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, posts: newPostLimiter(cfg.SessionPosts, cfg.TenantPosts)}
 	s.turns = &turnWorker{s: s, running: newRunning(), cache: newRunnerCache(cfg.CachedRunners, cfg.CachedBytes)}
 	q, err := pgstore.NewQueue(cfg.Store, pgstore.QueueConfig{MaxWorkers: cfg.MaxWorkers,
-		FetchCooldown: cfg.FetchCooldown, InsertOnly: cfg.InsertOnly, Logger: cfg.Logger}, s.turns.Work)
+		FetchCooldown: cfg.FetchCooldown, InsertOnly: cfg.InsertOnly, Logger: cfg.Logger, DeadlineFunc: s.runDeadline}, s.turns.Work)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -319,18 +319,28 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed, LastSeq: last}, nil
 }
 
-// Cancel requests the cancellation of the session's running turn (LOOP-7): unless keepInbox it
-// clears the inbox, and it writes the durable `agent/cancel` that the turn's runner, on whatever
-// replica, reacts to. On an idle session (no lease held and an empty inbox) it does nothing and
-// reports false.
+// Cancel requests the cancellation of the session's running or parked turn (LOOP-7): unless
+// keepInbox it clears the inbox, and it writes the durable `agent/cancel` that the turn's runner,
+// on whatever replica, reacts to. A running turn's holder sees it through its watch; a parked turn
+// holds no lease, so the cancel of one wakes the session in the same transaction (the resumed
+// runner sees the cancel after turn/parked and ends the turn). On an idle session (no lease held,
+// an empty inbox, no parked turn) it does nothing and reports false.
 func (s *Service) Cancel(ctx context.Context, tenantID, sessionID uuid.UUID, keepInbox bool) (bool, error) {
-	evs, err := s.cfg.Store.Journal(nil, tenantID, sessionID, uuid.Nil).Append(ctx, func(h eventlog.Head) ([]eventlog.NewEvent, error) {
-		if !h.Lease.HeldAt(time.Now()) && h.Inbox.NextTurn == 0 && h.Inbox.NextStep == 0 {
-			return nil, nil
-		}
-		return agentloop.CancelEvents(h, agentloop.Cause{Kind: eventlog.CauseUser}, keepInbox), nil
-	})
-	return len(evs) > 0, err
+	var parked bool
+	out, err := s.cfg.Store.Post(ctx, pgstore.PostParams{Tenant: tenantID, Session: sessionID, Queue: s.queue,
+		Prepare: func(ctx context.Context, r pgstore.EventReader) error {
+			evs, err := readPark(ctx, r)
+			_, parked = eventlog.Parked(evs)
+			return err
+		},
+		WakeIf: func() bool { return parked },
+		Build: func(h eventlog.Head) ([]eventlog.NewEvent, error) {
+			if !parked && !h.Lease.HeldAt(time.Now()) && h.Inbox.NextTurn == 0 && h.Inbox.NextStep == 0 {
+				return nil, nil
+			}
+			return agentloop.CancelEvents(h, agentloop.Cause{Kind: eventlog.CauseUser}, keepInbox), nil
+		}})
+	return len(out.Events) > 0, err
 }
 
 // mayServeNow reports whether a post may take the session's lease and serve it on this replica.

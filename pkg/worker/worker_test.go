@@ -15,11 +15,13 @@ import (
 	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/registry"
 	"github.com/dshd/dshd/pkg/tools/demo"
 	"github.com/dshd/dshd/pkg/worker"
 )
@@ -40,6 +42,10 @@ type env struct {
 	presets *pgstore.Presets
 	tenant  uuid.UUID
 	preset  preset.Preset
+	// parking, when set before the first replica, gives the replicas an approval service and the
+	// client-executed tools pick and pick_fast, whose calls park their turns (session agents
+	// park, extension E6).
+	parking bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -77,11 +83,24 @@ func (e *env) replicaWith(ttl time.Duration, tweak func(*worker.Config)) *replic
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ag, err := agents.New(agents.Config{Tools: tools, Loop: agentloop.Config{RetryBackoff: time.Millisecond}})
+	ac := agents.Config{Tools: tools, Loop: agentloop.Config{RetryBackoff: time.Millisecond}}
+	var approvals *approval.Service
+	if e.parking {
+		for _, spec := range []registry.ClientSpec{{Name: "pick", TimeoutMs: 600_000}, {Name: "pick_fast", TimeoutMs: 300}} {
+			ct, err := registry.ClientTool(spec)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			ac.Tools = append(ac.Tools, ct)
+		}
+		approvals = approval.New(approval.Config{})
+		ac.Approvals = approvals
+	}
+	ag, err := agents.New(ac)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	wc := worker.Config{Store: e.store, Hub: hub, Presets: e.presets, Agents: ag,
+	wc := worker.Config{Store: e.store, Hub: hub, Presets: e.presets, Agents: ag, Approvals: approvals,
 		LeaseTTL: ttl, SweepInterval: 200 * time.Millisecond}
 	if tweak != nil {
 		tweak(&wc)
