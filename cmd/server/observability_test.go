@@ -287,11 +287,12 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 		t.Fatalf("turn 4 ended %+v, want error QUOTA", ends[3].Reason)
 	}
 
-	// An approval: the echo call waits for a person while the gauge shows it, then is rejected.
+	// An approval: the echo call's ask parks the turn (counted), then it is rejected and the turn
+	// resumes.
 	asid := c.session(map[string]any{"name": "ask", "model": model,
 		"approval": map[string]any{"policy": "ask", "ask": []string{"echo"}}})
 	c.do("POST", "/v1/sessions/"+asid+"/messages", map[string]string{"content": "tools:1"}, 202, nil)
-	waitMetric(t, m, "dshd_approvals_pending", 1)
+	waitMetric(t, m, "dshd_turns_parked_total", 1)
 	var list struct {
 		Items []struct{ ID string } `json:"items"`
 	}
@@ -376,7 +377,9 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	check("dshd_queue_jobs", map[string]string{"state": "running"}, any, "present")
 	check("dshd_lease_takeovers_total", nil, eq(1), "1")
 	check("dshd_crash_repairs_total", nil, eq(1), "1")
-	check("dshd_approvals_pending", nil, eq(0), "0 after the answer")
+	check("dshd_approvals_pending", nil, eq(0), "0 (the ask parked its turn)")
+	check("dshd_turns_parked_total", map[string]string{"reason": "approval"}, eq(1), "1 (the ask)")
+	check("dshd_turns_resumed_total", nil, eq(1), "1 (the answer)")
 	// SSE: the streaming POST wrote frames; its first event was measured once.
 	check("dshd_sse_streams_open", nil, eq(0), "0")
 	check("dshd_sse_bytes_total", nil, pos, "> 0")

@@ -183,28 +183,21 @@ return a + b;`
 	args, _ := json.Marshal(map[string]string{"code": program, "description": "echo twice"})
 	evs := c.post(sid, "tool:run_code args:"+url.QueryEscape(string(args)), 2)
 
-	// A turn whose lease another owner takes while its echo call waits for an approval: the
-	// worker loses the lease at the turn's next append (or renewal) and logs it, in the turn's
+	// A turn whose lease another owner takes while its sleep call runs: the worker loses the
+	// lease at the turn's next append (the call's result) or renewal and logs it, in the turn's
 	// trace.
-	asid := c.session(map[string]any{"name": "ask", "model": map[string]any{"provider": "scripted", "model": "m"},
-		"approval": map[string]any{"policy": "ask", "ask": []string{"echo"}}})
-	c.do("POST", "/v1/sessions/"+asid+"/messages", map[string]string{"content": "tools:1"}, 202, nil)
-	approval := c.waitApproval(asid)
+	asid := c.session(map[string]any{"name": "sleepy", "model": map[string]any{"provider": "scripted", "model": "m"}})
+	c.do("POST", "/v1/sessions/"+asid+"/messages", map[string]string{"content": `tool:sleep args:{"ms":1500,"text":"slept"}`}, 202, nil)
+	deadline := time.Now().Add(60 * time.Second)
+	for !slices.ContainsFunc(c.events(asid), func(e obsEvent) bool { return e.Type == eventlog.TypeToolCall }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s: no tool/call in 60s", asid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if _, err := m.pool.Exec(context.Background(), `UPDATE session_counters SET run_owner = $2 WHERE session_id = $1`,
 		uuid.MustParse(asid), uuid.New()); err != nil {
 		t.Fatal(err)
-	}
-	// The decision makes the runner append (and hit the fence) at once; a renewal that came first
-	// has stopped the turn already, and the decision may then find it decided: either way the
-	// serve logs the loss.
-	b, _ := json.Marshal(map[string]string{"outcome": "rejected"})
-	req, _ := http.NewRequest("POST", m.URL()+"/v1/sessions/"+asid+"/approvals/"+approval, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/json")
-	if resp, err := http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	} else {
-		resp.Body.Close()
 	}
 	waitLog(t, logs, "lease lost while serving", asid)
 	// Code-mode sub-calls count as tool calls too: two native echo calls, two sub-calls.

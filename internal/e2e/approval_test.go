@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,10 +20,10 @@ import (
 
 // TestApprovedBashAcrossReplicas: on two real server processes sharing a workspace root, a
 // preset that asks before bash: the model (cmd/mockllm) calls bash, the SSE stream (resumed at
-// random points) shows approval/asked with the arguments, and the replica whose call waits for
-// the approval is found by its dshd_approvals_pending gauge. The approval is listed and answered
-// on the other replica, and the command then runs in the bubblewrap sandbox of the replica that
-// holds the turn, writing into the session's workspace; the model's next request (as cmd/mockllm
+// random points) shows approval/asked with the arguments, and the turn parks (E6): both replicas
+// say waiting-approval and no call waits on either (dshd_approvals_pending). The approval is
+// listed and answered on one of them, and the command then runs in the bubblewrap sandbox of the
+// replica that resumes the turn, writing into the session's workspace; the model's next request (as cmd/mockllm
 // recorded it) carries the tool message with the command's output. A second answer is refused,
 // and the log is whole.
 func TestApprovedBashAcrossReplicas(t *testing.T) {
@@ -83,24 +82,25 @@ func TestApprovedBashAcrossReplicas(t *testing.T) {
 		t.Fatal("the command ran before it was approved")
 	}
 
-	// The replica running the turn is the one whose call waits: its gauge shows the approval.
-	var holder, other *replica
-	if err := waitFor(30*time.Second, func() (bool, error) {
-		a, errA := approvalsPending(first)
-		b, errB := approvalsPending(second)
-		switch {
-		case errA != nil || errB != nil:
-			return false, errors.Join(errA, errB)
-		case a == 1 && b == 0:
-			holder, other = first, second
-		case a == 0 && b == 1:
-			holder, other = second, first
+	// The ask parked the turn (E6): both replicas say waiting-approval, neither waits in a call
+	// (their dshd_approvals_pending gauges read 0), and the answer may come to either.
+	for _, r := range []*replica{first, second} {
+		if err := waitFor(30*time.Second, func() (bool, error) {
+			var st struct{ Status string }
+			err := r.call(ctx, "GET", "/v1/sessions/"+s.ID, c.key, nil).decode(http.StatusOK, &st)
+			return st.Status == "waiting-approval", err
+		}); err != nil {
+			t.Fatalf("%s: the session is not waiting-approval: %v", r.name, err)
 		}
-		return holder != nil, nil
-	}); err != nil {
-		t.Fatalf("no replica shows the waiting approval: %v", err)
+		if n, err := approvalsPending(r); err != nil || n != 0 {
+			t.Fatalf("%s: %d calls wait for an approval (%v), want 0: the turn parks", r.name, n, err)
+		}
 	}
-	t.Logf("%s runs the turn; the approval is answered on %s", holder.name, other.name)
+	holder, other := first, second
+	if rand.IntN(2) == 0 {
+		holder, other = second, first
+	}
+	t.Logf("the approval is answered on %s", other.name)
 
 	path := "/v1/sessions/" + s.ID + "/approvals"
 	var list struct {

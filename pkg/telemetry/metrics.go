@@ -52,10 +52,12 @@ type Metrics struct {
 	turnErrs  *prometheus.CounterVec   // dshd_turn_errors_total
 	turnSteps prometheus.Histogram     // dshd_turn_steps
 
-	jobWait   prometheus.Histogram // dshd_queue_job_wait_seconds
-	takeovers prometheus.Counter   // dshd_lease_takeovers_total
-	repairs   prometheus.Counter   // dshd_crash_repairs_total
-	approvals prometheus.Gauge     // dshd_approvals_pending
+	jobWait   prometheus.Histogram   // dshd_queue_job_wait_seconds
+	takeovers prometheus.Counter     // dshd_lease_takeovers_total
+	repairs   prometheus.Counter     // dshd_crash_repairs_total
+	approvals prometheus.Gauge       // dshd_approvals_pending
+	parked    *prometheus.CounterVec // dshd_turns_parked_total{reason}
+	resumed   prometheus.Counter     // dshd_turns_resumed_total
 
 	sseBytes   prometheus.Counter   // dshd_sse_bytes_total
 	sseEvents  prometheus.Counter   // dshd_sse_events_total
@@ -151,7 +153,15 @@ func NewMetrics(reg prometheus.Registerer, o Options) *Metrics {
 		}),
 		approvals: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dshd_approvals_pending",
-			Help: "Tool calls on this replica waiting for an approval decision now.",
+			Help: "Tool calls on this replica waiting for an approval decision now (a parked turn's ask waits on no replica).",
+		}),
+		parked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dshd_turns_parked_total",
+			Help: "Turns this replica parked (E6), by reason: approval, client or handover.",
+		}, []string{"reason"}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dshd_turns_resumed_total",
+			Help: "Parked turns this replica resumed (E6).",
 		}),
 		sseBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dshd_sse_bytes_total",
@@ -168,7 +178,7 @@ func NewMetrics(reg prometheus.Registerer, o Options) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.opDuration, m.tokenUsage, m.firstChunk, m.modelErrs, m.toolDur, m.toolErrs,
-		m.turnDur, m.turnErrs, m.turnSteps, m.jobWait, m.takeovers, m.repairs, m.approvals,
+		m.turnDur, m.turnErrs, m.turnSteps, m.jobWait, m.takeovers, m.repairs, m.approvals, m.parked, m.resumed,
 		m.sseBytes, m.sseEvents, m.firstEvent)
 	return m
 }
@@ -267,6 +277,20 @@ func (m *Metrics) LeaseTakeover() {
 func (m *Metrics) CrashRepair() {
 	if m != nil {
 		m.repairs.Inc()
+	}
+}
+
+// TurnParked counts a turn parked with reason (eventlog.ParkApproval, ParkClient, ParkHandover).
+func (m *Metrics) TurnParked(reason string) {
+	if m != nil {
+		m.parked.WithLabelValues(reason).Inc()
+	}
+}
+
+// TurnResumed counts a parked turn resumed.
+func (m *Metrics) TurnResumed() {
+	if m != nil {
+		m.resumed.Inc()
 	}
 }
 
