@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -258,6 +259,7 @@ func (f *follower) run(ctx context.Context, park bool) (parked bool, _ error) {
 		case <-ctx.Done():
 			return false, nil
 		case <-s.done:
+			_ = f.st.closing() // the stream ends; its client comes back (to another replica)
 			return false, nil
 		case <-changed:
 		case <-heartbeat.C:
@@ -447,6 +449,21 @@ func (st *sseWriter) flush() error {
 
 // heartbeatFrame is an SSE comment line, which clients ignore and proxies see as traffic.
 var heartbeatFrame = []byte(": heartbeat\n\n")
+
+// closingRetry is the reconnection delay a stream's last frame asks for when the server shuts
+// down (a draining replica, docs/rules.md E6): spread over [closingRetry, 2*closingRetry) so the
+// clients of a replica do not all reconnect at once; they resume with Last-Event-ID, on another
+// replica behind the same address.
+const closingRetry = 500 * time.Millisecond
+
+// closing writes the SSE retry hint of a stream the server ends because it shuts down.
+func (st *sseWriter) closing() error {
+	ms := closingRetry.Milliseconds() + rand.Int64N(closingRetry.Milliseconds())
+	if err := st.put([]byte("retry: " + strconv.FormatInt(ms, 10) + "\n\n")); err != nil {
+		return err
+	}
+	return st.flush()
+}
 
 // comment writes the heartbeat comment.
 func (st *sseWriter) comment() error {

@@ -48,8 +48,12 @@ type Config struct {
 	// 1048576 (1 MiB).
 	MaxBodyBytes int64
 	// ShutdownTimeout (DSHD_SHUTDOWN_TIMEOUT, a Go duration) bounds the graceful shutdown on
-	// SIGINT or SIGTERM. Default 10s.
+	// SIGINT or SIGTERM: the process exits within it. Default 10s.
 	ShutdownTimeout time.Duration
+	// DrainFinish (DSHD_DRAIN_FINISH, a Go duration) is how long a stopping replica lets its
+	// running turns go on toward their end before it hands them over at their next step boundary
+	// (docs/rules.md, E6). Default 5s; at most DSHD_SHUTDOWN_TIMEOUT.
+	DrainFinish time.Duration
 	// LogLevel (DSHD_LOG_LEVEL: debug, info, warn, error) of the JSON logs. Default info.
 	LogLevel slog.Level
 	// LeaseTTL (DSHD_LEASE_TTL, a Go duration) is how long a session's run lease lasts without
@@ -289,6 +293,9 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 	}
 	if c.ShutdownTimeout, err = parseDuration("DSHD_SHUTDOWN_TIMEOUT", env("DSHD_SHUTDOWN_TIMEOUT", "10s")); err != nil {
 		return Config{}, err
+	}
+	if c.DrainFinish, err = parseDuration("DSHD_DRAIN_FINISH", env("DSHD_DRAIN_FINISH", "5s")); err != nil || c.DrainFinish > c.ShutdownTimeout {
+		return Config{}, fmt.Errorf("DSHD_DRAIN_FINISH must be a positive Go duration of at most DSHD_SHUTDOWN_TIMEOUT")
 	}
 	if c.MaxBodyBytes, err = strconv.ParseInt(env("DSHD_MAX_BODY_BYTES", "1048576"), 10, 64); err != nil || c.MaxBodyBytes < 1 {
 		return Config{}, fmt.Errorf("DSHD_MAX_BODY_BYTES must be a positive integer")

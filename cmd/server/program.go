@@ -138,7 +138,7 @@ func (m *Main) Run(ctx context.Context) error {
 	quotas := pgstore.NewQuotas(m.pool, pgstore.QuotasConfig{Defaults: limits})
 	m.worker, err = worker.New(worker.Config{Store: logStore, Hub: m.hub, Presets: presets, Quotas: quotas,
 		Agents: ag, LeaseTTL: m.Config.LeaseTTL, MaxWorkers: m.Config.MaxTurns,
-		MaxTenantTurns: m.Config.TenantMaxTurns, Approvals: approvals, Logger: m.Logger,
+		MaxTenantTurns: m.Config.TenantMaxTurns, Approvals: approvals, Logger: m.Logger, DrainFinish: m.Config.DrainFinish,
 		InboxMaxMessages: m.Config.InboxMaxMessages, InboxMaxBytes: m.Config.InboxMaxBytes,
 		SessionPosts: postRate(m.Config.SessionPostRate, m.Config.SessionPostBurst),
 		TenantPosts:  postRate(m.Config.TenantPostRate, m.Config.TenantPostBurst)})
@@ -247,7 +247,9 @@ func (m *Main) URL() string {
 }
 
 // Close shuts down gracefully within Config.ShutdownTimeout: it stops accepting connections, ends
-// SSE streams, waits for requests in flight, then stops the hub and closes the database. It is
+// SSE streams (with a retry hint), waits for requests in flight, drains the worker (running turns
+// finish or hand over at a step boundary, worker.Service.Stop), then stops the hub and closes the
+// database. It is
 // safe to call after a failed Run, and more than once.
 func (m *Main) Close() error {
 	if m.closed {
@@ -255,8 +257,11 @@ func (m *Main) Close() error {
 	}
 	m.closed = true
 	var errs []error
+	// One deadline for every stage: the process exits within ShutdownTimeout of the signal (the
+	// worker's drain leaves the last second of it to what follows).
+	deadline := time.Now().Add(m.Config.ShutdownTimeout)
 	if m.server != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		if err := m.server.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("dshd: shutdown: %w", err))
@@ -274,7 +279,7 @@ func (m *Main) Close() error {
 	if m.worker != nil {
 		// Running turns end aborted (disposed) and their leases are released; queued work stays
 		// in the queue for the other replicas.
-		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		if err := m.worker.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("dshd: stop worker: %w", err))
@@ -282,7 +287,7 @@ func (m *Main) Close() error {
 	}
 	if m.traceShutdown != nil {
 		// The spans of the turns that ended (the worker has stopped) are sent before exit.
-		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		if err := m.traceShutdown(ctx); err != nil {
 			m.Logger.Warn("tracing: flushing spans at shutdown failed", slog.String("error", err.Error()))
@@ -291,7 +296,7 @@ func (m *Main) Close() error {
 	if m.hooks != nil {
 		// Attempts in flight finish (each is bounded by DSHD_WEBHOOK_TIMEOUT) or are cancelled;
 		// a cancelled one is attempted again after its lease, by any replica.
-		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		_ = m.hooks.Stop(ctx)
 	}

@@ -21,7 +21,10 @@ type follower struct {
 	// live, when set, picks the replica of each connection (the chaos test's replicas come and
 	// go); a refused connection, a 503 and a 429 then count as drops, and a connection is also
 	// cut after a random while, so followers of idle sessions keep resuming.
-	live    func() *replica
+	live func() *replica
+	// lazy makes the timed cuts of a live follower rarer (every 1 to 4 s), for tests with many
+	// followers.
+	lazy    bool
 	key     string
 	sid     string
 	rng     *rand.Rand
@@ -41,7 +44,16 @@ func follow(ctx context.Context, r *replica, key, sid string, rng *rand.Rand) *f
 
 // followLive is follow with live picking each connection's replica (see follower.live).
 func followLive(ctx context.Context, r *replica, live func() *replica, key, sid string, rng *rand.Rand) *follower {
-	f := &follower{r: r, live: live, key: key, sid: sid, rng: rng, changed: make(chan struct{}, 1), done: make(chan struct{})}
+	return startFollower(ctx, &follower{r: r, live: live, key: key, sid: sid, rng: rng})
+}
+
+// followLazy is followLive with lazy set.
+func followLazy(ctx context.Context, live func() *replica, key, sid string, rng *rand.Rand) *follower {
+	return startFollower(ctx, &follower{live: live, lazy: true, key: key, sid: sid, rng: rng})
+}
+
+func startFollower(ctx context.Context, f *follower) *follower {
+	f.changed, f.done = make(chan struct{}, 1), make(chan struct{})
 	go func() {
 		defer close(f.done)
 		for ctx.Err() == nil {
@@ -117,7 +129,11 @@ func (f *follower) connect(ctx context.Context) error {
 	cutAfter := 5 + f.rng.IntN(60)
 	if f.live != nil {
 		cutAfter = 3 + f.rng.IntN(40)
-		timer := time.AfterFunc(time.Duration(100+f.rng.IntN(500))*time.Millisecond, cut)
+		after := time.Duration(100+f.rng.IntN(500)) * time.Millisecond
+		if f.lazy {
+			after = time.Duration(1000+f.rng.IntN(3000)) * time.Millisecond
+		}
+		timer := time.AfterFunc(after, cut)
 		defer timer.Stop()
 	}
 	err = readFrames(resp.Body, func(id, typ, data string) error {
@@ -186,6 +202,12 @@ func readFrames(body io.Reader, event func(id, typ, data string) error) error {
 			typ = line[7:]
 		case strings.HasPrefix(line, "data: "):
 			data += line[6:]
+		case strings.HasPrefix(line, "retry: "):
+			// A stopping server's reconnection hint (docs/rules.md E6): the follower reconnects
+			// when the stream ends, as an EventSource would.
+			if _, err := strconv.Atoi(line[7:]); err != nil {
+				return frameError(fmt.Sprintf("bad SSE retry line %q", line))
+			}
 		default:
 			return frameError(fmt.Sprintf("unexpected SSE line %q", line))
 		}

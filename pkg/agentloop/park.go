@@ -39,11 +39,17 @@ func (r *Runner) Handover() { r.handover.Store(true) }
 // handingOver reports whether Handover was called.
 func (r *Runner) handingOver() bool { return r.handover.Load() }
 
+// Finish asks the runner to open and resume no further turn: Serve returns once the running turn
+// ends (a draining replica lets its running turns finish; what waits goes to another replica).
+// Safe to call from any goroutine; it stays in force for the runner's life.
+func (r *Runner) Finish() { r.finish.Store(true) }
+
 // handoverStep stages the turn/parked of a handover after step (0: before the first) of turn and
 // returns errParked.
 func (r *Runner) handoverStep(turn, step int) error {
 	r.w.stage(staged{typ: eventlog.TypeTurnParked, ignorable: true,
 		data: eventlog.TurnParked{Turn: turn, Step: step, Reason: eventlog.ParkHandover}})
+	r.parkReason = eventlog.ParkHandover
 	return errParked
 }
 
@@ -86,6 +92,7 @@ func (r *Runner) parkStep(turn, step int, out scheduler.Outcome) error {
 		d.Waits = append(d.Waits, w)
 	}
 	r.w.stage(staged{typ: eventlog.TypeTurnParked, data: d, ignorable: true})
+	r.parkReason = d.Reason
 	return errParked
 }
 

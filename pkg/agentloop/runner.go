@@ -195,6 +195,10 @@ type Runner struct {
 	spanCtx atomic.Pointer[trace.SpanContext]
 	// handover is set by Handover: the runner hands its turn over at the next step boundary.
 	handover atomic.Bool
+	// finish is set by Finish: Serve opens and resumes no further turn.
+	finish atomic.Bool
+	// parkReason is the reason of the turn/parked the running turn staged last (metrics).
+	parkReason string
 }
 
 // SpanContext returns the span context of the runner's running turn, or of its last one, and
@@ -341,7 +345,7 @@ func (r *Runner) Serve(ctx context.Context) ([]Reason, error) {
 		if err := r.w.catchUp(ctx); err != nil {
 			return reasons, err
 		}
-		if r.handingOver() {
+		if r.handingOver() || r.finish.Load() {
 			break // a draining replica opens and resumes no turn: the next lease holder does
 		}
 		if p, parked := r.Parked(); parked {

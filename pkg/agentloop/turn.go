@@ -48,6 +48,7 @@ func (r *Runner) runTurn(ctx context.Context, p *eventlog.Park) (Reason, error) 
 		if p.Cancel != nil {
 			cancel(&CancelError{Cause: p.Cancel.Reason})
 		}
+		r.cfg.Metrics.TurnResumed()
 	}
 	started := time.Now()
 	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
@@ -73,7 +74,8 @@ func (r *Runner) runTurn(ctx context.Context, p *eventlog.Park) (Reason, error) 
 		if ferr != nil {
 			return Reason{}, r.logErr(ferr)
 		}
-		r.cfg.Logger.InfoContext(ctx, "turn parked", "session", r.cfg.SessionID, "turn", turn, "steps", r.steps)
+		r.cfg.Metrics.TurnParked(r.parkReason)
+		r.cfg.Logger.InfoContext(ctx, "turn parked", "session", r.cfg.SessionID, "turn", turn, "reason", r.parkReason, "steps", r.steps)
 		return Reason{Kind: EndParked}, nil
 	}
 	// A cancel that cleared the inbox before the turn's first batch was written aborts the turn,

@@ -120,7 +120,7 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 	w.running.add(a.SessionID, r, cancel)
 	defer w.running.remove(a.SessionID, r)
 	if w.s.stopping.Load() {
-		cancel(errStopping) // Stop's interrupt may have run before this serve was added
+		r.Handover() // a serve that began as the replica started draining opens no turn here
 	}
 	// Cancels written from now on are for this serve's turns; older ones are history. The log
 	// is read before the watcher starts, so none in between is missed.
@@ -145,6 +145,13 @@ func (w *turnWorker) serveWith(ctx context.Context, a TurnArgs, owner uuid.UUID,
 				w.leaveStopping(ctx, a, owner, r, err == nil)
 			}
 			return err == nil, nil
+		}
+		if err == nil && w.s.stopping.Load() && !j.Released() {
+			// A draining replica: a turn parked or handed over, and whatever waits in the inbox,
+			// go to another replica's serve (leaveStopping wakes the session when it must). The
+			// runner, asked to hand over, is not kept.
+			w.leaveStopping(ctx, a, owner, r, true)
+			return false, nil
 		}
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errLeaseLost) || errors.Is(err, eventlog.ErrLeaseLost) {
@@ -370,6 +377,37 @@ func (rn *running) remove(id uuid.UUID, r *agentloop.Runner) {
 		delete(rn.m, id)
 	}
 	rn.mu.Unlock()
+}
+
+// finishAll asks every running serve's runner to open no further turn (agentloop.Runner.Finish).
+func (rn *running) finishAll() {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, s := range rn.m {
+		s.r.Finish()
+	}
+}
+
+// handoverAll asks every running serve's runner to hand its turn over at its next step
+// boundary (agentloop.Runner.Handover) and returns how many it asked.
+func (rn *running) handoverAll() int {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for _, s := range rn.m {
+		s.r.Handover()
+	}
+	return len(rn.m)
+}
+
+// waitIdle waits until no serve runs or until deadline, and reports whether none runs.
+func (rn *running) waitIdle(deadline time.Time) bool {
+	for rn.count() > 0 {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(min(20*time.Millisecond, time.Until(deadline)))
+	}
+	return true
 }
 
 // stopAll aborts every running turn with cause and makes every serve stop after it.

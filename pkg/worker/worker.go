@@ -95,8 +95,14 @@ type Config struct {
 	// session takes the lease in its own transaction and this replica serves the session at once
 	// (no job, no fetch).
 	QueueOnly bool
-	Logger    *slog.Logger
+	// DrainFinish is how long Stop lets running turns go on toward their end before it asks
+	// them to hand over at their next step boundary (E6, docs/rules.md). Default 5s.
+	DrainFinish time.Duration
+	Logger      *slog.Logger
 }
+
+// DefaultDrainFinish is Config.DrainFinish's default.
+const DefaultDrainFinish = 5 * time.Second
 
 // Defaults of Config.InboxMaxMessages and Config.InboxMaxBytes.
 const (
@@ -116,6 +122,9 @@ func (c *Config) defaults() {
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 5 * time.Second
+	}
+	if c.DrainFinish <= 0 {
+		c.DrainFinish = DefaultDrainFinish
 	}
 	if c.CachedRunners <= 0 {
 		c.CachedRunners = 1000
@@ -190,8 +199,12 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop interrupts running turns (they end aborted with reason `disposed`), waits for their jobs to
-// finish, and stops the sweeper.
+// Stop drains the replica within ctx (its deadline is the bound an operator sets,
+// DSHD_SHUTDOWN_TIMEOUT): it takes no new job and serves no new post, lets the running turns go
+// on for Config.DrainFinish, then asks each to hand over at its next step boundary (turn/parked
+// with reason handover; another replica resumes it as a new loop instance, E6), and aborts what
+// still runs (reason `disposed`) shortly before ctx's deadline, so the replica exits within the
+// bound. Parked turns need nothing: they hold no lease. Then the sweeper and the queue stop.
 func (s *Service) Stop(ctx context.Context) error {
 	if s.cfg.InsertOnly || s.cancel == nil {
 		return nil
@@ -199,7 +212,27 @@ func (s *Service) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	s.cancel()
 	<-s.done
-	s.turns.running.stopAll(agentloop.Cause{Kind: eventlog.CauseDisposed})
+	running := s.turns.running
+	abortAt := time.Now().Add(time.Hour)
+	if d, ok := ctx.Deadline(); ok {
+		// The last stretch is for the turns aborted then to write their ends and for the queue.
+		abortAt = d.Add(-min(time.Second, time.Until(d)/4))
+	}
+	finishBy := time.Now().Add(s.cfg.DrainFinish)
+	if finishBy.After(abortAt) {
+		finishBy = abortAt
+	}
+	running.finishAll()
+	if running.waitIdle(finishBy) {
+		s.cfg.Logger.Info("drain: every running turn finished")
+	} else {
+		n := running.handoverAll()
+		s.cfg.Logger.Info("drain: running turns hand over at their next step boundary", "turns", n)
+		if !running.waitIdle(abortAt) {
+			running.stopAll(agentloop.Cause{Kind: eventlog.CauseDisposed, Reason: "the replica stopped before the turn reached a step boundary"})
+			s.cfg.Logger.Warn("drain: turns still running at the bound were aborted", "turns", running.count())
+		}
+	}
 	done := make(chan struct{})
 	go func() { s.direct.Wait(); close(done) }()
 	select {
