@@ -22,6 +22,7 @@ type frame struct {
 	comment   string
 	id, event string
 	data      string
+	retry     string // a retry hint's milliseconds (a stream the server ends as it shuts down)
 }
 
 // rawStream is an SSE response read frame by frame on a goroutine.
@@ -79,6 +80,8 @@ func (s *rawStream) read() {
 			f.event = line[7:]
 		case strings.HasPrefix(line, "data: "):
 			f.data += line[6:]
+		case strings.HasPrefix(line, "retry: "):
+			f.retry = line[7:]
 		default:
 			s.done <- fmt.Errorf("unexpected SSE line %q", line)
 			return
@@ -95,7 +98,7 @@ func (s *rawStream) next(t testing.TB) frame {
 			if !ok {
 				t.Fatalf("stream ended: %v", <-s.done)
 			}
-			if f.comment == "" {
+			if f.comment == "" && f.retry == "" {
 				return f
 			}
 		case <-time.After(10 * time.Second):
@@ -173,7 +176,8 @@ func TestStreamCursor(t *testing.T) {
 }
 
 // TestStreamEndsCleanlyOnClose: closing the server (graceful shutdown) ends open streams with a
-// complete response, not a broken connection.
+// complete response, not a broken connection, whose last frame tells the client when to come
+// back.
 func TestStreamEndsCleanlyOnClose(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -189,6 +193,14 @@ func TestStreamEndsCleanlyOnClose(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("stream still open after Close")
+	}
+	// Its last frame is the reconnection hint (docs/rules.md E6): 500 to 999 ms.
+	var last frame
+	for f := range s.frames {
+		last = f
+	}
+	if ms, err := strconv.Atoi(last.retry); err != nil || ms < 500 || ms >= 1000 {
+		t.Fatalf("the stream's last frame %+v, want a retry hint of 500 to 999 ms", last)
 	}
 }
 

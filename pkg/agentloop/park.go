@@ -185,7 +185,13 @@ func (r *Runner) resumeCalls(turn, step int, waits []eventlog.ParkWait, results 
 // resumeStep finishes step of turn, whose tools parked: the calls the log holds no result of run
 // again from where they were (resumeCalls), step/end is staged, and the step's ending is
 // returned (nil: another step follows). errParked when it parks again.
-func (r *Runner) resumeStep(ctx context.Context, turn, step int, p eventlog.Park) (*Reason, error) {
+func (r *Runner) resumeStep(ctx context.Context, turn, step int, p eventlog.Park) (end *Reason, err error) {
+	defer func() {
+		// The step ends here unless it parked again or the log failed (as runStep's always does).
+		if !errors.Is(err, errParked) && !errors.Is(err, errLog) {
+			r.w.stage(staged{typ: eventlog.TypeStepEnd, data: eventlog.StepEnd{Turn: turn, Step: step}})
+		}
+	}()
 	calls, ok, err := r.resumeCalls(turn, step, p.Waits, p.Results, p.Cancel != nil)
 	if err != nil {
 		return nil, err
@@ -193,16 +199,18 @@ func (r *Runner) resumeStep(ctx context.Context, turn, step int, p eventlog.Park
 	concluded := p.Concludes
 	if ok {
 		out, err := r.runCalls(ctx, turn, step, calls)
+		if err == nil && len(out.Parked) > 0 {
+			out.ConcludesTurn = out.ConcludesTurn || concluded
+			if ctx.Err() == nil {
+				return nil, r.parkStep(turn, step, out)
+			}
+			out, err = r.cancelParked(ctx, turn, step, out) // cancelled as it was about to park again
+		}
 		if err != nil {
 			return nil, err
 		}
-		if len(out.Parked) > 0 {
-			out.ConcludesTurn = out.ConcludesTurn || concluded
-			return nil, r.parkStep(turn, step, out)
-		}
 		concluded = concluded || out.ConcludesTurn
 	}
-	r.w.stage(staged{typ: eventlog.TypeStepEnd, data: eventlog.StepEnd{Turn: turn, Step: step}})
 	if concluded {
 		return &Reason{Kind: eventlog.EndCompleted}, nil
 	}

@@ -346,3 +346,84 @@ func TestE6_HandoverAtAStepBoundary(t *testing.T) {
 	}
 	h.checkInvariants()
 }
+
+// renaming gives the calls of each model response the names it lists, by position (the scripted
+// model names every call of a response alike).
+type renaming struct {
+	p     llm.Provider
+	names []string
+}
+
+func (p renaming) Stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
+	s, err := p.p.Stream(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &renamedStream{Stream: s, names: p.names, ids: map[string]string{}}, nil
+}
+
+type renamedStream struct {
+	llm.Stream
+	names []string
+	ids   map[string]string // call id -> new name
+}
+
+func (s *renamedStream) Recv() (llm.Chunk, error) {
+	c, err := s.Stream.Recv()
+	if err != nil {
+		return c, err
+	}
+	if c.ID != "" && c.Name != "" {
+		if _, ok := s.ids[c.ID]; !ok && len(s.ids) < len(s.names) {
+			s.ids[c.ID] = s.names[len(s.ids)]
+		}
+		if n := s.ids[c.ID]; n != "" {
+			c.Name = n
+		}
+	}
+	if c.Block != nil && c.Block.Type == llm.BlockToolCall {
+		if n := s.ids[c.Block.ID]; n != "" {
+			b := *c.Block
+			b.Name = n
+			c.Block = &b
+		}
+	}
+	return c, nil
+}
+
+// TestE6_NothingAfterAClientGroupStartsBeforeThePark: in a step [client, server], the server call
+// (its own group, SCHED-2) does not start before the client call has its result: the turn parks
+// with only the client call started, and on resume the server call runs once.
+func TestE6_NothingAfterAClientGroupStartsBeforeThePark(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	count := &registry.Tool{Name: "count", Description: "counts", Parameters: json.RawMessage(`{"type":"object"}`),
+		Output: &registry.Output{Render: func(_, v json.RawMessage) ([]llm.Block, error) { return []llm.Block{llm.TextBlock(string(v))}, nil }},
+		Execute: func(context.Context, *registry.Execution) (json.RawMessage, error) {
+			runs.Add(1)
+			return json.RawMessage(`"counted"`), nil
+		}}
+	h := parkHarness(t)
+	if _, err := h.reg.Register(h.k.Fiber("count", nil), count); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Provider = renaming{p: h.cfg.Provider, names: []string{"alert", "count"}}
+	h.post(eventlog.InboxNextTurn, `tool:alert tools:2 args:{}`)
+	h.serve(context.Background())
+	p := parkOf(t, h)
+	if len(p.Waits) != 1 || runs.Load() != 0 || len(h.ofType(eventlog.TypeToolCall)) != 1 {
+		t.Fatalf("park %+v, count ran %d times: %v", p, runs.Load(), h.types())
+	}
+	appendEv(t, h, eventlog.ClientResult{CallID: p.Waits[0].CallID, Content: []llm.Block{llm.TextBlock("shown")}})
+	if r := h.serve(context.Background()); r[0].Kind != eventlog.EndCompleted {
+		t.Fatalf("resumed %+v: %v", r, h.types())
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("count ran %d times, want 1", runs.Load())
+	}
+	rs := results(t, h)
+	if len(rs) != 2 || rs[0].Message.Content[0].Content[0].Text != "shown" || rs[1].Message.Content[0].Content[0].Text != `"counted"` {
+		t.Fatalf("results %+v", rs)
+	}
+	h.checkInvariants()
+}

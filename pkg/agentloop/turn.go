@@ -63,6 +63,15 @@ func (r *Runner) runTurn(ctx context.Context, p *eventlog.Park) (Reason, error) 
 		r.w.stage(staged{typ: eventlog.TypeTurnTrace, ignorable: true,
 			data: eventlog.TurnTrace{Turn: turn, TraceID: span.SpanContext().TraceID().String()}})
 	}
+	if p != nil {
+		// turn/resumed is durable before any call goes on: a cancel appended after the park was
+		// read is folded now (and cancels the turn), and one appended later counts for a park
+		// this loop instance writes (eventlog.Parked reads cancels from its turn/resumed on).
+		if err := r.w.flush(context.WithoutCancel(ctx)); err != nil {
+			endSpan(span, first, nil, err)
+			return Reason{}, r.logErr(err)
+		}
+	}
 	end, err := r.turnSteps(ctx, turn, p)
 	if errors.Is(err, errLog) {
 		endSpan(span, first, nil, err)
@@ -149,8 +158,9 @@ func (r *Runner) turnSteps(ctx context.Context, turn int, p *eventlog.Park) (Rea
 		if ends != nil && len(r.waiting(eventlog.InboxNextStep)) == 0 {
 			return *ends, nil
 		}
-		if ends == nil && r.handingOver() {
-			// A step boundary of a draining replica: another step follows, on the next holder.
+		if r.handingOver() {
+			// A step boundary of a draining replica: another step follows, on the next holder
+			// (which claims what waits for it).
 			return Reason{}, r.handoverStep(turn, step)
 		}
 		if step == 0 && r.cfg.Admit != nil {
@@ -251,8 +261,9 @@ func (r *Runner) runStep(ctx context.Context, turn, step int, asm promptasm.Resu
 	out, err := r.runTools(ctx, turn, step, calls)
 	if err == nil && len(out.Parked) > 0 {
 		if ctx.Err() == nil {
-			parked = true
-			return nil, r.parkStep(turn, step, out)
+			err := r.parkStep(turn, step, out)
+			parked = errors.Is(err, errParked)
+			return nil, err
 		}
 		out, err = r.cancelParked(ctx, turn, step, out)
 	}

@@ -32,8 +32,12 @@ type run struct {
 	// to the ctx of each of its prepares (extension E5).
 	groupCtx func(context.Context) context.Context
 
-	// parking: a call's ask parked (registry.PrepPark); no call starts after it (SCHED-3).
+	// parking: a call's ask parked (registry.PrepPark), or the group that ended holds a client
+	// call waiting for its result; no call starts after it (SCHED-3, SCHED-2: the next group
+	// starts only once every call of this one has its result).
 	parking bool
+	// waiting counts the started calls that wait outside the server (slot.wait set).
+	waiting int
 
 	out    Outcome
 	err    error // first internal failure (SCHED-7)
@@ -104,7 +108,12 @@ func (r *run) runGroup() {
 	parallel := r.mode(r.next) == registry.Parallel
 	client := r.isClient(r.next)
 	r.beginGroup(parallel, client)
-	defer func() { r.groupCtx = nil }()
+	defer func() {
+		r.groupCtx = nil
+		if r.waiting > 0 {
+			r.parking = true // the step parks at the end of this group
+		}
+	}()
 	if !parallel {
 		r.start(r.next)
 		r.drain()

@@ -111,10 +111,12 @@ func (r *run) begin(i int) *slot {
 	case sl.prep.Kind == registry.PrepPark:
 		// The ask is committed; nothing after it starts (SCHED-3) and the step parks.
 		sl.wait, sl.done, r.parking = eventlog.ParkApproval, false, true
+		r.waiting++
 		return nil
 	case r.step.Park && sl.prep.AwaitsClient():
 		// The client runs it: its tool/call is all the server writes before the park.
 		sl.wait, sl.done = eventlog.ParkClient, false
+		r.waiting++
 		return nil
 	case sl.prep.Kind != registry.PrepDispatch:
 		return nil
