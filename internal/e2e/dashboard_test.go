@@ -118,7 +118,8 @@ func exists(path string) bool {
 func crossOriginPage(proxy *cutProxy) http.Handler {
 	types := []string{"agent/inbox/spliced", "turn/start", "turn/end", "step/start", "step/end", "user/message",
 		"request/header", "request/context", "assistant/chunk", "assistant/message", "tool/call", "tool/result",
-		"approval/asked", "approval/decided", "agent/cancel", "llm/retry", "session/end-seed", "todo/write"}
+		"approval/asked", "approval/decided", "agent/cancel", "llm/retry", "session/end-seed", "todo/write",
+		"turn/parked", "turn/resumed", "tool/client-result"}
 	page := `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>another origin</title>
 <link rel="icon" href="data:,"></head><body><p id="state">starting</p><script>
 const q = new URLSearchParams(location.search);
