@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/preset"
@@ -78,7 +79,7 @@ func (r *Runner) parkStep(turn, step int, out scheduler.Outcome) error {
 		switch pc.Kind {
 		case eventlog.ParkApproval:
 			d.Reason = eventlog.ParkApproval
-			a, ok := lastAsk(turnEvs, pc.Call.ID)
+			a, ok := approval.AskOf(turnEvs, pc.Call.ID)
 			if !ok {
 				return fmt.Errorf("agentloop: call %s parked on an ask that is not in the log", pc.Call.ID)
 			}
@@ -94,21 +95,6 @@ func (r *Runner) parkStep(turn, step int, out scheduler.Outcome) error {
 	r.w.stage(staged{typ: eventlog.TypeTurnParked, data: d, ignorable: true})
 	r.parkReason = d.Reason
 	return errParked
-}
-
-// lastAsk returns the last approval/asked of call callID among evs.
-func lastAsk(evs []eventlog.Event, callID string) (eventlog.ApprovalAsked, bool) {
-	var out eventlog.ApprovalAsked
-	found := false
-	for _, ev := range evs {
-		if ev.Type != eventlog.TypeApprovalAsked {
-			continue
-		}
-		if a, err := eventlog.Decode[eventlog.ApprovalAsked](ev); err == nil && a.CallID == callID {
-			out, found = a, true
-		}
-	}
-	return out, found
 }
 
 // resumeCalls rebuilds the calls of step of turn from the log for its resumption: the tool calls

@@ -171,7 +171,7 @@ func (s *Service) approveParked(ctx context.Context, req registry.ApprovalReques
 	)
 	err := exec.Recorder().CommitFunc(context.WithoutCancel(ctx), func(turn []eventlog.Event) ([]eventlog.NewEvent, error) {
 		outcome, parked = "", false
-		if a, ok := askOf(turn, req.CallID); ok {
+		if a, ok := AskOf(turn, req.CallID); ok {
 			if d, ok := Decision(turn, a.ID); ok {
 				outcome = d.Outcome
 				return nil, nil
@@ -198,8 +198,8 @@ func (s *Service) approveParked(ctx context.Context, req registry.ApprovalReques
 	return outcomeOf(eventlog.ApprovalDecided{Outcome: outcome})
 }
 
-// askOf returns the last approval/asked of call callID among evs.
-func askOf(evs []eventlog.Event, callID string) (eventlog.ApprovalAsked, bool) {
+// AskOf returns the last approval/asked of call callID among evs.
+func AskOf(evs []eventlog.Event, callID string) (eventlog.ApprovalAsked, bool) {
 	var out eventlog.ApprovalAsked
 	found := false
 	for _, ev := range evs {
