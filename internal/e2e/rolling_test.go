@@ -49,7 +49,7 @@ func TestRollingRestart(t *testing.T) {
 	t.Parallel()
 	size := rollingScale()
 	c := newClusterOn(t, 2, 10*time.Second, "", "DSHD_DRAIN_FINISH="+drainFinish.String(),
-		"DSHD_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "DSHD_MAX_TENANT_TURNS=1000")
+		"DSHD_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "DSHD_TENANT_MAX_TURNS=1000", "DSHD_MAX_UNAUTHENTICATED=4096")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	first := c.replicas[0]
