@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"github.com/dshd/dshd/pkg/approval"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/pgstore"
 )
 
 // scenarioPreset has a pre-execute deny, a pre-execute ask, a guard and a post-execute block on
@@ -147,8 +149,10 @@ func TestScenarios06To11OverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	scenario07OverHTTP(t, e)
+	// 09 first: 07 starts a replica without an approval service, and a parked turn resumes on
+	// any replica of the server (E6).
 	scenario09OverHTTP(t, e)
+	scenario07OverHTTP(t, e)
 }
 
 // scenario07OverHTTP: on a replica whose server runs without an approval service, an ask is
@@ -209,7 +213,16 @@ func scenario09OverHTTP(t *testing.T, e *env) {
 	}
 	path := "/v1/sessions/" + sid + "/approvals/" + asked.ID
 	e.do(t, "POST", path, e.keyA, map[string]string{"outcome": "allowed-always"}).wantProblem(t, http.StatusBadRequest, "invalid_request")
-	e.appendEvents(uuid.MustParse(sid), eventlog.Of(eventlog.ApprovalDecided{ID: asked.ID, Outcome: "allowed-always"}))
+	// Another writer appends the decision with the session's wake, as every answer is appended
+	// (the ask parked the turn, E6: nothing else would resume it before the ask's timeout).
+	q, err := pgstore.NewQueue(e.log, pgstore.QueueConfig{InsertOnly: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.log.Post(context.Background(), pgstore.PostParams{Tenant: e.tenantA, Session: uuid.MustParse(sid), Queue: q,
+		Build: eventlog.Batch(eventlog.Of(eventlog.ApprovalDecided{ID: asked.ID, Outcome: "allowed-always"}))}); err != nil {
+		t.Fatal(err)
+	}
 	tr, end := streamedResult(t, append(evs, s.untilEnd(t)...))
 	text, isErr := resultText(tr)
 	if !isErr || !strings.HasPrefix(text, "Error: approval: ") || !strings.Contains(text, `"allowed-always"`) {
