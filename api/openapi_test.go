@@ -101,7 +101,8 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("POST", "/v1/tenants", e.do(t, "POST", "/v1/tenants", adminToken, big).want(t, 413))
 
 	full := `{"name":"full","model":{"provider":"openai","model":"deepseek-chat","baseUrl":"https://api.deepseek.com"},
-		"tools":{"mode":"both","allow":["echo"],"toolOrder":["echo","<unlisted-tools>"]},
+		"tools":{"mode":"both","allow":["echo"],"toolOrder":["echo","<unlisted-tools>"],
+			"declared":[{"name":"pick","description":"the user picks","parameters":{"type":"object"},"executor":"client","timeoutMs":1000}]},
 		"prompt":{"persona":"p","sections":[{"name":"s","order":1.5,"text":"t"}],"variables":{"x":"y"}},
 		"approval":{"policy":"ask","ask":["echo"]},"limits":{"maxSteps":5}}`
 	var p struct{ ID string }
