@@ -88,7 +88,12 @@ func newEnvHosts(t testing.TB, mockHost string, cfg ...func(*api.Config)) *env {
 // newEnvTools is newEnvHosts with tools registered beside the built-in ones.
 func newEnvTools(t testing.TB, mockHost string, tools []*registry.Tool, cfg ...func(*api.Config)) *env {
 	t.Helper()
-	pool := pgtest.Pool(t)
+	return newEnvPool(t, pgtest.Pool(t), mockHost, tools, cfg...)
+}
+
+// newEnvPool is newEnvTools over pool (a migrated database of this test).
+func newEnvPool(t testing.TB, pool *pgxpool.Pool, mockHost string, tools []*registry.Tool, cfg ...func(*api.Config)) *env {
+	t.Helper()
 	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost, tools: tools}
 	tenants := pgstore.NewTenants(pool)
 	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
