@@ -38,7 +38,7 @@ func (rs sessionResource) handleEventList(w http.ResponseWriter, r *http.Request
 	}
 	if acceptsEventStream(r) {
 		if release, ok := rs.s.reserveOrRefuse(w, r, id); ok {
-			rs.s.stream(w, r, id, q, -1, nil, release)
+			rs.s.stream(w, r, id, q, -1, nil, nil, release)
 		}
 		return
 	}

@@ -51,7 +51,10 @@ import (
 // this request after it checked the tenant's session (a message's stream: the message's own
 // seq): the tail starts there, and the session is not read again. Negative: the stream reads the
 // session (its tenant, that it is live, its last seq).
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, known int64, until func(eventlog.Event) bool, release func()) {
+//
+// committed, when it begins right after q.after, are events this request committed (a message's
+// own splice): they are the stream's first frames, sent with its header, without a read.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, known int64, committed []eventlog.Event, until func(eventlog.Event) bool, release func()) {
 	ctx := r.Context()
 	tenant := tenantID(r)
 	if known < 0 {
@@ -87,7 +90,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 		s.metrics.streams.Dec()
 		release()
 	}
-	if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if len(committed) > 0 && committed[0].Seq == q.after+1 {
+		done, err := st.send(committed, nil, q.types, until)
+		if err != nil || done {
+			if err != nil {
+				s.streamEnded(r, err)
+			}
+			end()
+			_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+			return
+		}
+		f.cursor = committed[len(committed)-1].Seq
+	} else if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		end()
 		return
 	}

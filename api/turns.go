@@ -111,7 +111,7 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		t := &turnWatch{messageID: posted.MessageID, inject: req.Mode == worker.ModeInject}
 		// The post read the session's head: the stream starts its tail there without reading the
 		// session (a replay, which reads no head, lets the stream read it).
-		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, posted.LastSeq, t.observe, release)
+		rs.s.stream(w, r, id, eventQuery{after: posted.Seq - 1}, posted.LastSeq, posted.Events, t.observe, release)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, rs.messageAccepted(r, id, req.Mode, posted))

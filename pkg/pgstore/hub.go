@@ -45,9 +45,12 @@ type Hub struct {
 	heartbeat  time.Duration
 	logger     *slog.Logger
 
-	mu     sync.Mutex // guards subs and latest; held only to edit or walk them, never during I/O
+	mu     sync.Mutex // guards subs, latest and gen; held only to edit or walk them, never during I/O
 	subs   map[uuid.UUID]map[*subscription]struct{}
-	latest map[uuid.UUID]int64 // highest notified seq of subscribed sessions
+	latest map[uuid.UUID]int64 // highest notified (or observed) seq of subscribed sessions
+	// gen counts the times the hub stopped vouching for what it had seen (wakeAll): an Observe of
+	// an older generation is ignored.
+	gen uint64
 
 	life    sync.Mutex // serializes Start and Stop; guards the fields below
 	running bool
@@ -243,8 +246,11 @@ func (h *Hub) wake(id uuid.UUID, seq int64) {
 	switch {
 	case seq < 0: // not an append (a delete): Latest must not vouch that nothing changed
 		delete(h.latest, id)
-	case seq > h.latest[id]:
-		h.latest[id] = seq
+		h.gen++ // nor may an observation made before it
+	default:
+		if cur, ok := h.latest[id]; !ok || seq > cur {
+			h.latest[id] = seq
+		}
 	}
 	for sub := range set {
 		signal(sub.wake)
@@ -261,11 +267,39 @@ func (h *Hub) Latest(sessionID uuid.UUID) (int64, bool) {
 	return seq, ok
 }
 
+// Gen returns the hub's current generation, for Observe: take it before the commit to observe
+// is sent.
+func (h *Hub) Gen() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gen
+}
+
+// Observe records a commit this process made to a session, ending at seq, as if its notification
+// had arrived: Latest then vouches for it without waiting for the notification, and a follower of
+// the session does not read the log to learn what its committer already knows. The caller
+// guarantees that the session had a subscriber on this hub since before the commit was sent (so
+// every later commit's notification reaches the hub after that subscription), and gen is Gen
+// taken before the commit was sent: if the hub stopped vouching since (a reconnect or a
+// heartbeat, when notifications may have been lost), the observation is dropped. A session with
+// no subscriber now is not recorded.
+func (h *Hub) Observe(sessionID uuid.UUID, seq int64, gen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen != gen || len(h.subs[sessionID]) == 0 {
+		return
+	}
+	if cur, ok := h.latest[sessionID]; !ok || seq > cur {
+		h.latest[sessionID] = seq
+	}
+}
+
 // wakeAll wakes every subscriber (after a reconnect, at a heartbeat) and forgets the latest
 // notified seqs: notifications may have been lost, so Latest must not vouch for anything.
 func (h *Hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.gen++
 	clear(h.latest)
 	for _, set := range h.subs {
 		for sub := range set {

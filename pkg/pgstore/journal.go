@@ -132,8 +132,11 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 		sent *appendParams // a batch whose statement failed with its outcome unknown
 		err  error
 	)
+	j.store.flying.begin(j.session)
+	defer j.store.flying.end(j.session)
 	r := j.retrier()
 	locked := !j.known
+	gen, observe := j.observer()
 	for {
 		switch {
 		case sent != nil:
@@ -165,7 +168,29 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 	j.track(out)
 	j.saw(out)
 	j.store.committed(j.tenant, j.session, out)
+	if j.released.Load() {
+		j.store.idle.set(j.session, out[len(out)-1].Seq) // the turn's end left the session idle
+	}
+	if observe != nil {
+		observe.Observe(j.session, out[len(out)-1].Seq, gen)
+	}
 	return out, nil
+}
+
+// observer is what a journal needs of a hub to record its own commits (Hub.Observe).
+type observer interface {
+	Gen() uint64
+	Observe(sessionID uuid.UUID, seq int64, gen uint64)
+}
+
+// observer returns the hub to tell of the commit of an append that starts now, with its
+// generation: only while the journal is open (subscribed since before the append).
+func (j *Journal) observer() (uint64, observer) {
+	o, ok := j.hub.(observer)
+	if !ok || j.unsub == nil {
+		return 0, nil
+	}
+	return o.Gen(), o
 }
 
 // appendOptimistic appends at the known head. sent is the batch when its statement failed with a
@@ -525,6 +550,7 @@ func (j *Journal) Wait(ctx context.Context, after int64) error {
 	for {
 		if seq, ok := j.hub.Latest(j.session); ok {
 			if seq > after {
+				j.settle(ctx)
 				return nil
 			}
 		} else {
@@ -541,6 +567,26 @@ func (j *Journal) Wait(ctx context.Context, after int64) error {
 			return ctx.Err()
 		case <-wake:
 		}
+	}
+}
+
+// settleBound bounds how long Wait waits for a commit of this process to be published.
+const settleBound = time.Second
+
+// settle waits, when this process is committing to the session (an append or a post in flight),
+// until that commit has been published (OnCommit): a follower woken by its notification then
+// finds its cursor moved by the publication and need not read back what it would read.
+func (j *Journal) settle(ctx context.Context) {
+	ch := j.store.flying.settled(j.session)
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(settleBound)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -114,6 +114,11 @@ func (s *Store) Post(ctx context.Context, p PostParams) (Posted, error) {
 			return Posted{}, err
 		}
 	}
+	s.flying.begin(p.Session)
+	defer s.flying.end(p.Session)
+	if out, ok, err := s.postIdle(ctx, p); ok || err != nil {
+		return out, err
+	}
 	var out Posted
 	err := s.inTx(ctx, "post", func(tx pgx.Tx) error {
 		if p.Idem != nil {

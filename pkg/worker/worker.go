@@ -294,12 +294,14 @@ type Idempotency = pgstore.Idempotency
 
 // Posted is the result of a Post: the message id and the seq of its `agent/inbox/spliced` event.
 // Replayed is true when an idempotent retry returned an earlier result. LastSeq is the session's
-// last seq right after the post (-1 for a replay, which reads no head).
+// last seq right after the post (-1 for a replay, which reads no head). Events are the events the
+// post committed (none for a replay): a stream of the post starts with them without a read.
 type Posted struct {
 	MessageID string
 	Seq       int64
 	Replayed  bool
 	LastSeq   int64
+	Events    []eventlog.Event
 }
 
 // Post appends msg to the session's inbox, at the end of next-turn for a followup and of
@@ -337,19 +339,33 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 				MaxTenant: s.cfg.Quotas.MaxTurns(ctx, tenantID, s.cfg.MaxTenantTurns)}
 		}
 	}
+	// A post that may serve the session subscribes to it first: the hub then vouches for the
+	// post's commit (Hub.Observe), and the serve's followers (its cancel watcher, the message's
+	// stream) need not read the log to learn where it ends.
+	unsub, gen := func() {}, uint64(0)
+	if p.Lease != nil && s.cfg.Hub != nil {
+		_, unsub = s.cfg.Hub.Subscribe(sessionID)
+		gen = s.cfg.Hub.Gen()
+	}
 	out, err := s.cfg.Store.Post(ctx, p)
 	if err != nil {
+		unsub()
 		return Posted{}, err
 	}
 	if out.Leased {
+		if s.cfg.Hub != nil {
+			s.cfg.Hub.Observe(sessionID, out.Head.Last(), gen)
+		}
 		sess := eventlog.Session{ID: sessionID, TenantID: tenantID, PresetID: out.Preset, PresetVersion: out.PresetVersion}
-		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last(), out.Events)
+		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last(), out.Events, unsub)
+	} else {
+		unsub()
 	}
 	last := int64(-1)
 	if !out.Replayed {
 		last = out.Head.Last()
 	}
-	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed, LastSeq: last}, nil
+	return Posted{MessageID: out.MessageID, Seq: out.Seq, Replayed: out.Replayed, LastSeq: last, Events: out.Events}, nil
 }
 
 // Cancel requests the cancellation of the session's running or parked turn (LOOP-7): unless
@@ -385,11 +401,13 @@ func (s *Service) mayServeNow() bool {
 // serveNow serves a session whose lease a post took, on a goroutine of its own under the service's
 // context; posted are the events the post appended (the runner's journal is seeded with them). A
 // failure is logged (by serveSession, in the trace of the turn it served); the lease then expires
-// and the sweeper wakes the session.
-func (s *Service) serveNow(a TurnArgs, owner uuid.UUID, sess eventlog.Session, from int64, posted []eventlog.Event) {
+// and the sweeper wakes the session. unsub ends the post's subscription to the session, once
+// the serve has ended (its journal subscribes while it serves).
+func (s *Service) serveNow(a TurnArgs, owner uuid.UUID, sess eventlog.Session, from int64, posted []eventlog.Event, unsub func()) {
 	s.direct.Add(1)
 	go func() {
 		defer s.direct.Done()
+		defer unsub()
 		_ = s.turns.serveSession(s.base, a, owner, &sess, from, posted)
 	}()
 }
