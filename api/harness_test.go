@@ -63,6 +63,8 @@ type env struct {
 	approvals func(approval.Config) *approval.Service
 	// worker, when set, adjusts the worker configuration of the replicas started after it is set.
 	worker func(*worker.Config)
+	// loop, when set, adjusts the agent loop configuration of the replicas started after it is set.
+	loop func(*agentloop.Config)
 }
 
 func (e *env) modelHosts() []string {
@@ -94,7 +96,13 @@ func newEnvTools(t testing.TB, mockHost string, tools []*registry.Tool, cfg ...f
 // newEnvPool is newEnvTools over pool (a migrated database of this test).
 func newEnvPool(t testing.TB, pool *pgxpool.Pool, mockHost string, tools []*registry.Tool, cfg ...func(*api.Config)) *env {
 	t.Helper()
-	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost, tools: tools}
+	return newEnvLoop(t, pool, mockHost, tools, nil, cfg...)
+}
+
+// newEnvLoop is newEnvPool whose replicas' agent loops loop adjusts (nil: the defaults).
+func newEnvLoop(t testing.TB, pool *pgxpool.Pool, mockHost string, tools []*registry.Tool, loop func(*agentloop.Config), cfg ...func(*api.Config)) *env {
+	t.Helper()
+	e := &env{t: t, pool: pool, log: pgstore.NewStore(pool, pgstore.StoreConfig{}), mockHost: mockHost, tools: tools, loop: loop}
 	tenants := pgstore.NewTenants(pool)
 	a, keyA, err := tenants.TenantCreate(context.Background(), "tenant-a")
 	if err != nil {
@@ -142,8 +150,12 @@ func (e *env) newReplica(cfg ...func(*api.Config)) *replica {
 			t.Fatal(err)
 		}
 	}
+	loop := agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}
+	if e.loop != nil {
+		e.loop(&loop)
+	}
 	ag, err = agents.New(agents.Config{Tools: tools, ModelHosts: e.modelHosts(), Logger: quiet, Approvals: approver,
-		Loop: agentloop.Config{Logger: quiet, RetryBackoff: time.Millisecond}, Credentials: creds, CodeRuntime: code})
+		Loop: loop, Credentials: creds, CodeRuntime: code})
 	if err != nil {
 		t.Fatal(err)
 	}
