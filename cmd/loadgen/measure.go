@@ -100,7 +100,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	for k, r := range runs {
 		c := r.c
 		if bl != nil {
-			if err := runBaselines(ctx, o, bl, c); err != nil {
+			if err := runBaselines(ctx, o, e, bl, c); err != nil {
 				return nil, err
 			}
 		}
@@ -203,7 +203,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 }
 
 // runBaselines runs the in-process baselines of c.
-func runBaselines(ctx context.Context, o options, bl *baseline, c *Case) error {
+func runBaselines(ctx context.Context, o options, e *env, bl *baseline, c *Case) error {
 	for _, b := range []struct {
 		on   bool
 		name string
@@ -215,7 +215,7 @@ func runBaselines(ctx context.Context, o options, bl *baseline, c *Case) error {
 			continue
 		}
 		progress("%s x%d: in-process %s for %s", c.Turn, c.Sessions, b.name, o.baselineDuration)
-		p, err := bl.run(ctx, b.f, c.Turn, c.Sessions, o.baselineDuration)
+		p, err := bl.run(ctx, e, b.f, c.Turn, c.Sessions, o.baselineDuration)
 		if err != nil {
 			return fmt.Errorf("%s x%d: in-process %s: %w", c.Turn, c.Sessions, b.name, err)
 		}

@@ -39,19 +39,24 @@ type Case struct {
 	DirectRatio float64 `json:"directRatio,omitempty"`
 }
 
-// CPUReport is the CPU time used during the HTTP+SSE phase, per turn. Zero means not measured.
+// CPUReport is the CPU time used during an HTTP+SSE phase, per turn, split by process. Zero
+// means not measured.
 type CPUReport struct {
 	ServerPerTurn   time.Duration `json:"serverPerTurnNs"`
-	PostgresPerTurn time.Duration `json:"postgresPerTurnNs"`
-	LoadgenPerTurn  time.Duration `json:"loadgenPerTurnNs"` // this process: clients and the mock model
-	MachineBusy     float64       `json:"machineBusy"`      // fraction of all cores busy
-	Cores           int           `json:"cores"`
+	PostgresPerTurn time.Duration `json:"postgresPerTurnNs"` // the postmaster and all its processes
+	// ClientPerTurn is this process's: the HTTP+SSE clients, and the mock model too when it is
+	// served from here (MockInClient: -url without -mock-url).
+	ClientPerTurn time.Duration `json:"clientPerTurnNs"`
+	MockPerTurn   time.Duration `json:"mockPerTurnNs"` // the mock model's process (zero: its pid is not known)
+	MockInClient  bool          `json:"mockInClient,omitempty"`
+	MachineBusy   float64       `json:"machineBusy"` // fraction of all cores busy
+	Cores         int           `json:"cores"`
 }
 
 // cpuSample is one reading of the CPU counters.
 type cpuSample struct {
-	server, postgres, self time.Duration
-	busy, total            int64
+	server, postgres, self, mock time.Duration
+	busy, total                  int64
 }
 
 func sampleCPU(e *env) cpuSample {
@@ -61,6 +66,9 @@ func sampleCPU(e *env) cpuSample {
 	}
 	if e.postmasterPID > 0 {
 		s.postgres, _ = TreeCPU(e.postmasterPID)
+	}
+	if e.mockPID > 0 {
+		s.mock, _ = ProcessCPU(e.mockPID)
 	}
 	s.self, _ = ProcessCPU(os.Getpid())
 	s.busy, s.total, _ = MachineCPU()
@@ -88,7 +96,11 @@ func cpuPerTurn(before, after cpuSample, turns int, e *env) CPUReport {
 	if e.postmasterPID > 0 {
 		r.PostgresPerTurn = per(after.postgres - before.postgres)
 	}
-	r.LoadgenPerTurn = per(after.self - before.self)
+	r.ClientPerTurn = per(after.self - before.self)
+	if e.mockPID > 0 {
+		r.MockPerTurn = per(after.mock - before.mock)
+	}
+	r.MockInClient = e.mockInProcess
 	if dt := after.total - before.total; dt > 0 {
 		r.MachineBusy = float64(after.busy-before.busy) / float64(dt)
 	}
