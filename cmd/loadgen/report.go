@@ -21,10 +21,14 @@ type Report struct {
 	CPUProfile string    `json:"cpuProfile,omitempty"` // the server's profile of ProfileCase
 	// ProfileCase names the profiled case, TURN@N.
 	ProfileCase string `json:"profileCase,omitempty"`
+	// GoalsMet of Goals of the cases were met (see evaluate).
+	GoalsMet int `json:"goalsMet"`
+	Goals    int `json:"goals"`
 }
 
-// Case is one turn kind at one concurrency: the HTTP+SSE durable load and the in-process
-// baselines on the same script at the same concurrency.
+// Case is one turn kind at one concurrency: the HTTP+SSE durable load, each turn a fresh
+// session's first, the in-process baselines on the same script at the same concurrency, and the
+// warm turns (sessions' second turns).
 type Case struct {
 	Turn      string     `json:"turn"` // the script of every turn
 	Sessions  int        `json:"sessions"`
@@ -33,10 +37,32 @@ type Case struct {
 	Direct    *Phase     `json:"direct,omitempty"`    // model and scheduler, no journal
 	CPU       CPUReport  `json:"cpu"`
 	DB        *DBPerTurn `json:"dbPerTurn,omitempty"`
+	Warm      *Warm      `json:"warm,omitempty"`
 	// Ratio is the median HTTP+SSE turn time over the median in-process loop turn time;
-	// DirectRatio the same over the direct baseline.
-	Ratio       float64 `json:"ratio,omitempty"`
-	DirectRatio float64 `json:"directRatio,omitempty"`
+	// DirectRatio the same over the direct baseline; ThroughputRatio the HTTP+SSE turns/s over
+	// the loop's; CPURatio the server's CPU per turn over the loop's (zero when the loop's
+	// includes the mock model's).
+	Ratio           float64 `json:"ratio,omitempty"`
+	DirectRatio     float64 `json:"directRatio,omitempty"`
+	ThroughputRatio float64 `json:"turnsPerSecOverLoop,omitempty"`
+	CPURatio        float64 `json:"serverCpuOverLoop,omitempty"`
+	Goals           []Goal  `json:"goals,omitempty"` // see evaluate
+}
+
+// Warm is a case's warm turns: by the same number of clients, each turn the second of a session
+// whose first turn (same script, untimed) ran just before.
+type Warm struct {
+	HTTP Phase     `json:"http"`
+	CPU  CPUReport `json:"cpu"`
+	// Statements (pg_stat_statements) and WriteXacts (transaction ids) per warm turn, -1 when
+	// not available. Both are counted as they happen; commits and WAL flushes are not read, as
+	// they would take the database another 10 s to settle per case.
+	Statements float64 `json:"statements"`
+	WriteXacts float64 `json:"writeXacts"`
+	// CPURatio is the server's CPU per first turn (Case.CPU) over its CPU per warm turn;
+	// P50Ratio the first turns' p50 over the warm turns'.
+	CPURatio float64 `json:"firstOverWarmServerCpu,omitempty"`
+	P50Ratio float64 `json:"firstOverWarmP50,omitempty"`
 }
 
 // CPUReport is the CPU time used during an HTTP+SSE phase, per turn, split by process. Zero
