@@ -167,13 +167,15 @@ func (e *discardEmitter) Contexts(_ context.Context, _ scheduler.Call, msgs []ll
 func (e *discardEmitter) Flush(context.Context) error { return nil }
 
 // run runs turn with conns goroutines until d has passed, after a few untimed warm-up turns
-// (connections to the mock, the preset's scope, the allocator).
-func (b *baseline) run(ctx context.Context, turn turnFunc, script string, conns int, d time.Duration) (Phase, error) {
+// (connections to the mock, the preset's scope, the allocator), and reads the CPU time of this
+// process and of the mock model around the measured turns from e.
+func (b *baseline) run(ctx context.Context, e *env, turn turnFunc, script string, conns int, d time.Duration) (Phase, error) {
 	for range 3 {
 		if _, _, err := turn(ctx, script); err != nil {
 			return Phase{}, err
 		}
 	}
+	cpu0 := sampleCPU(e)
 	rec := newRecorder(conns)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -194,7 +196,16 @@ func (b *baseline) run(ctx context.Context, turn turnFunc, script string, conns 
 		}()
 	}
 	wg.Wait()
-	return rec.phase(time.Since(start))
+	p, err := rec.phase(time.Since(start))
+	cpu1 := sampleCPU(e)
+	if p.Turns > 0 {
+		p.CPUPerTurn = (cpu1.self - cpu0.self) / time.Duration(p.Turns)
+		if e.mockPID > 0 {
+			p.MockCPUPerTurn = (cpu1.mock - cpu0.mock) / time.Duration(p.Turns)
+		}
+		p.CPUIncludesMock = e.mockInProcess
+	}
+	return p, err
 }
 
 func countType(evs []eventlog.Event, typ string) int {

@@ -20,6 +20,14 @@ type Phase struct {
 	PerStep      time.Duration `json:"perStepNs"`    // mean turn latency / steps per turn
 	Events       int64         `json:"events"`
 	EventsPerSec float64       `json:"eventsPerSecond"`
+	// CPUPerTurn is an in-process baseline's CPU per turn: this process's, that is the loop (or
+	// the direct turns) and its HTTP client to the mock, and the mock model's as well when it is
+	// served from this process (CPUIncludesMock). MockCPUPerTurn is the mock model's process's
+	// (zero: its pid is not known). Both are zero for an HTTP+SSE phase, whose CPU is in
+	// Case.CPU.
+	CPUPerTurn      time.Duration `json:"cpuPerTurnNs,omitempty"`
+	MockCPUPerTurn  time.Duration `json:"mockCpuPerTurnNs,omitempty"`
+	CPUIncludesMock bool          `json:"cpuIncludesMock,omitempty"`
 }
 
 // recorder collects the turns of concurrent clients. It is safe for concurrent use: each client

@@ -5,22 +5,32 @@
 //
 // A case is a turn kind (-turns: a mock model script, the message of every turn; default text,
 // tools:1, tools:16 and steps:20) at a concurrency N (-sessions; default 1 and 8): N clients run
-// turns, each on a fresh session, for -duration (default 5s). For every case it prints the turn
-// time over HTTP+SSE (p50, p90), the same turns of the in-process agent loop over an in-memory
-// journal on the same mock at the same concurrency, their ratio, the turns/s of both, a plainer
-// baseline (model calls and the tool scheduler, no journal), and per durable turn the SQL
-// statements, commits, write transactions and WAL flushes of PostgreSQL and the CPU of the server
-// and of PostgreSQL. It ends with a markdown summary with the goals, and the machine's raw
-// PostgreSQL insert ceiling (single-row INSERT commits).
+// turns, each a fresh session's first (the sessions are created ahead, untimed), for -duration
+// (default 5s). For every case it prints the turn time over HTTP+SSE (p50, p90), the same turns of
+// the plain in-process agent loop over an in-memory journal on the same mock at the same
+// concurrency, their ratio, the turns/s of both, a plainer baseline (model calls and the tool
+// scheduler, no journal), and per durable turn the SQL statements, commits, write transactions
+// and WAL flushes of PostgreSQL and the CPU of the server, of PostgreSQL, of the client (loadgen's
+// own process) and of the mock model, next to the loop's CPU per turn (loadgen's process while
+// the loop runs). Then, after all the cases (-warm, default on), it measures each case's warm
+// turns for -warm-duration (default 2s): sessions created and given one untimed turn, then their
+// second turns, by N clients; it prints their p50 and CPU per turn and the first turns' over the
+// warm turns'. It ends with the machine's raw PostgreSQL insert ceiling (single-row INSERT
+// commits) and a markdown summary with the goals of issue 20, each a ratio to the loop's in the
+// same run (goals.go): durable p50 <= 4x the loop's for text and tools:1, 2x for tools:16, 1.5x
+// for steps:20, at every N; text turns/s at N=8 >= 25% of the loop's; server CPU per turn <= 3x
+// the loop's CPU per turn, every case; server CPU of a first turn <= 1.2x that of a warm turn.
 //
 // By default it is self-contained: it starts a throwaway PostgreSQL cluster (fsync and
-// synchronous_commit on, pg_stat_statements loaded), the mock model in this process and the
-// server as a child process built from ./cmd/server, creates a tenant and a preset on the mock,
-// and stops everything at the end. Run it from the repository root:
+// synchronous_commit on, pg_stat_statements loaded), the mock model and the server as child
+// processes built from ./cmd/mockllm and ./cmd/server (so that the CPU of each, and of loadgen's
+// own clients, is read apart), creates a tenant and a preset on the mock, and stops everything
+// at the end. Run it from the repository root:
 //
 //	go run ./cmd/loadgen
 //	go run ./cmd/loadgen -turns steps:20 -sessions 8 -duration 20s
 //	go run ./cmd/loadgen -turns text -sessions 1 -count 3000 -json
+//	go run ./cmd/loadgen -turns text -sessions 8 -warm=false
 //
 // -neighbour measures instead a quiet tenant's text turns alone and beside a noisy tenant that keeps
 // 12 CPU-bound run_code programs and 12 CPU-bound bash commands going (neighbour.go; the server
@@ -37,7 +47,8 @@
 //	go tool pprof -top /tmp/dshd.pprof
 //
 // Against a running server (its DSHD_MODEL_HOSTS must allow the mock's address; -mock-url points
-// at a running cmd/mockllm, else the mock is served from this process on -mock-addr):
+// at a running cmd/mockllm, whose CPU is read if -mock-pid gives its pid, else the mock is served
+// from this process on -mock-addr and its CPU is counted with the client's):
 //
 //	go run ./cmd/loadgen -url http://127.0.0.1:8080 -key $DSHD_API_KEY -mock-addr 127.0.0.1:8089 \
 //	    -server-pid $(pgrep -n dshd) -database-url $DATABASE_URL -sessions 8
@@ -74,6 +85,9 @@ type options struct {
 	ceilingDuration  time.Duration
 	jsonOut          bool
 	serverBin        string
+	mockBin          string
+	warm             bool          // -warm: measure the second turns of sessions too
+	warmDuration     time.Duration // measured time of each case's warm turns (unless -count)
 	serverLogLevel   string
 	keep             bool
 	cpuProfile       string
@@ -81,7 +95,7 @@ type options struct {
 
 	url, key, adminToken string
 	mockURL, mockAddr    string
-	serverPID            int
+	serverPID, mockPID   int
 	postmasterPID        int
 	databaseURL          string
 
@@ -118,7 +132,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.ceilingConns, "ceiling-conns", 8, "connections of the PostgreSQL insert ceiling (it is also measured with 1)")
 	fs.DurationVar(&o.ceilingDuration, "ceiling-duration", 3*time.Second, "time of each insert ceiling measurement (0: skip)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
+	fs.BoolVar(&o.warm, "warm", true, "also measure each case's warm turns: second turns of sessions that had one (after all the cases' first turns)")
+	fs.DurationVar(&o.warmDuration, "warm-duration", 2*time.Second, "measured time of each case's warm turns (with -count: that many warm turns instead)")
 	fs.StringVar(&o.serverBin, "server-bin", "", "server binary (default: go build ./cmd/server into a temp dir)")
+	fs.StringVar(&o.mockBin, "mock-bin", "", "mock model binary (default: go build ./cmd/mockllm into a temp dir)")
 	fs.StringVar(&o.serverLogLevel, "server-log-level", "warn", "DSHD_LOG_LEVEL of the server process")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temp dir (server log, cluster) after the run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the server during one case (-profile-case) to this file")
@@ -129,6 +146,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.mockURL, "mock-url", "", "with -url: base URL of a running mock model (cmd/mockllm)")
 	fs.StringVar(&o.mockAddr, "mock-addr", "127.0.0.1:0", "with -url and no -mock-url: serve the mock from this process here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "with -url: pid of the server, for its CPU time")
+	fs.IntVar(&o.mockPID, "mock-pid", 0, "with -mock-url: pid of the mock model, for its CPU time")
 	fs.IntVar(&o.postmasterPID, "postmaster-pid", 0, "with -url: pid of the PostgreSQL postmaster, for its CPU time")
 	fs.StringVar(&o.databaseURL, "database-url", "", "with -url: database for the statistics and the insert ceiling (a scratch table is created and dropped)")
 	fs.BoolVar(&o.neighbour, "neighbour", false, "measure a quiet tenant's text turns (-duration each) alone and beside a noisy tenant's CPU-bound run_code programs and bash commands, instead of the cases")
@@ -173,6 +191,9 @@ func parseFlags(args []string) (options, error) {
 	if o.count <= 0 && o.duration <= 0 {
 		return o, errors.New("need a positive -duration or -count")
 	}
+	if o.warm && o.count <= 0 && o.warmDuration <= 0 {
+		return o, errors.New("need a positive -warm-duration, or -warm=false")
+	}
 	if o.warmup < 1 {
 		return o, errors.New("need -warmup >= 1 (its turns size the sessions created ahead)")
 	}
@@ -181,6 +202,9 @@ func parseFlags(args []string) (options, error) {
 		if o.count > 0 {
 			o.baselineDuration = time.Second
 		}
+	}
+	if o.mockPID != 0 && o.mockURL == "" {
+		return o, errors.New("-mock-pid needs -mock-url (without it the mock is served from this process)")
 	}
 	if o.url != "" && o.key == "" && o.adminToken == "" {
 		return o, errors.New("-url needs -key or -admin-token")
@@ -263,13 +287,20 @@ func setup(ctx context.Context, o options) (*env, error) {
 		if e.postmasterPID, err = PostmasterPID(e.pgDataDir); err != nil {
 			return e, err
 		}
-		if err := e.startMock("127.0.0.1:0"); err != nil {
+		mockBin := o.mockBin
+		if mockBin == "" {
+			progress("building ./cmd/mockllm")
+			if mockBin, err = e.build(ctx, "mockllm", "mockllm"); err != nil {
+				return e, err
+			}
+		}
+		if err := e.startMockProcess(ctx, mockBin); err != nil {
 			return e, err
 		}
 		bin := o.serverBin
 		if bin == "" {
 			progress("building ./cmd/server")
-			if bin, err = e.buildServer(ctx); err != nil {
+			if bin, err = e.build(ctx, "server", "dshd"); err != nil {
 				return e, err
 			}
 		}
@@ -284,7 +315,7 @@ func setup(ctx context.Context, o options) (*env, error) {
 	}
 	e.serverURL, e.serverPID, e.postmasterPID, e.databaseURL = o.url, o.serverPID, o.postmasterPID, o.databaseURL
 	e.adminToken = o.adminToken
-	e.mockURL = o.mockURL
+	e.mockURL, e.mockPID = o.mockURL, o.mockPID
 	if e.mockURL == "" {
 		return e, e.startMock(o.mockAddr)
 	}

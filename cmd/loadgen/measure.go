@@ -18,14 +18,16 @@ type caseRun struct {
 	before, end dbSample
 }
 
-// measure runs every case (turn kind by concurrency) and then the ceiling.
+// measure runs every case (turn kind by concurrency), then the warm turns of every case (-warm)
+// and then the ceiling.
 //
 // All cases are warmed up and their sessions created first. Then, for each case: the in-process
 // baselines (no database activity), a pause until the database has been quiet for o.settle
 // (PostgreSQL's backends then have reported all their statistics, see dbSample), the HTTP+SSE
-// measurement. The statistics of a measurement are read when the database has settled after it,
-// during the next case's baselines, less what the idle server did meanwhile (measured once,
-// before the first case).
+// measurement of first turns. The statistics of a measurement are read when the database has
+// settled after it, during the next case's baselines, less what the idle server did meanwhile
+// (measured once, before the first case). The warm turns come after the last case's statistics
+// were read (warm.go).
 func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	rep := &Report{Duration: o.duration, Cases: make([]Case, 0, len(o.turnKinds)*len(o.sessions))}
 	if o.url == "" {
@@ -100,7 +102,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	for k, r := range runs {
 		c := r.c
 		if bl != nil {
-			if err := runBaselines(ctx, o, bl, c); err != nil {
+			if err := runBaselines(ctx, o, e, bl, c); err != nil {
 				return nil, err
 			}
 		}
@@ -151,12 +153,6 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 		lastDB = time.Now()
 		r.pool = nil
 		c.CPU = cpuPerTurn(cpuBefore, cpuAfter, c.HTTP.Turns, e)
-		if c.InProcess != nil && c.InProcess.Latency.P50 > 0 {
-			c.Ratio = float64(c.HTTP.Latency.P50) / float64(c.InProcess.Latency.P50)
-		}
-		if c.Direct != nil && c.Direct.Latency.P50 > 0 {
-			c.DirectRatio = float64(c.HTTP.Latency.P50) / float64(c.Direct.Latency.P50)
-		}
 		if c.InProcess != nil && c.InProcess.StepsPerTurn != c.HTTP.StepsPerTurn {
 			progress("warning: %s x%d: %.1f model calls per turn over HTTP+SSE, %.1f in process",
 				c.Turn, c.Sessions, c.HTTP.StepsPerTurn, c.InProcess.StepsPerTurn)
@@ -175,7 +171,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 			return nil, err
 		}
 		c.DB = dbPerTurn(r.before, r.end, db.sample(ctx), nil, c.HTTP.Turns)
-		if k < len(runs)-1 {
+		if k < len(runs)-1 || o.warm {
 			if err := e.restartServer(ctx, []string{"DSHD_CPU_PROFILE="}); err != nil {
 				return nil, err
 			}
@@ -191,6 +187,15 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if o.warm {
+		if err := measureWarm(ctx, o, e, db, key, presetID, runs); err != nil {
+			return nil, err
+		}
+	}
+	for i := range rep.Cases {
+		evaluate(&rep.Cases[i])
+	}
+	rep.GoalsMet, rep.Goals = countGoals(rep.Cases)
 	// The ceiling comes last: its tens of thousands of commits leave the cluster busy afterwards
 	// (checkpoint, WAL), which doubled the PostgreSQL CPU and the latency of the first cases.
 	if err := measureCeilings(ctx, o, e, rep); err != nil {
@@ -203,7 +208,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 }
 
 // runBaselines runs the in-process baselines of c.
-func runBaselines(ctx context.Context, o options, bl *baseline, c *Case) error {
+func runBaselines(ctx context.Context, o options, e *env, bl *baseline, c *Case) error {
 	for _, b := range []struct {
 		on   bool
 		name string
@@ -215,7 +220,7 @@ func runBaselines(ctx context.Context, o options, bl *baseline, c *Case) error {
 			continue
 		}
 		progress("%s x%d: in-process %s for %s", c.Turn, c.Sessions, b.name, o.baselineDuration)
-		p, err := bl.run(ctx, b.f, c.Turn, c.Sessions, o.baselineDuration)
+		p, err := bl.run(ctx, e, b.f, c.Turn, c.Sessions, o.baselineDuration)
 		if err != nil {
 			return fmt.Errorf("%s x%d: in-process %s: %w", c.Turn, c.Sessions, b.name, err)
 		}

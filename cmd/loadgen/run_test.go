@@ -11,7 +11,8 @@ import (
 )
 
 // TestRunEveryTurnKind runs one tiny case of every default turn kind end to end: a throwaway
-// cluster, the server built from ./cmd/server, the mock model, both in-process baselines.
+// cluster, the server built from ./cmd/server, the mock model built from ./cmd/mockllm, both
+// in-process baselines and the warm turns.
 func TestRunEveryTurnKind(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and builds the server")
@@ -48,10 +49,24 @@ func TestRunEveryTurnKind(t *testing.T) {
 		if c.DB == nil || c.DB.Statements <= 0 || c.DB.WriteXacts <= 0 || c.Ratio <= 0 {
 			t.Errorf("%s: database counters %+v, ratio %.2f", c.Turn, c.DB, c.Ratio)
 		}
+		if w := c.Warm; w == nil || w.HTTP.Turns != 3 || w.HTTP.StepsPerTurn != want || w.Statements <= 0 || w.WriteXacts <= 0 {
+			t.Errorf("%s: warm turns %+v, want 3 of %.0f steps with their statements", c.Turn, w, want)
+		} else if w.P50Ratio <= 0 {
+			t.Errorf("%s: first / warm p50 %.2f", c.Turn, w.P50Ratio)
+		}
+		if c.CPU.MockInClient || c.InProcess == nil || c.InProcess.CPUIncludesMock {
+			t.Errorf("%s: the mock model's CPU is counted as loadgen's: %+v", c.Turn, c.CPU)
+		}
+		if c.goal(goalRatio) == nil {
+			t.Errorf("%s: no ratio goal in %+v", c.Turn, c.Goals)
+		}
+	}
+	if rep.Goals == 0 {
+		t.Error("no goals evaluated")
 	}
 	var table bytes.Buffer
 	rep.print(&table)
-	for _, s := range []string{"| `text` | 1 |", "| `steps:20` | 1 |", "Goals:"} {
+	for _, s := range []string{"| `text` | 1 |", "| `steps:20` | 1 |", "first / warm server CPU", "Goals,"} {
 		if !bytes.Contains(table.Bytes(), []byte(s)) {
 			t.Errorf("the report lacks %q:\n%s", s, table.Bytes())
 		}
