@@ -1,12 +1,12 @@
 -- dshd_post_idle posts to an idle session in one statement (issue 20: a post was six statements
--- and as many round trips). It is pgstore.Store.Post's fast path, taken only when the store
--- expects the session to be idle at a known seq (the log ends at p_expect, both inbox lists are
--- empty, no run lease is recorded; with p_runnable, the session has a preset); the message is
--- appended and the poster takes the run lease with a turn slot, as the general path does in a
--- transaction of several statements:
+-- and as many round trips). It is pgstore.Store.Post's fast path for a post that offers to take
+-- the run lease. An idle session (both inbox lists empty, no run lease recorded; with p_runnable,
+-- a preset) is the one case where what a post appends does not depend on the log's head beyond
+-- its seqs (the splice inserts at index 0), so the caller builds the batch without reading the
+-- head and the seqs are given here, after the log's last (p_expect, when not null, must be it):
 --   * the session's counter row is updated first (its lock is taken before a slot's, as the
---     general path takes them), under the conditions that make the expectation true; when they do
---     not hold nothing is written and every output is null: the caller posts the general way;
+--     general path takes them), under the conditions above; when they do not hold nothing is
+--     written and every output is null: the caller posts the general way;
 --   * a free turn slot of the tenant is claimed (p_max > 0), each statement with a fresh snapshot
 --     (READ COMMITTED, a volatile function), so a slot a taker committed a moment ago is seen
 --     taken, as in takeLease; with no free slot the function raises SQLSTATE DS001, which rolls
@@ -34,7 +34,7 @@ BEGIN
         run_owner = p_owner, run_lease_until = now() + p_ttl_ms * interval '1 millisecond', run_wake = false
     FROM sessions s
     WHERE sc.session_id = p_session AND s.id = p_session AND s.tenant_id = p_tenant AND s.deleted_at IS NULL
-      AND (s.preset_id IS NOT NULL OR NOT p_runnable) AND sc.last_seq = p_expect
+      AND (s.preset_id IS NOT NULL OR NOT p_runnable) AND (p_expect IS NULL OR sc.last_seq = p_expect)
       AND sc.inbox_next_turn = 0 AND sc.inbox_next_step = 0 AND sc.run_owner IS NULL
     RETURNING sc.last_seq, s.preset_id, COALESCE(s.preset_version, 0), sc.run_lease_until
     INTO last_seq, preset_id, preset_version, lease_until;
@@ -66,7 +66,7 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO events (session_id, seq, tenant_id, type, time, data, surface_op, source_event_seqs, ignorable)
-    SELECT p_session, p_expect + u.ord, p_tenant, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
+    SELECT p_session, last_seq - cardinality(p_types) + u.ord, p_tenant, u.type, u.time, u.data::json, u.op::json, u.src::bigint[], u.ign
     FROM unnest(p_types, p_datas, p_ops, p_srcs, p_ign, p_times) WITH ORDINALITY AS u(type, data, op, src, ign, time, ord);
     PERFORM pg_notify('dshd_events', p_session::text || ':' || last_seq);
 END

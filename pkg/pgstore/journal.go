@@ -168,9 +168,6 @@ func (j *Journal) Append(ctx context.Context, build eventlog.BuildFunc) ([]event
 	j.track(out)
 	j.saw(out)
 	j.store.committed(j.tenant, j.session, out)
-	if j.released.Load() {
-		j.store.idle.set(j.session, out[len(out)-1].Seq) // the turn's end left the session idle
-	}
 	if observe != nil {
 		observe.Observe(j.session, out[len(out)-1].Seq, gen)
 	}

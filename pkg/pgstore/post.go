@@ -54,6 +54,9 @@ type PostParams struct {
 	// approval policy notice replacing an unread one, approval.PolicyChange). Its error is
 	// returned as is and nothing is appended.
 	Prepare func(ctx context.Context, r EventReader) error
+	// Busy says that the caller knows the session's lease to be held (this replica serves it): the
+	// post does not try the path of an idle session first (postIdle).
+	Busy bool
 	// WakeIf, when not nil, is asked after Build whether the post wakes the session through
 	// Queue: false appends without scheduling work (a cancel wakes only a parked turn, whose
 	// Prepare found it parked; a running turn's holder sees the cancel without a wake).

@@ -13,41 +13,6 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 )
 
-// idleSeqs remembers, per session, the last seq of a commit of this store that left the session
-// idle (a new session, a turn's last append that released the lease): where the next post to it
-// expects the log to end. Any other commit of the session this store makes forgets it. It is a
-// guess, checked by the post's statement (postIdle), so a stale entry costs one refused
-// statement, never a wrong append.
-type idleSeqs struct {
-	mu sync.Mutex
-	m  map[uuid.UUID]int64
-}
-
-// maxIdleSeqs bounds the remembered sessions; past it the map starts again empty.
-const maxIdleSeqs = 1 << 16
-
-func (c *idleSeqs) set(id uuid.UUID, last int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxIdleSeqs {
-		c.m = make(map[uuid.UUID]int64)
-	}
-	c.m[id] = last
-}
-
-func (c *idleSeqs) forget(id uuid.UUID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
-}
-
-func (c *idleSeqs) get(id uuid.UUID) (int64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	last, ok := c.m[id]
-	return last, ok
-}
-
 // postIdleSQL calls dshd_post_idle (migration 00019).
 const postIdleSQL = `SELECT last_seq, preset_id, preset_version, lease_until FROM dshd_post_idle(
 	$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
@@ -55,23 +20,27 @@ const postIdleSQL = `SELECT last_seq, preset_id, preset_version, lease_until FRO
 // noSlotCode is the SQLSTATE dshd_post_idle raises when the tenant has no free turn slot.
 const noSlotCode = "DS001"
 
-// postIdle is Post's fast path, one statement: a waking post that offers to take the lease, to a
-// session this store expects idle (idleSeqs), without an idempotency key or a Prepare. ok is
-// false when the path does not apply or the statement found the session otherwise (it wrote
-// nothing): the caller posts the general way. An error is the statement's (its outcome, for a
-// lost reply, unknown as a failed commit's is).
+// postIdle is Post's fast path, one statement (dshd_post_idle): a waking post that offers to take
+// the lease, without an idempotency key or a Prepare, to a session that is idle (both inbox lists
+// empty, no lease recorded). What such a post appends does not depend on the head but for its
+// seqs, so the batch is built for an empty inbox and the statement gives it the seqs after the
+// log's end. ok is false when the path does not apply or the statement found the session
+// otherwise (it wrote nothing): the caller posts the general way. An error is the statement's
+// (its outcome, for a lost reply, unknown as a failed commit's is).
 func (s *Store) postIdle(ctx context.Context, p PostParams) (_ Posted, ok bool, _ error) {
-	if p.Idem != nil || p.Prepare != nil || p.WakeIf != nil || p.Queue == nil || p.Lease == nil {
+	if p.Busy || s.check || p.Idem != nil || p.Prepare != nil || p.WakeIf != nil || p.Queue == nil || p.Lease == nil {
 		return Posted{}, false, nil
 	}
-	last, known := s.idle.get(p.Session)
-	if !known {
-		return Posted{}, false, nil
-	}
-	h := eventlog.Head{Next: last + 1}
-	ap, err := s.buildAt(ctx, s.pool, p.Tenant, p.Session, h, nil, p.Build)
+	// The seqs are placeholders until the statement returns the log's end; the batch's events
+	// cite none (a splice does not), as the check below makes sure.
+	ap, err := s.buildAt(ctx, s.pool, p.Tenant, p.Session, eventlog.Head{}, nil, p.Build)
 	if err != nil || len(ap.Batch) == 0 || usageRows(ap.Batch) != nil || hookRows(p.Session, ap.Batch, false) != nil {
 		return Posted{}, false, nil
+	}
+	for _, ev := range ap.Batch {
+		if ev.SourceEventSeqs != nil || ev.SurfaceOp != nil && ev.SurfaceOp != eventlog.Append {
+			return Posted{}, false, nil
+		}
 	}
 	z := inboxSizes(ap.Batch)
 	if z.turn.removed+z.step.removed > 0 {
@@ -98,7 +67,7 @@ func (s *Store) postIdle(ctx context.Context, p PostParams) (_ Posted, ok bool, 
 		version *int32
 		until   *time.Time
 	)
-	err = s.pool.QueryRow(ctx, postIdleSQL, p.Session, p.Tenant, last, c.times, c.types, c.datas, c.ops, c.srcs,
+	err = s.pool.QueryRow(ctx, postIdleSQL, p.Session, p.Tenant, nil, c.times, c.types, c.datas, c.ops, c.srcs,
 		c.ignorable, ap.Inbox.NextTurn, ap.Inbox.NextStep, z.turn.inserted, z.step.inserted, batchBytes(ap.Batch),
 		l.Owner, l.TTL.Milliseconds(), max(l.MaxTenant, 0), from, p.Runnable).Scan(&got, &preset, &version, &until)
 	var pgErr *pgconn.PgError
@@ -109,9 +78,9 @@ func (s *Store) postIdle(ctx context.Context, p PostParams) (_ Posted, ok bool, 
 		return Posted{}, false, translate(err, "post")
 	}
 	if got == nil {
-		s.idle.forget(p.Session)
 		return Posted{}, false, nil
 	}
+	eventlog.Stamp(ap.Batch, *got-int64(len(ap.Batch))+1, 0)
 	out := Posted{MessageID: p.Message, Seq: ap.Batch[0].Seq, Events: ap.Batch, Leased: true, Preset: preset}
 	if version != nil {
 		out.PresetVersion = int(*version)

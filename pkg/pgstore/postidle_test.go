@@ -11,11 +11,11 @@ import (
 	"github.com/dshd/dshd/pkg/pgstore"
 )
 
-// TestPostToAnIdleSessionIsExactWhateverTheStoreExpects (issue 20): a store posts to a session
-// it left idle in one statement (dshd_post_idle) on the seq it remembers; when that guess is
-// stale (another replica's store appended, or holds the lease) or the tenant has no free turn
-// slot, the post goes the general way: exactly one splice, at the log's end, and the lease or a
-// wake job as before.
+// TestPostToAnIdleSessionIsExactWhateverTheStoreExpects (issue 20): a post to an idle session is
+// one statement (dshd_post_idle) that gives the splice the seq after the log's end, whoever wrote
+// the log; when the session is not idle (another replica's post holds its lease) or the tenant
+// has no free turn slot, the post goes the general way: exactly one splice, at the log's end,
+// and the lease or a wake job as before.
 func TestPostToAnIdleSessionIsExactWhateverTheStoreExpects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -42,14 +42,14 @@ func TestPostToAnIdleSessionIsExactWhateverTheStoreExpects(t *testing.T) {
 		return seqs
 	}
 
-	// The store's guess holds: the first post takes the lease.
+	// A new session: the first post takes the lease.
 	a := newSession(t, st, tenant).ID
 	out, err := postFollowup(st, q, tenant, a, offer(2))
 	if err != nil || !out.Leased || out.Seq != 0 || out.Head.Next != 1 || out.Head.Inbox.NextTurn != 1 {
 		t.Fatalf("post to a new session: %+v, %v", out, err)
 	}
 
-	// Stale: another store appended after this one created the session.
+	// Another store appended after this one created the session.
 	b := newSession(t, st, tenant).ID
 	if _, err := appendEvents(other, ctx, tenant, b, eventlog.Of(eventlog.TurnStart{Turn: 1}), eventlog.Of(eventlog.TurnEnd{Turn: 1, Reason: eventlog.TurnReason{Kind: eventlog.EndCompleted}})); err != nil {
 		t.Fatal(err)
@@ -75,8 +75,8 @@ func TestPostToAnIdleSessionIsExactWhateverTheStoreExpects(t *testing.T) {
 	if got := splices(c); len(got) != 1 || got[0] != 0 {
 		t.Fatalf("splices %v, want one at seq 0", got)
 	}
-	// Busy: the session's lease is held when this store expects it idle (another replica's post
-	// took it): the post leaves the message to the holder.
+	// Busy: another replica's post took the session's lease: the post leaves the message to the
+	// holder.
 	d := newSession(t, st, tenant).ID
 	if _, err := postFollowup(other, q, tenant, d, offer(0)); err != nil {
 		t.Fatal(err)

@@ -77,7 +77,6 @@ func (s *Store) SessionCreate(ctx context.Context, tenantID uuid.UUID, p Session
 	if err != nil {
 		return eventlog.Session{}, err
 	}
-	s.idle.set(sess.ID, sess.LastSeq) // a new session is idle: its first post expects this seq
 	return sess, nil
 }
 

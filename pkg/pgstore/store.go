@@ -74,8 +74,6 @@ type Store struct {
 	commit atomic.Pointer[CommitFunc]
 	// slots records, per tenant, how many turn slots are known to exist (runs.go).
 	slots sync.Map
-	// idle remembers where the logs of sessions this store left idle end (postidle.go).
-	idle idleSeqs
 	// flying counts the commits being sent or published, per session (postidle.go).
 	flying inflight
 
@@ -101,7 +99,6 @@ func (s *Store) OnCommit(fn CommitFunc) {
 
 // committed tells the commit hook of a batch.
 func (s *Store) committed(tenantID, sessionID uuid.UUID, evs []eventlog.Event) {
-	s.idle.forget(sessionID)
 	if fn := s.commit.Load(); fn != nil && len(evs) > 0 {
 		(*fn)(tenantID, sessionID, evs)
 	}

@@ -365,6 +365,14 @@ func (rn *running) count() int {
 	return len(rn.m)
 }
 
+// has reports whether the session is being served here.
+func (rn *running) has(id uuid.UUID) bool {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	_, ok := rn.m[id]
+	return ok
+}
+
 func (rn *running) add(id uuid.UUID, r *agentloop.Runner, cancel context.CancelCauseFunc) {
 	rn.mu.Lock()
 	rn.m[id] = runningServe{r: r, cancel: cancel}

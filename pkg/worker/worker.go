@@ -334,6 +334,7 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 		}}
 	if mode != ModeInject {
 		p.Queue = s.queue
+		p.Busy = s.turns.running.has(sessionID) // its lease is held here: no idle post to try
 		if s.mayServeNow() {
 			p.Lease = &pgstore.LeaseOffer{Owner: uuid.New(), TTL: s.cfg.LeaseTTL,
 				MaxTenant: s.cfg.Quotas.MaxTurns(ctx, tenantID, s.cfg.MaxTenantTurns)}
