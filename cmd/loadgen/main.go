@@ -84,6 +84,7 @@ type options struct {
 	ceilingConns     int
 	ceilingDuration  time.Duration
 	jsonOut          bool
+	topStatements    int
 	serverBin        string
 	mockBin          string
 	warm             bool          // -warm: measure the second turns of sessions too
@@ -131,6 +132,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.settle, "settle", 10500*time.Millisecond, "quiet time before the database statistics are read: PostgreSQL backends report theirs 10 s after they went idle; shorter makes commits and WAL flushes inexact")
 	fs.IntVar(&o.ceilingConns, "ceiling-conns", 8, "connections of the PostgreSQL insert ceiling (it is also measured with 1)")
 	fs.DurationVar(&o.ceilingDuration, "ceiling-duration", 3*time.Second, "time of each insert ceiling measurement (0: skip)")
+	fs.IntVar(&o.topStatements, "top-statements", 6, "per case, the statements that cost PostgreSQL the most per turn (pg_stat_statements; 0: none)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
 	fs.BoolVar(&o.warm, "warm", true, "also measure each case's warm turns: second turns of sessions that had one (after all the cases' first turns)")
 	fs.DurationVar(&o.warmDuration, "warm-duration", 2*time.Second, "measured time of each case's warm turns (with -count: that many warm turns instead)")

@@ -143,6 +143,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 		} else {
 			progress("%s x%d: HTTP+SSE durable load for %s", c.Turn, c.Sessions, o.duration)
 		}
+		stmts := db.readStatements(ctx)
 		cpuBefore := sampleCPU(e)
 		c.HTTP, err = runLoad(ctx, r.cfg, r.pool)
 		if err != nil {
@@ -150,6 +151,7 @@ func measure(ctx context.Context, o options, e *env) (*Report, error) {
 		}
 		cpuAfter := sampleCPU(e)
 		r.end = db.sample(ctx)
+		c.Statements = topStatements(stmts, db.readStatements(ctx), c.HTTP.Turns, o.topStatements)
 		lastDB = time.Now()
 		r.pool = nil
 		c.CPU = cpuPerTurn(cpuBefore, cpuAfter, c.HTTP.Turns, e)

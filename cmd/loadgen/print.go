@@ -79,6 +79,7 @@ func (r *Report) print(w io.Writer) {
 	if r.CPUProfile != "" {
 		fmt.Fprintf(w, "server CPU profile of %s: %s (go tool pprof -top %s)\n", r.ProfileCase, r.CPUProfile, r.CPUProfile)
 	}
+	printStatements(w, r.Cases)
 	fmt.Fprintln(w)
 	r.printMarkdown(w)
 }

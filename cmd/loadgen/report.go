@@ -38,6 +38,8 @@ type Case struct {
 	CPU       CPUReport  `json:"cpu"`
 	DB        *DBPerTurn `json:"dbPerTurn,omitempty"`
 	Warm      *Warm      `json:"warm,omitempty"`
+	// Statements are the costliest statements of the HTTP+SSE phase in PostgreSQL, per turn.
+	Statements []StatementCost `json:"statements,omitempty"`
 	// Ratio is the median HTTP+SSE turn time over the median in-process loop turn time;
 	// DirectRatio the same over the direct baseline; ThroughputRatio the HTTP+SSE turns/s over
 	// the loop's; CPURatio the server's CPU per turn over the loop's (zero when the loop's

@@ -85,7 +85,8 @@ func (e *env) startPostgres(ctx context.Context) error {
 	}
 	c.Settings = map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on",
 		"max_connections": "300", "shared_buffers": "128MB",
-		"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000"}
+		"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "10000",
+		"pg_stat_statements.track_planning": "on"}
 	if err := c.Init(ctx); err != nil {
 		return err
 	}

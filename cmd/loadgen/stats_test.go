@@ -75,3 +75,18 @@ func TestParseMachineCPU(t *testing.T) {
 		t.Fatal("accepted a line that is not cpu")
 	}
 }
+
+func TestTopStatementsPerTurn(t *testing.T) {
+	t.Parallel()
+	before := stmtStats{1: {query: "SELECT 1", calls: 10, execMs: 5}, 2: {query: "INSERT  x\n  y", calls: 1, execMs: 1}}
+	after := stmtStats{1: {query: "SELECT 1", calls: 30, execMs: 9, planMs: 1}, 2: {query: "INSERT  x\n  y", calls: 21, execMs: 41},
+		3: {query: "UPDATE z", calls: 0}}
+	got := topStatements(before, after, 10, 5)
+	if len(got) != 2 || got[0].Query != "INSERT x y" || got[0].CallsPerTurn != 2 || got[0].ExecMsTurn != 4 ||
+		got[1].Query != "SELECT 1" || got[1].ExecMsTurn != 0.4 || got[1].PlanMsTurn != 0.1 {
+		t.Fatalf("top statements %+v", got)
+	}
+	if got := topStatements(before, after, 10, 1); len(got) != 1 || got[0].Query != "INSERT x y" {
+		t.Fatalf("top 1 %+v", got)
+	}
+}
