@@ -43,13 +43,24 @@ BEGIN
     END IF;
     IF p_max > 0 THEN
         FOR i IN 1..8 LOOP
-            SELECT t.slot INTO v_slot FROM tenant_turn_slots t
-            WHERE t.tenant_id = p_tenant AND t.slot < p_max AND NOT t.slot = ANY (v_tried)
-              AND NOT EXISTS (SELECT 1 FROM session_counters h
-                  WHERE h.session_id = t.session_id AND h.run_owner = t.owner AND h.run_lease_until > now())
-            ORDER BY (t.slot + p_from) % p_max LIMIT 1 FOR UPDATE OF t SKIP LOCKED;
-            IF NOT FOUND THEN
-                EXIT;
+            -- The slot the caller drew is tried alone first: with few of the tenant's turns
+            -- running it is free, and one row is read instead of every slot.
+            IF i = 1 THEN
+                SELECT t.slot INTO v_slot FROM tenant_turn_slots t
+                WHERE t.tenant_id = p_tenant AND t.slot = p_from
+                  AND NOT EXISTS (SELECT 1 FROM session_counters h
+                      WHERE h.session_id = t.session_id AND h.run_owner = t.owner AND h.run_lease_until > now())
+                FOR UPDATE OF t SKIP LOCKED;
+            END IF;
+            IF i > 1 OR NOT FOUND THEN
+                SELECT t.slot INTO v_slot FROM tenant_turn_slots t
+                WHERE t.tenant_id = p_tenant AND t.slot < p_max AND NOT t.slot = ANY (v_tried)
+                  AND NOT EXISTS (SELECT 1 FROM session_counters h
+                      WHERE h.session_id = t.session_id AND h.run_owner = t.owner AND h.run_lease_until > now())
+                ORDER BY (t.slot + p_from) % p_max LIMIT 1 FOR UPDATE OF t SKIP LOCKED;
+                IF NOT FOUND THEN
+                    EXIT;
+                END IF;
             END IF;
             UPDATE tenant_turn_slots t SET session_id = p_session, owner = p_owner
             WHERE t.tenant_id = p_tenant AND t.slot = v_slot
