@@ -14,6 +14,7 @@ import (
 	"github.com/dshd/dshd/pkg/agents"
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/preset"
 )
 
 // turnWorker serves the queue's wake jobs.
@@ -21,6 +22,44 @@ type turnWorker struct {
 	s       *Service
 	running *running
 	cache   *runnerCache
+	presets presetVersions
+}
+
+// presetVersions keeps the preset versions this replica's runners were built from, decoded: a
+// version never changes (an update adds one), so a new session of a version another session
+// used needs neither a read nor a decode. Its presets are only read (agents.Agents.Agent), never
+// changed. Bounded: past maxPresetVersions it starts again empty.
+type presetVersions struct {
+	mu sync.Mutex
+	m  map[presetVersion]preset.Preset
+}
+
+type presetVersion struct {
+	tenant, id uuid.UUID
+	version    int
+}
+
+const maxPresetVersions = 1024
+
+// get returns the version, reading it with read the first time.
+func (c *presetVersions) get(k presetVersion, read func() (preset.Preset, error)) (preset.Preset, error) {
+	c.mu.Lock()
+	p, ok := c.m[k]
+	c.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, err := read()
+	if err != nil {
+		return p, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxPresetVersions {
+		c.m = make(map[presetVersion]preset.Preset)
+	}
+	c.m[k] = p
+	return p, nil
 }
 
 // Work takes the session's lease and serves. A job that finds the lease held is done: the holder
@@ -227,7 +266,9 @@ func (w *turnWorker) runner(ctx context.Context, a TurnArgs, owner uuid.UUID, kn
 	if sess.PresetID == nil {
 		return nil, nil, nil, ErrNoPreset
 	}
-	p, err := cfg.Presets.PresetVersionGet(ctx, a.TenantID, *sess.PresetID, sess.PresetVersion)
+	p, err := w.presets.get(presetVersion{a.TenantID, *sess.PresetID, sess.PresetVersion}, func() (preset.Preset, error) {
+		return cfg.Presets.PresetVersionGet(ctx, a.TenantID, *sess.PresetID, sess.PresetVersion)
+	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("worker: preset of session %s: %w", a.SessionID, err)
 	}
