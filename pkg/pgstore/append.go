@@ -90,6 +90,9 @@ type appendParams struct {
 	Release bool
 }
 
+// UUIDs are passed to pgx as [16]byte, which it encodes in binary; a uuid.UUID is a
+// driver.Valuer, which pgx formats as text and PostgreSQL parses back.
+
 // jsonParam passes b as a json parameter: nil as SQL NULL.
 func jsonParam(b []byte) *string {
 	if b == nil {
@@ -108,9 +111,14 @@ func appendRows(ctx context.Context, q querier, p appendParams) (released bool, 
 	c := toColumns(p.Batch)
 	z := inboxSizes(p.Batch)
 	var last int64
-	err = q.QueryRow(ctx, appendSQL, p.Session, p.Tenant, len(p.Batch), p.Head.Last(), c.times,
+	var owner *[16]byte
+	if p.Owner != nil {
+		o := [16]byte(*p.Owner)
+		owner = &o
+	}
+	err = q.QueryRow(ctx, appendSQL, [16]byte(p.Session), [16]byte(p.Tenant), len(p.Batch), p.Head.Last(), c.times,
 		c.types, c.datas, c.ops, c.srcs, p.Inbox.NextTurn-p.Head.Inbox.NextTurn,
-		p.Inbox.NextStep-p.Head.Inbox.NextStep, p.Owner, c.ignorable, p.Release && p.Owner != nil,
+		p.Inbox.NextStep-p.Head.Inbox.NextStep, owner, c.ignorable, p.Release && p.Owner != nil,
 		z.turn.removed, z.turn.inserted, z.step.removed, z.step.inserted, batchBytes(p.Batch),
 		jsonParam(usageRows(p.Batch)), jsonParam(hookRows(p.Session, p.Batch, p.Release && p.Owner != nil))).
 		Scan(&last, &released, nil)

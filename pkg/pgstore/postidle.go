@@ -67,9 +67,10 @@ func (s *Store) postIdle(ctx context.Context, p PostParams) (_ Posted, ok bool, 
 		version *int32
 		until   *time.Time
 	)
-	err = s.pool.QueryRow(ctx, postIdleSQL, p.Session, p.Tenant, nil, c.times, c.types, c.datas, c.ops, c.srcs,
-		c.ignorable, ap.Inbox.NextTurn, ap.Inbox.NextStep, z.turn.inserted, z.step.inserted, batchBytes(ap.Batch),
-		l.Owner, l.TTL.Milliseconds(), max(l.MaxTenant, 0), from, p.Runnable).Scan(&got, &preset, &version, &until)
+	err = s.pool.QueryRow(ctx, postIdleSQL, [16]byte(p.Session), [16]byte(p.Tenant), nil, c.times, c.types, c.datas,
+		c.ops, c.srcs, c.ignorable, ap.Inbox.NextTurn, ap.Inbox.NextStep, z.turn.inserted, z.step.inserted,
+		batchBytes(ap.Batch), [16]byte(l.Owner), l.TTL.Milliseconds(), max(l.MaxTenant, 0), from, p.Runnable).
+		Scan(&got, &preset, &version, &until)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == noSlotCode {
 		return Posted{}, false, nil
