@@ -39,9 +39,11 @@ import (
 // (Close); one opened with an API key ends within a Heartbeat of the key's revocation, rotation
 // or expiry (follower.checkKey).
 //
-// Once an HTTP/1 stream has caught up it is detached (detach): it takes over the connection and
-// its handler returns, so that an idle subscriber costs a small goroutine, its connection and a
-// watcher of the connection, not a parked net/http handler with its buffers.
+// Once an HTTP/1 stream without an end (until nil) has caught up it is detached (detach): it takes
+// over the connection and its handler returns, so that an idle subscriber costs a small goroutine,
+// its connection and a watcher of the connection, not a parked net/http handler with its buffers.
+// A message's stream, which ends with its turn, stays in its handler and keeps the connection
+// alive for the client's next request.
 //
 // until, when not nil, ends the stream right after the first event for which it returns true
 // (a message's stream ends with the turn that served it). release gives back the stream's place
@@ -71,8 +73,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	if r.ProtoMajor == 1 {
-		h.Set("Connection", "close") // a detached stream closes its connection when it ends
+	// A stream without an end (GET .../events) is detached once it has caught up, so that an idle
+	// subscriber costs little; a detached stream closes its connection when it ends. A message's
+	// stream ends with its turn: it stays in its handler and leaves the connection to the client's
+	// next request, as a keep-alive exchange.
+	detachable := r.ProtoMajor == 1 && until == nil
+	if detachable {
+		h.Set("Connection", "close")
 	}
 	w.WriteHeader(http.StatusOK)
 	info(r).stream = true
@@ -105,7 +112,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 		end()
 		return
 	}
-	parked, err := f.run(ctx, r.ProtoMajor == 1)
+	parked, err := f.run(ctx, detachable)
 	if parked && s.detach(w, r, rc, f, end) {
 		return
 	}
