@@ -30,7 +30,13 @@ type sqlCounter struct {
 	on      bool
 	stmts   []string // the counted statements, in order
 	commits int
-	wrote   map[*pgx.Conn]bool // a transaction open on the connection has written
+	txs     map[*pgx.Conn]*txState // the transaction open on each connection
+}
+
+// txState is what a connection's open transaction has done: its BEGIN is counted with its first
+// statement that is not background work (a transaction of background work is left out whole).
+type txState struct {
+	counted, background, wrote bool
 }
 
 // background is the SQL of the work that runs beside turns on a timer.
@@ -42,30 +48,43 @@ var writes = regexp.MustCompile(`(?is)\binsert\s+into\b|\bupdate\s+\w+(\s+\w+)?\
 
 func (c *sqlCounter) record(conn *pgx.Conn, sql string, inTx bool) {
 	sql = strings.Join(strings.Fields(sql), " ")
-	if background.MatchString(sql) {
-		return
-	}
+	low := strings.ToLower(sql)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.on {
 		return
 	}
-	c.stmts = append(c.stmts, sql)
-	low := strings.ToLower(sql)
+	tx := c.txs[conn]
 	switch {
 	case low == "begin" || strings.HasPrefix(low, "begin "):
-		c.wrote[conn] = false
-	case low == "commit":
-		if c.wrote[conn] {
+		c.txs[conn] = &txState{}
+		return
+	case low == "commit" || low == "rollback":
+		delete(c.txs, conn)
+		if tx == nil || tx.background || !tx.counted {
+			return
+		}
+		c.stmts = append(c.stmts, sql)
+		if low == "commit" && tx.wrote {
 			c.commits++
 		}
-		delete(c.wrote, conn)
-	case low == "rollback":
-		delete(c.wrote, conn)
-	case writes.MatchString(sql):
-		if inTx {
-			c.wrote[conn] = true
-		} else {
+		return
+	}
+	if background.MatchString(sql) {
+		if tx != nil {
+			tx.background = true
+		}
+		return
+	}
+	if tx != nil && !tx.background && !tx.counted {
+		tx.counted = true
+		c.stmts = append(c.stmts, "begin")
+	}
+	c.stmts = append(c.stmts, sql)
+	if writes.MatchString(sql) {
+		if inTx && tx != nil {
+			tx.wrote = true
+		} else if !inTx {
 			c.commits++
 		}
 	}
@@ -93,7 +112,7 @@ func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // measure counts what fn sends.
 func (c *sqlCounter) measure(fn func()) (stmts []string, commits int) {
 	c.mu.Lock()
-	c.on, c.stmts, c.commits, c.wrote = true, nil, 0, map[*pgx.Conn]bool{}
+	c.on, c.stmts, c.commits, c.txs = true, nil, 0, map[*pgx.Conn]*txState{}
 	c.mu.Unlock()
 	fn()
 	c.mu.Lock()
@@ -136,9 +155,9 @@ func TestTurnCostStatements(t *testing.T) {
 		script              string
 		maxStmts, maxCommit int
 	}{
-		{"text", 6, 3},
-		{"tools:16 tool:echo", 6, 3},
-		{"steps:20", 6, 3},
+		{"text", 5, 3},
+		{"tools:16 tool:echo", 5, 3},
+		{"steps:20", 5, 3},
 	} {
 		// A warm-up turn on another session, so that caches a first turn fills are filled.
 		var s struct{ ID string }

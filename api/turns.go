@@ -99,6 +99,12 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		if release, ok = rs.s.reserveOrRefuse(w, r, id); !ok {
 			return
 		}
+		// Subscribed from before the post until the stream ends, the hub keeps vouching for the
+		// session's commits it was told of (the post's, the runner's: pgstore.Hub.Observe) however
+		// soon the turn ends: the stream's tail then learns where the log ends without a read.
+		_, unsub := rs.s.cfg.Hub.Subscribe(id)
+		reserved := release
+		release = func() { unsub(); reserved() }
 	}
 	msg := llm.NewUserMessage(uuid.NewString(), *req.Content)
 	posted, err := rs.s.cfg.Turns.Post(r.Context(), tenantID(r), id, msg, req.Mode, idem)
