@@ -43,7 +43,10 @@ type PostParams struct {
 	// instead of enqueueing a wake: the caller serves the session itself (Posted.Leased). When
 	// the lease is held, nothing is taken or enqueued (a turn runs, and its runner serves what
 	// waits before it releases); when the tenant runs Lease.MaxTenant turns already, the wake is
-	// enqueued as without an offer (postWake).
+	// enqueued as without an offer (postWake). A post that offers the lease (without Idem,
+	// Prepare or WakeIf) is first tried as a post to an idle session (postIdle), built for an
+	// empty inbox before the log is read: its Build must depend on the head only through the
+	// inbox lengths, as an insertion at the end of a list does.
 	Lease *LeaseOffer
 	// Runnable refuses (fault.NoPreset) a post to a session that has no preset to run, checked
 	// with the head: the caller need not read the session first.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,53 +89,4 @@ func (s *Store) postIdle(ctx context.Context, p PostParams) (_ Posted, ok bool, 
 		Lease: eventlog.Lease{Owner: l.Owner.String(), Until: s.now().Add(l.TTL)}}
 	s.committed(p.Tenant, p.Session, out.Events)
 	return out, true, nil
-}
-
-// inflight counts, per session, this store's commits that are being sent or published (Append,
-// Post): a follower woken by the notification of such a commit waits for its publication
-// (OnCommit) instead of reading back what its committer is about to hand over (Journal.Wait).
-type inflight struct {
-	mu sync.Mutex
-	m  map[uuid.UUID]*flight
-}
-
-type flight struct {
-	n    int
-	done chan struct{}
-}
-
-func (f *inflight) begin(id uuid.UUID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m == nil {
-		f.m = make(map[uuid.UUID]*flight)
-	}
-	fl := f.m[id]
-	if fl == nil {
-		fl = &flight{done: make(chan struct{})}
-		f.m[id] = fl
-	}
-	fl.n++
-}
-
-func (f *inflight) end(id uuid.UUID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fl := f.m[id]; fl != nil {
-		if fl.n--; fl.n == 0 {
-			close(fl.done)
-			delete(f.m, id)
-		}
-	}
-}
-
-// settled returns a channel closed once the session has no commit of this store in flight, nil
-// when it has none now.
-func (f *inflight) settled(id uuid.UUID) <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fl := f.m[id]; fl != nil {
-		return fl.done
-	}
-	return nil
 }

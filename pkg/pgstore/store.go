@@ -74,7 +74,7 @@ type Store struct {
 	commit atomic.Pointer[CommitFunc]
 	// slots records, per tenant, how many turn slots are known to exist (runs.go).
 	slots sync.Map
-	// flying counts the commits being sent or published, per session (postidle.go).
+	// flying counts the commits being sent or published, per session (inflight.go).
 	flying inflight
 
 	metrics *telemetry.Metrics // StoreConfig.Metrics

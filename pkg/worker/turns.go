@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -28,10 +29,12 @@ type turnWorker struct {
 // presetVersions keeps the preset versions this replica's runners were built from, decoded: a
 // version never changes (an update adds one), so a new session of a version another session
 // used needs neither a read nor a decode. Its presets are only read (agents.Agents.Agent), never
-// changed. Bounded: past maxPresetVersions it starts again empty.
+// changed. Bounded by maxPresetVersions entries and maxPresetBytes of their bodies' JSON: past
+// either it starts again empty.
 type presetVersions struct {
-	mu sync.Mutex
-	m  map[presetVersion]preset.Preset
+	mu    sync.Mutex
+	m     map[presetVersion]preset.Preset
+	bytes int
 }
 
 type presetVersion struct {
@@ -39,7 +42,10 @@ type presetVersion struct {
 	version    int
 }
 
-const maxPresetVersions = 1024
+const (
+	maxPresetVersions = 1024
+	maxPresetBytes    = 32 << 20
+)
 
 // get returns the version, reading it with read the first time.
 func (c *presetVersions) get(k presetVersion, read func() (preset.Preset, error)) (preset.Preset, error) {
@@ -53,12 +59,19 @@ func (c *presetVersions) get(k presetVersion, read func() (preset.Preset, error)
 	if err != nil {
 		return p, err
 	}
+	body, err := json.Marshal(p.Body)
+	if err != nil || len(body) > maxPresetBytes/8 {
+		return p, nil // not kept: a body this large is read again by its next session
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxPresetVersions {
-		c.m = make(map[presetVersion]preset.Preset)
+	if c.m == nil || len(c.m) >= maxPresetVersions || c.bytes+len(body) > maxPresetBytes {
+		c.m, c.bytes = make(map[presetVersion]preset.Preset), 0
 	}
-	c.m[k] = p
+	if _, ok := c.m[k]; !ok {
+		c.m[k] = p
+		c.bytes += len(body)
+	}
 	return p, nil
 }
 
