@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // FormatVersion is the pinned session format version (SES-9, SES-16). Any other version is refused.
@@ -227,13 +228,38 @@ func SurfaceEvent(p Payload, sources ...int64) NewEvent {
 	return NewEvent{Type: p.Type(), Data: p, SurfaceOp: Append, SourceEventSeqs: sources}
 }
 
-// marshalPayload encodes v compactly, without HTML escaping.
+// marshalPayload encodes v compactly, without HTML escaping, into a new slice.
 func marshalPayload(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	e := payloadEncoders.Get().(*payloadEncoder)
+	defer e.release()
+	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return bytes.Clone(bytes.TrimRight(e.buf.Bytes(), "\n")), nil
+}
+
+// payloadEncoder is a reusable encoder of marshalPayload: encoding into a grown buffer and
+// copying the result out allocates once, where a fresh buffer grows several times.
+type payloadEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// payloadEncoders holds idle payloadEncoders, a cache of buffers (sync.Pool).
+var payloadEncoders = sync.Pool{New: func() any {
+	e := &payloadEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// maxPooledBuffer is the largest buffer kept for reuse: a rare huge payload does not stay.
+const maxPooledBuffer = 64 << 10
+
+func (e *payloadEncoder) release() {
+	if e.buf.Cap() > maxPooledBuffer {
+		return
+	}
+	e.buf.Reset()
+	payloadEncoders.Put(e)
 }

@@ -80,7 +80,46 @@ func (h ModelHeader) Canonical() ModelHeader {
 // Equal reports whether two headers are the same request header (SES-13): the config, the
 // adapter-default markers, the system prompt and the tools in order, compared in canonical form.
 func (h ModelHeader) Equal(o ModelHeader) bool {
+	if h.same(o) {
+		return true // the same values encode the same: most steps ask with an unchanged header
+	}
 	a, errA := marshalPayload(h.Canonical())
 	b, errB := marshalPayload(o.Canonical())
 	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
+// same reports whether h and o hold the same values in canonical form (then they encode the same;
+// headers that differ only in spelling, as two encodings of the same parameters, need Equal's
+// comparison of their encodings).
+func (h ModelHeader) same(o ModelHeader) bool {
+	hc, oc := h.Config, o.Config
+	if (hc.Temperature == nil) != (oc.Temperature == nil) || (hc.Temperature != nil && *hc.Temperature != *oc.Temperature) {
+		return false
+	}
+	hc.Temperature, oc.Temperature = nil, nil
+	if hc != oc || h.System != o.System || len(h.Tools) != len(o.Tools) || trueKeys(h.AdapterDefaults) != trueKeys(o.AdapterDefaults) {
+		return false
+	}
+	for k, v := range h.AdapterDefaults {
+		if v && !o.AdapterDefaults[k] {
+			return false
+		}
+	}
+	for i, t := range h.Tools {
+		u := o.Tools[i]
+		if t.Name != u.Name || t.Description != u.Description || !bytes.Equal(t.Parameters, u.Parameters) {
+			return false
+		}
+	}
+	return true
+}
+
+func trueKeys(m map[string]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
 }

@@ -64,7 +64,7 @@ func prepare(ne NewEvent) (Event, *ValidationError) {
 		if err != nil {
 			return ev, verr("SES-1", "data is not JSON: %v", err)
 		}
-		if ev.Data, err = losslessJSON(b); err != nil {
+		if ev.Data, err = losslessOwned(b); err != nil {
 			return ev, verr("SES-1", "data is not lossless JSON: %v", err)
 		}
 		return ev, checkShape(ev)
