@@ -44,9 +44,13 @@ func (a *assembler) take() []llm.Chunk {
 	return out
 }
 
-// addData parses one SSE data payload and adds it.
+// addData parses one SSE data payload and adds it. The usual shapes are decoded without
+// reflection (decodeChunk); anything else by encoding/json, with the same result.
 func (a *assembler) addData(data []byte) error {
 	var c ChatChunk
+	if decodeChunk(data, &c) {
+		return a.add(c)
+	}
 	if err := json.Unmarshal(data, &c); err != nil {
 		// The data stays out of the (tenant-visible) message; the logs get it through Err.
 		e := llm.NewError(llm.CodeTransport, "malformed stream chunk: %v", err)
