@@ -109,6 +109,12 @@ type Event struct {
 	SurfaceOp       *SurfaceOp
 	SourceEventSeqs []int64
 	Ignorable       bool
+
+	// payload is the validated payload Data was encoded from or decoded into when the event was
+	// prepared in this process (Prepare, Log.Append), nil for an event read from a store: the
+	// folds of this package and View read it instead of decoding Data again. A Go value or a
+	// pointer to a value nobody else holds.
+	payload Payload
 }
 
 // SurfaceOp says how a surface event joins the surface: append to the tail, or replace the
@@ -217,6 +223,31 @@ type NewEvent struct {
 	// Time is the event's time in epoch milliseconds; 0 (the default) stamps it with the time of
 	// the append. Crash repair's closers reuse the time of the log's last event (SES-14).
 	Time int64
+}
+
+// View returns the payload P (a payload struct, as eventlog.ToolCall) of ev, as Decode does, for
+// a reader that does not modify it: when ev was prepared in this process it is the payload ev
+// was prepared from, sharing its slices and maps with it, and nothing is decoded.
+func View[P any, PP interface {
+	*P
+	Payload
+}](ev Event) (P, error) {
+	if p, ok := prepared[P](ev); ok {
+		return p, nil
+	}
+	return Decode[P, PP](ev)
+}
+
+// prepared returns ev's payload when ev was prepared in this process from a P.
+func prepared[P any](ev Event) (P, bool) {
+	switch p := any(ev.payload).(type) {
+	case P:
+		return p, true
+	case *P:
+		return *p, true
+	}
+	var zero P
+	return zero, false
 }
 
 // Of returns the NewEvent of payload p, with no surface marker.

@@ -187,6 +187,10 @@ func SpliceSizeOf(ev Event) (SpliceSize, bool) {
 	if ev.Type != TypeInboxSpliced {
 		return SpliceSize{}, false
 	}
+	if p, ok := prepared[InboxSpliced](ev); ok && len(p.Inserted) == 0 {
+		// A deletion (a claim, a cancel): no message sizes to measure in the data.
+		return SpliceSize{Target: p.Target, Start: p.Start, Removed: p.Removed(), Outcome: p.Outcome, Inserted: []int{}}, true
+	}
 	var s struct {
 		Target       string            `json:"target"`
 		Start        int               `json:"start"`
