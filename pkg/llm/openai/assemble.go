@@ -24,6 +24,7 @@ type assembler struct {
 	order    []*toolCall // calls in block order
 	finish   string      // wire finish_reason, "" until one is seen
 	usage    *llm.Usage
+	seen     chunkStrings // what the chunks repeat (decodeChunk)
 }
 
 type toolCall struct {
@@ -37,10 +38,11 @@ func newAssembler() *assembler {
 	return &assembler{open: -1, calls: map[int]*toolCall{}}
 }
 
-// take returns the chunks produced since the last call and forgets them.
+// take returns the chunks produced since the last call and forgets them. The slice is valid until
+// the next add: the caller copies the chunks.
 func (a *assembler) take() []llm.Chunk {
 	out := a.out
-	a.out = nil
+	a.out = a.out[:0]
 	return out
 }
 
@@ -48,7 +50,7 @@ func (a *assembler) take() []llm.Chunk {
 // reflection (decodeChunk); anything else by encoding/json, with the same result.
 func (a *assembler) addData(data []byte) error {
 	var c ChatChunk
-	if decodeChunk(data, &c) {
+	if decodeChunk(data, &c, &a.seen) {
 		return a.add(c)
 	}
 	if err := json.Unmarshal(data, &c); err != nil {

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -17,8 +18,11 @@ import (
 // caller then decodes it with json.Unmarshal. When it reports true, c holds exactly what
 // json.Unmarshal would have decoded into a zero ChatChunk, and json.Unmarshal would not have
 // failed (FuzzDecodeChunk).
-func decodeChunk(data []byte, c *ChatChunk) bool {
-	d := chunkDecoder{in: data}
+//
+// seen holds the id, object and model of the stream's last chunk, which every chunk repeats: the
+// same values are not allocated again.
+func decodeChunk(data []byte, c *ChatChunk, seen *chunkStrings) bool {
+	d := chunkDecoder{in: data, seen: seen}
 	d.ws()
 	if !d.chunk(c) {
 		return false
@@ -28,8 +32,37 @@ func decodeChunk(data []byte, c *ChatChunk) bool {
 }
 
 type chunkDecoder struct {
-	in  []byte
-	pos int
+	in   []byte
+	pos  int
+	seen *chunkStrings
+}
+
+// chunkStrings are the strings a stream's chunks repeat.
+type chunkStrings struct{ id, object, model string }
+
+// repeated decodes a string or null into *s (null leaves it), reusing *last when the string is
+// spelled the same, and remembering it there when it has no escapes.
+func (d *chunkDecoder) repeated(s, last *string) bool {
+	if d.null() {
+		return true
+	}
+	if d.pos < len(d.in) && d.in[d.pos] == '"' {
+		if end := bytes.IndexByte(d.in[d.pos+1:], '"'); end >= 0 {
+			raw := d.in[d.pos+1 : d.pos+1+end]
+			if string(raw) == *last && bytes.IndexByte(raw, '\\') < 0 {
+				d.pos += end + 2
+				*s = *last
+				return true
+			}
+		}
+	}
+	start := d.pos
+	v, ok := d.str()
+	*s = v
+	if ok && d.pos-start == len(v)+2 {
+		*last = v // only a string without escapes: its spelling is then its value, validated
+	}
+	return ok
 }
 
 // maxSkipDepth bounds the nesting of a skipped value; deeper ones are left to encoding/json.
@@ -401,9 +434,9 @@ func (d *chunkDecoder) chunk(c *ChatChunk) bool {
 	return d.object(func(key []byte) (uint, bool) {
 		switch string(key) {
 		case "id":
-			return 1 << 0, d.stringInto(&c.ID)
+			return 1 << 0, d.repeated(&c.ID, &d.seen.id)
 		case "object":
-			return 1 << 1, d.stringInto(&c.Object)
+			return 1 << 1, d.repeated(&c.Object, &d.seen.object)
 		case "created":
 			if d.null() {
 				return 1 << 2, true
@@ -412,7 +445,7 @@ func (d *chunkDecoder) chunk(c *ChatChunk) bool {
 			c.Created = v
 			return 1 << 2, ok
 		case "model":
-			return 1 << 3, d.stringInto(&c.Model)
+			return 1 << 3, d.repeated(&c.Model, &d.seen.model)
 		case "choices":
 			return 1 << 4, d.choices(&c.Choices)
 		case "usage":

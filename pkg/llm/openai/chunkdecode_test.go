@@ -3,12 +3,16 @@ package openai
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
 // chunkSamples are chunk data as providers send them, and shapes at the edges of what
 // decodeChunk takes itself.
 var chunkSamples = []string{
+	`{"id":"chatcmpl-mock","object":"chat.completion.chunk","model":"mock","choices":[]}`,
+	`{"id":"chatcmpl-mock","object":"chat.completion.chunk","model":"mock\n","choices":[]}`,
+	"{\"model\":\"mock\n\"}", // after the escaped spelling of the same value: still invalid
 	`{"id":"chatcmpl-mock","object":"chat.completion.chunk","model":"mock","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
 	`{"id":"x","object":"chat.completion.chunk","created":1718345013,"model":"deepseek-chat","system_fingerprint":"fp_a49d71b8a1","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}`,
 	`{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"Hm"}}]}`,
@@ -56,22 +60,23 @@ var chunkSamples = []string{
 func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	fast := 0
+	var seen chunkStrings // one stream of all samples: what they repeat is kept
 	for _, s := range chunkSamples {
-		if checkDecodeChunk(t, []byte(s)) {
+		if checkDecodeChunk(t, []byte(s), &seen) {
 			fast++
 		}
 	}
-	if fast < 17 {
-		t.Fatalf("decodeChunk decoded %d of the usual shapes itself, want 17", fast)
+	if fast < 19 {
+		t.Fatalf("decodeChunk decoded %d of the usual shapes itself, want 19", fast)
 	}
 }
 
 // checkDecodeChunk compares decodeChunk with json.Unmarshal on data and reports whether
 // decodeChunk decoded it.
-func checkDecodeChunk(t *testing.T, data []byte) bool {
+func checkDecodeChunk(t *testing.T, data []byte, seen *chunkStrings) bool {
 	t.Helper()
 	var got, want ChatChunk
-	if !decodeChunk(data, &got) {
+	if !decodeChunk(data, &got, seen) {
 		return false
 	}
 	if err := json.Unmarshal(data, &want); err != nil {
@@ -87,5 +92,25 @@ func FuzzDecodeChunk(f *testing.F) {
 	for _, s := range chunkSamples {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) { checkDecodeChunk(t, data) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// Once as a stream's first chunk, then after a chunk whose strings it may repeat.
+		checkDecodeChunk(t, data, &chunkStrings{})
+		seen := chunkStrings{id: "chatcmpl-mock", object: "chat.completion.chunk", model: "mock"}
+		checkDecodeChunk(t, data, &seen)
+		checkDecodeChunk(t, data, &seen)
+	})
+}
+
+// TestParseLinesLongerThanTheBuffer: an event whose data line is many times the read buffer
+// (a long text delta, long tool arguments) is read whole.
+func TestParseLinesLongerThanTheBuffer(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("word ", 5*sseBufferSize/4)
+	chunks, err := parse(sse(`{"choices":[{"index":0,"delta":{"content":"`+long+`"},"finish_reason":"stop"}]}`, "[DONE]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) < 2 || chunks[1].Text != long {
+		t.Fatalf("got %d chunks, text of %d bytes, want %d", len(chunks), len(chunks[1].Text), len(long))
+	}
 }
