@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/dshd/dshd/pkg/llm"
 )
@@ -132,75 +131,8 @@ func appendToolCall(b []byte, tc ToolCall) []byte {
 	return append(b, "}}"...)
 }
 
-const hexDigits = "0123456789abcdef"
-
-// plainASCII marks the ASCII bytes a JSON string carries as they are.
-var plainASCII = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
-// appendString appends s as a JSON string the way json.Marshal writes it: quotes, backslashes
-// and control characters escaped (\b \f \n \r \t in short form, the others as \u00XX), <, > and
-// & escaped as \u003c, \u003e and \u0026, U+2028 and U+2029 as \u2028 and \u2029, and each
-// byte that is not valid UTF-8 replaced by \ufffd.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	done := 0 // s[:done] is written
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf && plainASCII[c] {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			esc := ""
-			switch c {
-			case '"':
-				esc = `\"`
-			case '\\':
-				esc = `\\`
-			case '\b':
-				esc = `\b`
-			case '\f':
-				esc = `\f`
-			case '\n':
-				esc = `\n`
-			case '\r':
-				esc = `\r`
-			case '\t':
-				esc = `\t`
-			}
-			b = append(b, s[done:i]...)
-			if esc != "" {
-				b = append(b, esc...)
-			} else {
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			done = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[done:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[done:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		done = i
-	}
-	b = append(b, s[done:]...)
-	return append(b, '"')
-}
+// appendString appends s as json.Marshal writes it (HTML characters escaped).
+func appendString(b []byte, s string) []byte { return llm.AppendJSONString(b, s, true) }
 
 // toolCache remembers the encodings of the last few tool lists a client sent: the sessions of
 // a preset send the same tools at every step. Safe for concurrent use.
