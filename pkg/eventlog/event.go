@@ -259,6 +259,27 @@ func SurfaceEvent(p Payload, sources ...int64) NewEvent {
 	return NewEvent{Type: p.Type(), Data: p, SurfaceOp: Append, SourceEventSeqs: sources}
 }
 
+// encodePayload encodes a payload as compact, lossless JSON (SES-1) in a new slice: the usual
+// kinds without reflection (appendPayload), the others with marshalPayload and the lossless
+// check.
+func encodePayload(p Payload) ([]byte, error) {
+	e := payloadEncoders.Get().(*payloadEncoder)
+	defer e.release()
+	b, ok := appendPayload(e.scratch[:0], p)
+	e.scratch = b[:0] // grown for the next payload
+	if ok {
+		return bytes.Clone(b), nil
+	}
+	b, err := marshalPayload(p)
+	if err != nil {
+		return nil, fmt.Errorf("data is not JSON: %w", err)
+	}
+	if b, err = losslessOwned(b); err != nil {
+		return nil, fmt.Errorf("data is not lossless JSON: %w", err)
+	}
+	return b, nil
+}
+
 // marshalPayload encodes v compactly, without HTML escaping, into a new slice.
 func marshalPayload(v any) ([]byte, error) {
 	e := payloadEncoders.Get().(*payloadEncoder)
@@ -272,8 +293,9 @@ func marshalPayload(v any) ([]byte, error) {
 // payloadEncoder is a reusable encoder of marshalPayload: encoding into a grown buffer and
 // copying the result out allocates once, where a fresh buffer grows several times.
 type payloadEncoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
+	buf     bytes.Buffer
+	enc     *json.Encoder
+	scratch []byte // appendPayload's
 }
 
 // payloadEncoders holds idle payloadEncoders, a cache of buffers (sync.Pool).
@@ -288,7 +310,7 @@ var payloadEncoders = sync.Pool{New: func() any {
 const maxPooledBuffer = 64 << 10
 
 func (e *payloadEncoder) release() {
-	if e.buf.Cap() > maxPooledBuffer {
+	if e.buf.Cap() > maxPooledBuffer || cap(e.scratch) > maxPooledBuffer {
 		return
 	}
 	e.buf.Reset()

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/dshd/dshd/pkg/fault"
+	"github.com/dshd/dshd/pkg/llm"
 )
 
 // FuzzLosslessJSON: what losslessJSON accepts is valid JSON, and it returns exactly its compact
@@ -55,4 +58,83 @@ func TestLosslessJSONDuplicateKeysInLargeObjects(t *testing.T) {
 			t.Fatalf("duplicate %s accepted", dup)
 		}
 	}
+}
+
+// payloadSamples returns payloads of every kind appendPayload writes, with every optional part
+// present and absent, holding s and n where strings and numbers go.
+func payloadSamples(s string, n int) []Payload {
+	idx, args := n, s
+	blocks := []llm.Block{llm.TextBlock(s), {Type: llm.BlockReasoning, Text: s, Signature: s}, llm.ToolCallBlock(s, s, s),
+		{Type: llm.BlockToolResult, ToolCallID: s, Content: []llm.Block{llm.TextBlock(s)}, IsError: true},
+		{Type: llm.BlockImage, MediaType: s, Data: s}}
+	full := llm.Message{ID: s, Role: s, Content: blocks, Source: llm.Source{Kind: s, Provider: s, Model: s, CallID: s, Plugin: s, Form: s, Sections: []string{s, s}}}
+	bare := llm.Message{ID: s, Source: llm.Source{Kind: s}}
+	empty := llm.Message{ID: s, Content: []llm.Block{}, Source: llm.Source{Kind: s, Sections: []string{}}}
+	usage := llm.Usage{InputTokens: n, OutputTokens: -n, CacheReadTokens: n, CacheMissTokens: n, ReasoningTokens: n, Estimated: true}
+	block := llm.TextBlock(s)
+	chunks := []*llm.Chunk{nil, {Type: s}, {Type: s, Index: &idx, BlockType: s, Text: s, ID: s, Name: s, ArgumentsDelta: &args,
+		Block: &block, Usage: &usage, Reason: &llm.FinishReason{Kind: s, Failure: &llm.Failure{Message: s, Code: s, Status: n}}},
+		{Type: s, Usage: &llm.Usage{}, Reason: &llm.FinishReason{Kind: s}}}
+	out := []Payload{TurnStart{Turn: n}, StepStart{Turn: n, Step: -n}, StepEnd{Turn: n, Step: n},
+		ToolCall{Turn: n, Step: n, CallID: s, Name: s, Arguments: s},
+		ToolResult{Turn: n, Step: n, Message: full}, ToolResult{Turn: n, Message: bare, Error: &fault.Info{Name: s, Code: s}},
+		AssistantMessage{Turn: n, Step: n, Message: full, Usage: &usage, Interrupted: true}, AssistantMessage{Message: empty},
+		AssistantMessage{Message: bare, Usage: &llm.Usage{}},
+		UserMessage{Message: full}, UserMessage{Message: bare},
+		TurnEnd{Turn: n, Reason: TurnReason{Kind: s}},
+		TurnEnd{Turn: n, Reason: TurnReason{Kind: s, Reason: &Cause{Kind: s, Reason: s}, Error: &TurnError{Message: s, Code: s, Status: n}}},
+		TurnEnd{Reason: TurnReason{Reason: &Cause{}, Error: &TurnError{}}},
+		Insertion(s, n, full, bare), Deletion(s, n, s), InboxSpliced{Target: s}, InboxSpliced{Target: s, Inserted: []llm.Message{}},
+		RequestContext{Provider: s, Model: s, ContextWindow: n}, RequestContext{}}
+	for _, c := range chunks {
+		out = append(out, AssistantChunk{Turn: n, Step: n, Chunk: c})
+	}
+	return out
+}
+
+func checkAppendPayload(t *testing.T, s string, n int) {
+	t.Helper()
+	for _, p := range payloadSamples(s, n) {
+		got, ok := appendPayload(nil, p)
+		if !ok {
+			t.Fatalf("%T %+v was left to encoding/json", p, p)
+		}
+		want, err := marshalPayload(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%T:\n got %s\nwant %s", p, got, want)
+		}
+		if _, err := losslessJSON(got); err != nil {
+			t.Fatalf("%T: %s is not lossless JSON: %v", p, got, err)
+		}
+	}
+}
+
+// TestAppendPayloadMatchesEncodingJSON: the payloads written without reflection are byte for byte
+// what encoding/json writes, and lossless JSON; those holding JSON of their own are left to it.
+func TestAppendPayloadMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "plain", "a\"b\\c\n\x00<tag>&\u2028é😀\xff\xed\xa0\x80"} {
+		for _, n := range []int{0, 1, -7, 1 << 40} {
+			checkAppendPayload(t, s, n)
+		}
+	}
+	for _, p := range []Payload{
+		ToolResult{Meta: json.RawMessage(`{}`)}, ToolResult{Mutations: []FileMutation{{Version: 1}}},
+		UserMessage{Message: llm.Message{Source: llm.Source{ReplayState: json.RawMessage(`{}`)}}},
+		UserMessage{Message: llm.Message{Content: []llm.Block{{Type: "video"}}}},
+		RequestHeader{}, LLMRetry{},
+	} {
+		if b, ok := appendPayload(nil, p); ok {
+			t.Fatalf("%T written without reflection: %s", p, b)
+		}
+	}
+}
+
+func FuzzAppendPayload(f *testing.F) {
+	f.Add("a\"b\\c\n\x00<tag>&\u2028é😀\xff", 3)
+	f.Add("", 0)
+	f.Fuzz(checkAppendPayload)
 }

@@ -61,12 +61,9 @@ func prepare(ne NewEvent) (Event, *ValidationError) {
 		if err := d.Validate(); err != nil {
 			return ev, verr(ruleFor(ev.Type), "%s: %v", ev.Type, err)
 		}
-		b, err := marshalPayload(d)
-		if err != nil {
-			return ev, verr("SES-1", "data is not JSON: %v", err)
-		}
-		if ev.Data, err = losslessOwned(b); err != nil {
-			return ev, verr("SES-1", "data is not lossless JSON: %v", err)
+		var err error
+		if ev.Data, err = encodePayload(d); err != nil {
+			return ev, verr("SES-1", "%v", err)
 		}
 		if reflect.TypeOf(d).Kind() != reflect.Pointer {
 			ev.payload = d // a value: the caller's later changes cannot reach it
