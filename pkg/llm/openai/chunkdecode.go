@@ -449,7 +449,7 @@ func (d *chunkDecoder) chunk(c *ChatChunk) bool {
 		case "choices":
 			return 1 << 4, d.choices(&c.Choices)
 		case "usage":
-			return 1 << 5, d.rawInto(&c.Usage)
+			return 1 << 5, d.usage(&c.Usage)
 		case "error":
 			return 1 << 6, d.rawInto(&c.Error)
 		}
@@ -562,4 +562,65 @@ func (d *chunkDecoder) function(f *FunctionCall) bool {
 		}
 		return 0, d.skip(key, "name", "arguments")
 	})
+}
+
+func (d *chunkDecoder) usage(out **Usage) bool {
+	if d.null() {
+		*out = nil
+		return true
+	}
+	u := &Usage{}
+	*out = u
+	return d.object(func(key []byte) (uint, bool) {
+		switch string(key) {
+		case "prompt_tokens":
+			return 1 << 0, d.intInto(&u.PromptTokens)
+		case "completion_tokens":
+			return 1 << 1, d.intInto(&u.CompletionTokens)
+		case "total_tokens":
+			return 1 << 2, d.intInto(&u.TotalTokens)
+		case "prompt_cache_hit_tokens":
+			return 1 << 3, d.intPtr(&u.PromptCacheHitTokens)
+		case "prompt_cache_miss_tokens":
+			return 1 << 4, d.intPtr(&u.PromptCacheMissTokens)
+		case "prompt_tokens_details":
+			if d.null() {
+				u.PromptTokensDetails = nil
+				return 1 << 5, true
+			}
+			u.PromptTokensDetails = &PromptTokensDetails{}
+			return 1 << 5, d.object(func(key []byte) (uint, bool) {
+				if string(key) == "cached_tokens" {
+					return 1, d.intInto(&u.PromptTokensDetails.CachedTokens)
+				}
+				return 0, d.skip(key, "cached_tokens")
+			})
+		case "completion_tokens_details":
+			if d.null() {
+				u.CompletionTokensDetails = nil
+				return 1 << 6, true
+			}
+			u.CompletionTokensDetails = &CompletionTokensDetails{}
+			return 1 << 6, d.object(func(key []byte) (uint, bool) {
+				if string(key) == "reasoning_tokens" {
+					return 1, d.intInto(&u.CompletionTokensDetails.ReasoningTokens)
+				}
+				return 0, d.skip(key, "reasoning_tokens")
+			})
+		}
+		return 0, d.skip(key, "prompt_tokens", "completion_tokens", "total_tokens", "prompt_cache_hit_tokens",
+			"prompt_cache_miss_tokens", "prompt_tokens_details", "completion_tokens_details")
+	})
+}
+
+// intPtr decodes an integer into a new *int, or null into nil.
+func (d *chunkDecoder) intPtr(n **int) bool {
+	if d.null() {
+		*n = nil
+		return true
+	}
+	v, ok := d.integer()
+	i := int(v)
+	*n = &i
+	return ok
 }
