@@ -1,18 +1,21 @@
 package eventlog
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/dshd/dshd/pkg/llm"
 )
 
 // appendPayload appends the JSON of the payload kinds a turn writes most (chunks, calls, results,
-// messages, step and turn boundaries, splices), written without reflection and byte for byte as
-// marshalPayload writes them (FuzzAppendPayload). It reports false for any other payload, and for
-// one holding JSON of its own (a result's meta, a message's replay state) or an unknown block
-// type: those are left to marshalPayload and the lossless check. What it writes is compact,
-// lossless JSON by construction: ints, booleans and strings (invalid UTF-8 replaced, as
-// encoding/json replaces it), no repeated keys.
+// messages, step and turn boundaries, splices, request headers), written without reflection and
+// byte for byte as marshalPayload writes them (FuzzAppendPayload). It reports false for any other
+// payload, and for one holding a message's replay state, a result's file mutations, a float (a
+// temperature), JSON of its own that is not lossless, or an unknown block type: those are left to
+// marshalPayload and the lossless check. What it writes is compact, lossless JSON: ints, booleans
+// and strings (invalid UTF-8 replaced, as encoding/json replaces it) by construction, no repeated
+// keys, and embedded JSON (tool parameters, a result's meta) that passed the lossless check.
 func appendPayload(b []byte, p Payload) ([]byte, bool) {
 	e := payloadWriter{b: b, ok: true}
 	switch p := p.(type) {
@@ -33,7 +36,7 @@ func appendPayload(b []byte, p Payload) ([]byte, bool) {
 		e.str("name", p.Name)
 		e.str("arguments", p.Arguments)
 	case ToolResult:
-		if len(p.Meta) > 0 || len(p.Mutations) > 0 {
+		if len(p.Mutations) > 0 {
 			return b, false
 		}
 		e.turnStep(p.Turn, p.Step)
@@ -44,6 +47,10 @@ func appendPayload(b []byte, p Payload) ([]byte, bool) {
 			e.b = llm.AppendJSONString(e.b, p.Error.Name, false)
 			e.str("code", p.Error.Code)
 			e.b = append(e.b, '}')
+		}
+		if len(p.Meta) > 0 {
+			e.key("meta")
+			e.raw(p.Meta)
 		}
 	case AssistantMessage:
 		e.turnStep(p.Turn, p.Step)
@@ -76,6 +83,10 @@ func appendPayload(b []byte, p Payload) ([]byte, bool) {
 		if p.Outcome != "" {
 			e.str("outcome", p.Outcome)
 		}
+	case RequestHeader:
+		e.b = append(e.b, `{"header":`...)
+		e.header(p.Header)
+		e.str("reason", p.Reason)
 	case RequestContext:
 		e.b = append(e.b, `{"provider":`...)
 		e.b = llm.AppendJSONString(e.b, p.Provider, false)
@@ -294,4 +305,76 @@ func (e *payloadWriter) reason(r TurnReason) {
 		e.failure(er.Message, er.Code, er.Status)
 	}
 	e.b = append(e.b, '}')
+}
+
+func (e *payloadWriter) header(h ModelHeader) {
+	c := h.Config
+	if c.Temperature != nil {
+		e.ok = false
+		return
+	}
+	e.b = append(e.b, `{"config":{"provider":`...)
+	e.b = llm.AppendJSONString(e.b, c.Provider, false)
+	e.str("model", c.Model)
+	if c.BaseURL != "" {
+		e.str("baseUrl", c.BaseURL)
+	}
+	if c.MaxTokens != 0 {
+		e.int("maxTokens", c.MaxTokens)
+	}
+	if c.ReasoningEffort != "" {
+		e.str("reasoningEffort", c.ReasoningEffort)
+	}
+	e.b = append(e.b, '}')
+	if len(h.AdapterDefaults) > 0 {
+		keys := slices.Sorted(maps.Keys(h.AdapterDefaults))
+		e.key("adapterDefaults")
+		for i, k := range keys {
+			if i == 0 {
+				e.b = append(e.b, '{')
+			} else {
+				e.b = append(e.b, ',')
+			}
+			e.b = llm.AppendJSONString(e.b, k, false)
+			e.b = append(e.b, ':')
+			e.b = strconv.AppendBool(e.b, h.AdapterDefaults[k])
+		}
+		e.b = append(e.b, '}')
+	}
+	if h.System != "" {
+		e.str("system", h.System)
+	}
+	if len(h.Tools) > 0 {
+		e.key("tools")
+		for i, t := range h.Tools {
+			if i == 0 {
+				e.b = append(e.b, '[')
+			} else {
+				e.b = append(e.b, ',')
+			}
+			e.b = append(e.b, `{"name":`...)
+			e.b = llm.AppendJSONString(e.b, t.Name, false)
+			e.str("description", t.Description)
+			e.key("parameters")
+			e.raw(t.Parameters)
+			e.b = append(e.b, '}')
+		}
+		e.b = append(e.b, ']')
+	}
+	e.b = append(e.b, '}')
+}
+
+// raw writes JSON of a json.RawMessage field as encoding/json does (compacted; nil as null), when
+// it is lossless; anything else is left to encoding/json and the lossless check.
+func (e *payloadWriter) raw(m []byte) {
+	if m == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	c, err := losslessOwned(m)
+	if err != nil {
+		e.ok = false
+		return
+	}
+	e.b = append(e.b, c...)
 }

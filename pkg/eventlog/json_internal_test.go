@@ -77,7 +77,7 @@ func payloadSamples(s string, n int) []Payload {
 		{Type: s, Usage: &llm.Usage{}, Reason: &llm.FinishReason{Kind: s}}}
 	out := []Payload{TurnStart{Turn: n}, StepStart{Turn: n, Step: -n}, StepEnd{Turn: n, Step: n},
 		ToolCall{Turn: n, Step: n, CallID: s, Name: s, Arguments: s},
-		ToolResult{Turn: n, Step: n, Message: full}, ToolResult{Turn: n, Message: bare, Error: &fault.Info{Name: s, Code: s}},
+		ToolResult{Turn: n, Step: n, Message: full}, ToolResult{Turn: n, Message: bare, Error: &fault.Info{Name: s, Code: s}, Meta: json.RawMessage(` {"k" : [1, "v"]} `)},
 		AssistantMessage{Turn: n, Step: n, Message: full, Usage: &usage, Interrupted: true}, AssistantMessage{Message: empty},
 		AssistantMessage{Message: bare, Usage: &llm.Usage{}},
 		UserMessage{Message: full}, UserMessage{Message: bare},
@@ -85,7 +85,11 @@ func payloadSamples(s string, n int) []Payload {
 		TurnEnd{Turn: n, Reason: TurnReason{Kind: s, Reason: &Cause{Kind: s, Reason: s}, Error: &TurnError{Message: s, Code: s, Status: n}}},
 		TurnEnd{Reason: TurnReason{Reason: &Cause{}, Error: &TurnError{}}},
 		Insertion(s, n, full, bare), Deletion(s, n, s), InboxSpliced{Target: s}, InboxSpliced{Target: s, Inserted: []llm.Message{}},
-		RequestContext{Provider: s, Model: s, ContextWindow: n}, RequestContext{}}
+		RequestContext{Provider: s, Model: s, ContextWindow: n}, RequestContext{},
+		RequestHeader{Reason: s}, RequestHeader{Reason: s, Header: ModelHeader{
+			Config:          llm.Config{Provider: s, Model: s, BaseURL: s, MaxTokens: n, ReasoningEffort: s},
+			AdapterDefaults: map[string]bool{s: true, "maxTokens": false, "b" + s: true}, System: s,
+			Tools: []llm.ToolSchema{{Name: s, Description: s, Parameters: json.RawMessage(" { \"type\" : \"object\" } ")}, {Name: s}}}}}
 	for _, c := range chunks {
 		out = append(out, AssistantChunk{Turn: n, Step: n, Chunk: c})
 	}
@@ -122,10 +126,12 @@ func TestAppendPayloadMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	for _, p := range []Payload{
-		ToolResult{Meta: json.RawMessage(`{}`)}, ToolResult{Mutations: []FileMutation{{Version: 1}}},
+		ToolResult{Meta: json.RawMessage(`{"a":-0}`)}, ToolResult{Mutations: []FileMutation{{Version: 1}}},
 		UserMessage{Message: llm.Message{Source: llm.Source{ReplayState: json.RawMessage(`{}`)}}},
 		UserMessage{Message: llm.Message{Content: []llm.Block{{Type: "video"}}}},
-		RequestHeader{}, LLMRetry{},
+		RequestHeader{Header: ModelHeader{Config: llm.Config{Temperature: new(float64)}}},
+		RequestHeader{Header: ModelHeader{Tools: []llm.ToolSchema{{Parameters: json.RawMessage(`{"a":1,"a":2}`)}}}},
+		RequestHeader{Header: ModelHeader{Tools: []llm.ToolSchema{{Parameters: json.RawMessage{}}}}}, LLMRetry{},
 	} {
 		if b, ok := appendPayload(nil, p); ok {
 			t.Fatalf("%T written without reflection: %s", p, b)
