@@ -13,9 +13,15 @@ import (
 // without reflection; tools is the encoding of wr.Tools (toolCache). Every step of a turn sends
 // the whole history and the same tools again, so this is the request's hot path.
 func encodeRequest(wr ChatRequest, tools []byte) ([]byte, error) {
-	n := len(tools) + 256
+	n := len(tools) + 256 // one allocation for the body, unless it escapes much
 	for _, m := range wr.Messages {
 		n += len(m.Content.Text) + 64
+		if m.ReasoningContent != nil {
+			n += len(*m.ReasoningContent) + 24
+		}
+		for _, tc := range m.ToolCalls {
+			n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)*5/4 + 64
+		}
 	}
 	b := make([]byte, 0, n)
 	b = append(b, `{"model":`...)
