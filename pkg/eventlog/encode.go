@@ -1,8 +1,6 @@
 package eventlog
 
 import (
-	"maps"
-	"slices"
 	"strconv"
 
 	"github.com/dshd/dshd/pkg/llm"
@@ -305,76 +303,4 @@ func (e *payloadWriter) reason(r TurnReason) {
 		e.failure(er.Message, er.Code, er.Status)
 	}
 	e.b = append(e.b, '}')
-}
-
-func (e *payloadWriter) header(h ModelHeader) {
-	c := h.Config
-	if c.Temperature != nil {
-		e.ok = false
-		return
-	}
-	e.b = append(e.b, `{"config":{"provider":`...)
-	e.b = llm.AppendJSONString(e.b, c.Provider, false)
-	e.str("model", c.Model)
-	if c.BaseURL != "" {
-		e.str("baseUrl", c.BaseURL)
-	}
-	if c.MaxTokens != 0 {
-		e.int("maxTokens", c.MaxTokens)
-	}
-	if c.ReasoningEffort != "" {
-		e.str("reasoningEffort", c.ReasoningEffort)
-	}
-	e.b = append(e.b, '}')
-	if len(h.AdapterDefaults) > 0 {
-		keys := slices.Sorted(maps.Keys(h.AdapterDefaults))
-		e.key("adapterDefaults")
-		for i, k := range keys {
-			if i == 0 {
-				e.b = append(e.b, '{')
-			} else {
-				e.b = append(e.b, ',')
-			}
-			e.b = llm.AppendJSONString(e.b, k, false)
-			e.b = append(e.b, ':')
-			e.b = strconv.AppendBool(e.b, h.AdapterDefaults[k])
-		}
-		e.b = append(e.b, '}')
-	}
-	if h.System != "" {
-		e.str("system", h.System)
-	}
-	if len(h.Tools) > 0 {
-		e.key("tools")
-		for i, t := range h.Tools {
-			if i == 0 {
-				e.b = append(e.b, '[')
-			} else {
-				e.b = append(e.b, ',')
-			}
-			e.b = append(e.b, `{"name":`...)
-			e.b = llm.AppendJSONString(e.b, t.Name, false)
-			e.str("description", t.Description)
-			e.key("parameters")
-			e.raw(t.Parameters)
-			e.b = append(e.b, '}')
-		}
-		e.b = append(e.b, ']')
-	}
-	e.b = append(e.b, '}')
-}
-
-// raw writes JSON of a json.RawMessage field as encoding/json does (compacted; nil as null), when
-// it is lossless; anything else is left to encoding/json and the lossless check.
-func (e *payloadWriter) raw(m []byte) {
-	if m == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	c, err := losslessOwned(m)
-	if err != nil {
-		e.ok = false
-		return
-	}
-	e.b = append(e.b, c...)
 }
