@@ -51,6 +51,8 @@ func (m *mirror) fold(evs []eventlog.Event) error {
 	return nil
 }
 
+// apply folds one event into the mirror's state. It only reads the payloads (eventlog.View): the
+// runner's own events are not decoded again.
 func (m *mirror) apply(ev eventlog.Event) error {
 	switch ev.Type {
 	case eventlog.TypeInboxSpliced:
@@ -59,26 +61,26 @@ func (m *mirror) apply(ev eventlog.Event) error {
 		// A fork's inbox starts empty: it is rebuilt from the splices after the seed (LOOP-1).
 		m.inbox = eventlog.Inbox{}
 	case eventlog.TypeTurnStart:
-		d, err := eventlog.Decode[eventlog.TurnStart](ev)
+		d, err := eventlog.View[eventlog.TurnStart](ev)
 		if err != nil {
 			return err
 		}
 		m.lastTurn, m.turnSeq = d.Turn, ev.Seq
 	case eventlog.TypeRequestHeader:
-		d, err := eventlog.Decode[eventlog.RequestHeader](ev)
+		d, err := eventlog.View[eventlog.RequestHeader](ev)
 		if err != nil {
 			return err
 		}
 		h := d.Header.Canonical()
 		m.header = &h
 	case eventlog.TypeRequestContext:
-		d, err := eventlog.Decode[eventlog.RequestContext](ev)
+		d, err := eventlog.View[eventlog.RequestContext](ev)
 		if err != nil {
 			return err
 		}
 		m.reqCtx = &d
 	case eventlog.TypeUserMessage:
-		d, err := eventlog.Decode[eventlog.UserMessage](ev)
+		d, err := eventlog.View[eventlog.UserMessage](ev)
 		if err != nil {
 			return err
 		}
@@ -87,7 +89,7 @@ func (m *mirror) apply(ev eventlog.Event) error {
 		}
 	case eventlog.TypeAgentCancel:
 		if m.onCancel != nil {
-			d, err := eventlog.Decode[eventlog.AgentCancel](ev)
+			d, err := eventlog.View[eventlog.AgentCancel](ev)
 			if err != nil {
 				return err
 			}

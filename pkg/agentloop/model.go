@@ -304,26 +304,41 @@ func (r *Runner) contextInForce() *eventlog.RequestContext {
 }
 
 // history is the model-visible history: the committed surface plus the surface events still
-// pending in the writer (always plain appends).
+// pending in the writer (always plain appends). It is built in one allocation: every step sends
+// the whole history.
 func (r *Runner) history() ([]llm.Message, error) {
-	msgs, err := r.m.log.DeriveMessages()
+	derived, err := r.m.log.DeriveMessages()
 	if err != nil {
 		return nil, err
 	}
+	n := len(derived)
+	for _, s := range r.w.pending {
+		n += len(s.entered)
+		if _, ok := pendingMessage(s); ok {
+			n++
+		}
+	}
+	msgs := append(make([]llm.Message, 0, n), derived...)
 	for _, s := range r.w.pending {
 		msgs = append(msgs, s.entered...)
-		switch d := s.data.(type) {
-		case eventlog.UserMessage:
-			msgs = append(msgs, d.Message)
-		case eventlog.ToolResult:
-			msgs = append(msgs, d.Message)
-		case eventlog.AssistantMessage:
-			if len(d.Message.Content) > 0 {
-				msgs = append(msgs, d.Message)
-			}
+		if m, ok := pendingMessage(s); ok {
+			msgs = append(msgs, m)
 		}
 	}
 	return msgs, nil
+}
+
+// pendingMessage is the message a staged surface event adds to the history, if any.
+func pendingMessage(s staged) (llm.Message, bool) {
+	switch d := s.data.(type) {
+	case eventlog.UserMessage:
+		return d.Message, true
+	case eventlog.ToolResult:
+		return d.Message, true
+	case eventlog.AssistantMessage:
+		return d.Message, len(d.Message.Content) > 0
+	}
+	return llm.Message{}, false
 }
 
 // assistant writes the assembled message after a finished stream.

@@ -11,6 +11,9 @@ import (
 // assistant/message its message unless the content is empty, a tool/result its message; anything
 // else gives nothing.
 func deriveMessage(ev Event) (llm.Message, bool, error) {
+	if m, ok, known := preparedMessage(ev); known {
+		return m, ok, nil
+	}
 	var m llm.Message
 	switch ev.Type {
 	case TypeUserMessage:
@@ -31,6 +34,20 @@ func deriveMessage(ev Event) (llm.Message, bool, error) {
 		return d.Message, true, nil
 	}
 	return m, false, nil
+}
+
+// preparedMessage is deriveMessage from the payload of an event prepared in this process; known
+// is false when ev has none of a surface kind.
+func preparedMessage(ev Event) (m llm.Message, ok, known bool) {
+	switch p := ev.payload.(type) {
+	case UserMessage:
+		return p.Message, true, ev.Type == TypeUserMessage
+	case AssistantMessage:
+		return p.Message, len(p.Message.Content) > 0, ev.Type == TypeAssistantMessage
+	case ToolResult:
+		return p.Message, true, ev.Type == TypeToolResult
+	}
+	return m, false, false
 }
 
 // DeriveMessages folds events (a whole log, seqs from 0, already validated) into the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // FormatVersion is the pinned session format version (SES-9, SES-16). Any other version is refused.
@@ -108,6 +109,12 @@ type Event struct {
 	SurfaceOp       *SurfaceOp
 	SourceEventSeqs []int64
 	Ignorable       bool
+
+	// payload is the validated payload Data was encoded from or decoded into when the event was
+	// prepared in this process (Prepare, Log.Append), nil for an event read from a store: the
+	// folds of this package and View read it instead of decoding Data again. A Go value or a
+	// pointer to a value nobody else holds.
+	payload Payload
 }
 
 // SurfaceOp says how a surface event joins the surface: append to the tail, or replace the
@@ -218,6 +225,31 @@ type NewEvent struct {
 	Time int64
 }
 
+// View returns the payload P (a payload struct, as eventlog.ToolCall) of ev, as Decode does, for
+// a reader that does not modify it: when ev was prepared in this process it is the payload ev
+// was prepared from, sharing its slices and maps with it, and nothing is decoded.
+func View[P any, PP interface {
+	*P
+	Payload
+}](ev Event) (P, error) {
+	if p, ok := prepared[P](ev); ok {
+		return p, nil
+	}
+	return Decode[P, PP](ev)
+}
+
+// prepared returns ev's payload when ev was prepared in this process from a P.
+func prepared[P any](ev Event) (P, bool) {
+	switch p := any(ev.payload).(type) {
+	case P:
+		return p, true
+	case *P:
+		return *p, true
+	}
+	var zero P
+	return zero, false
+}
+
 // Of returns the NewEvent of payload p, with no surface marker.
 func Of(p Payload) NewEvent { return NewEvent{Type: p.Type(), Data: p} }
 
@@ -227,13 +259,60 @@ func SurfaceEvent(p Payload, sources ...int64) NewEvent {
 	return NewEvent{Type: p.Type(), Data: p, SurfaceOp: Append, SourceEventSeqs: sources}
 }
 
-// marshalPayload encodes v compactly, without HTML escaping.
+// encodePayload encodes a payload as compact, lossless JSON (SES-1) in a new slice: the usual
+// kinds without reflection (appendPayload), the others with marshalPayload and the lossless
+// check.
+func encodePayload(p Payload) ([]byte, error) {
+	e := payloadEncoders.Get().(*payloadEncoder)
+	defer e.release()
+	b, ok := appendPayload(e.scratch[:0], p)
+	e.scratch = b[:0] // grown for the next payload
+	if ok {
+		return bytes.Clone(b), nil
+	}
+	b, err := marshalPayload(p)
+	if err != nil {
+		return nil, fmt.Errorf("data is not JSON: %w", err)
+	}
+	if b, err = losslessOwned(b); err != nil {
+		return nil, fmt.Errorf("data is not lossless JSON: %w", err)
+	}
+	return b, nil
+}
+
+// marshalPayload encodes v compactly, without HTML escaping, into a new slice.
 func marshalPayload(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	e := payloadEncoders.Get().(*payloadEncoder)
+	defer e.release()
+	if err := e.enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return bytes.Clone(bytes.TrimRight(e.buf.Bytes(), "\n")), nil
+}
+
+// payloadEncoder is a reusable encoder of marshalPayload: encoding into a grown buffer and
+// copying the result out allocates once, where a fresh buffer grows several times.
+type payloadEncoder struct {
+	buf     bytes.Buffer
+	enc     *json.Encoder
+	scratch []byte // appendPayload's
+}
+
+// payloadEncoders holds idle payloadEncoders, a cache of buffers (sync.Pool).
+var payloadEncoders = sync.Pool{New: func() any {
+	e := &payloadEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+// maxPooledBuffer is the largest buffer kept for reuse: a rare huge payload does not stay.
+const maxPooledBuffer = 64 << 10
+
+func (e *payloadEncoder) release() {
+	if e.buf.Cap() > maxPooledBuffer || cap(e.scratch) > maxPooledBuffer {
+		return
+	}
+	e.buf.Reset()
+	payloadEncoders.Put(e)
 }

@@ -1,7 +1,6 @@
 package eventlog
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/dshd/dshd/pkg/llm"
@@ -85,8 +84,7 @@ func (l InboxLens) After(evs []Event) (InboxLens, error) {
 		if ev.Type != TypeInboxSpliced {
 			continue
 		}
-		var s InboxSpliced
-		err := json.Unmarshal(ev.Data, &s)
+		s, err := View[InboxSpliced](ev)
 		if err == nil {
 			l, err = l.Apply(s)
 		}
@@ -154,7 +152,7 @@ func (ib *Inbox) Apply(s InboxSpliced) error {
 
 // ApplyEvent replays an `agent/inbox/spliced` event.
 func (ib *Inbox) ApplyEvent(ev Event) error {
-	s, err := Decode[InboxSpliced](ev)
+	s, err := View[InboxSpliced](ev) // Apply copies the messages, never changes them
 	if err != nil {
 		return fmt.Errorf("inbox: bad splice: %w", err)
 	}

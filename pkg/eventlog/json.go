@@ -14,8 +14,8 @@ import (
 const maxJSONDepth = 512
 
 // losslessJSON validates b as lossless JSON (SES-1) and returns it compacted (insignificant
-// whitespace removed, everything else byte for byte). Beyond RFC 8259 syntax it refuses what
-// would not survive a round trip through the reference's JSON model unchanged:
+// whitespace removed, everything else byte for byte) in a new slice. Beyond RFC 8259 syntax it
+// refuses what would not survive a round trip through the reference's JSON model unchanged:
 //
 //   - negative zero in any spelling (-0, -0.0, -0e0, or a negative number that underflows to -0);
 //   - numbers that overflow a float64 (the reference would read Infinity);
@@ -24,7 +24,17 @@ const maxJSONDepth = 512
 //
 // Integers beyond 2^53 are kept as written: the text is stored exactly, so nothing is lost.
 func losslessJSON(b []byte) ([]byte, error) {
-	s := jsonScanner{in: b, out: make([]byte, 0, len(b))}
+	out, err := losslessOwned(b)
+	if err == nil && len(out) > 0 && &out[0] == &b[0] {
+		out = bytes.Clone(out)
+	}
+	return out, err
+}
+
+// losslessOwned is losslessJSON for bytes the caller gives away: when b is already compact (as
+// encoding/json writes it) it is returned itself.
+func losslessOwned(b []byte) ([]byte, error) {
+	s := jsonScanner{in: b}
 	s.ws()
 	if err := s.value(0); err != nil {
 		return nil, err
@@ -33,13 +43,25 @@ func losslessJSON(b []byte) ([]byte, error) {
 	if s.pos != len(s.in) {
 		return nil, s.errf("unexpected data after the top-level value")
 	}
-	return s.out, nil
+	if !s.spaced {
+		return b, nil
+	}
+	// Valid JSON with insignificant whitespace: json.Compact removes exactly that (it escapes
+	// nothing).
+	var buf bytes.Buffer
+	buf.Grow(len(b))
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, s.errf("%v", err)
+	}
+	return buf.Bytes(), nil
 }
 
+// jsonScanner validates lossless JSON; spaced records whether it skipped any whitespace between
+// tokens.
 type jsonScanner struct {
-	in  []byte
-	pos int
-	out []byte
+	in     []byte
+	pos    int
+	spaced bool
 }
 
 func (s *jsonScanner) errf(format string, args ...any) error {
@@ -51,6 +73,7 @@ func (s *jsonScanner) ws() {
 		switch s.in[s.pos] {
 		case ' ', '\t', '\n', '\r':
 			s.pos++
+			s.spaced = true
 		default:
 			return
 		}
@@ -70,14 +93,13 @@ func (s *jsonScanner) value(depth int) error {
 	case c == '[':
 		return s.array(depth)
 	case c == '"':
-		_, err := s.str()
+		_, err := s.str(false)
 		return err
 	case c == '-' || (c >= '0' && c <= '9'):
 		return s.number()
 	default:
 		for _, lit := range []string{"true", "false", "null"} {
 			if len(s.in)-s.pos >= len(lit) && string(s.in[s.pos:s.pos+len(lit)]) == lit {
-				s.out = append(s.out, lit...)
 				s.pos += len(lit)
 				return nil
 			}
@@ -86,44 +108,48 @@ func (s *jsonScanner) value(depth int) error {
 	}
 }
 
+// smallObject is the number of keys an object's duplicate check compares one by one; larger
+// objects use a set.
+const smallObject = 16
+
 func (s *jsonScanner) object(depth int) error {
-	s.out = append(s.out, '{')
 	s.pos++
 	s.ws()
 	if s.pos < len(s.in) && s.in[s.pos] == '}' {
-		s.out = append(s.out, '}')
 		s.pos++
 		return nil
 	}
-	var keys map[string]struct{}
-	var first string
-	for n := 0; ; n++ {
+	var small [smallObject][]byte
+	keys := small[:0]
+	var set map[string]struct{}
+	for {
 		s.ws()
 		if s.pos >= len(s.in) || s.in[s.pos] != '"' {
 			return s.errf("object key must be a string")
 		}
-		k, err := s.str()
+		k, err := s.str(true)
 		if err != nil {
 			return err
 		}
-		// Most objects are small: compare the first key directly and build a set from the second.
+		if dupKey(keys, set, k) {
+			return s.errf("duplicate key %q", k)
+		}
 		switch {
-		case n == 0:
-			first = k
+		case set != nil:
+			set[string(k)] = struct{}{}
+		case len(keys) < smallObject:
+			keys = append(keys, k)
 		default:
-			if keys == nil {
-				keys = map[string]struct{}{first: {}}
+			set = make(map[string]struct{}, 2*smallObject)
+			for _, k := range keys {
+				set[string(k)] = struct{}{}
 			}
-			if _, dup := keys[k]; dup {
-				return s.errf("duplicate key %q", k)
-			}
-			keys[k] = struct{}{}
+			set[string(k)] = struct{}{}
 		}
 		s.ws()
 		if s.pos >= len(s.in) || s.in[s.pos] != ':' {
 			return s.errf("expected ':' after an object key")
 		}
-		s.out = append(s.out, ':')
 		s.pos++
 		s.ws()
 		if err := s.value(depth + 1); err != nil {
@@ -135,10 +161,8 @@ func (s *jsonScanner) object(depth int) error {
 		}
 		switch s.in[s.pos] {
 		case ',':
-			s.out = append(s.out, ',')
 			s.pos++
 		case '}':
-			s.out = append(s.out, '}')
 			s.pos++
 			return nil
 		default:
@@ -147,12 +171,24 @@ func (s *jsonScanner) object(depth int) error {
 	}
 }
 
+// dupKey reports whether k is among the keys seen so far: keys while they are few, else set.
+func dupKey(keys [][]byte, set map[string]struct{}, k []byte) bool {
+	if set != nil {
+		_, dup := set[string(k)]
+		return dup
+	}
+	for _, o := range keys {
+		if bytes.Equal(o, k) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *jsonScanner) array(depth int) error {
-	s.out = append(s.out, '[')
 	s.pos++
 	s.ws()
 	if s.pos < len(s.in) && s.in[s.pos] == ']' {
-		s.out = append(s.out, ']')
 		s.pos++
 		return nil
 	}
@@ -167,10 +203,8 @@ func (s *jsonScanner) array(depth int) error {
 		}
 		switch s.in[s.pos] {
 		case ',':
-			s.out = append(s.out, ',')
 			s.pos++
 		case ']':
-			s.out = append(s.out, ']')
 			s.pos++
 			return nil
 		default:
@@ -179,9 +213,9 @@ func (s *jsonScanner) array(depth int) error {
 	}
 }
 
-// str scans a string starting at the opening quote, copies it to out and returns its decoded
-// value (used for duplicate-key detection).
-func (s *jsonScanner) str() (string, error) {
+// str scans a string starting at the opening quote and, with decode, returns its decoded value
+// (for duplicate-key detection): the input's own bytes when it has no escapes.
+func (s *jsonScanner) str(decode bool) ([]byte, error) {
 	start := s.pos
 	s.pos++
 	plain := true
@@ -191,33 +225,32 @@ func (s *jsonScanner) str() (string, error) {
 		case c == '"':
 			s.pos++
 			raw := s.in[start:s.pos]
-			s.out = append(s.out, raw...)
-			if plain {
-				return string(raw[1 : len(raw)-1]), nil
+			if plain || !decode {
+				return raw[1 : len(raw)-1], nil
 			}
 			var v string
 			if err := json.Unmarshal(raw, &v); err != nil {
-				return "", s.errf("invalid string")
+				return nil, s.errf("invalid string")
 			}
-			return v, nil
+			return []byte(v), nil
 		case c == '\\':
 			plain = false
 			if err := s.escape(); err != nil {
-				return "", err
+				return nil, err
 			}
 		case c < 0x20:
-			return "", s.errf("control character in a string")
+			return nil, s.errf("control character in a string")
 		case c < utf8.RuneSelf:
 			s.pos++
 		default:
 			r, size := utf8.DecodeRune(s.in[s.pos:])
 			if r == utf8.RuneError && size <= 1 {
-				return "", s.errf("string is not valid UTF-8")
+				return nil, s.errf("string is not valid UTF-8")
 			}
 			s.pos += size
 		}
 	}
-	return "", s.errf("unterminated string")
+	return nil, s.errf("unterminated string")
 }
 
 func (s *jsonScanner) escape() error {
@@ -305,7 +338,6 @@ func (s *jsonScanner) number() error {
 		}
 	}
 	lit := s.in[start:s.pos]
-	s.out = append(s.out, lit...)
 	if isInt && lit[0] != '-' && len(lit) < 16 {
 		return nil // a small non-negative integer: always exact and finite
 	}

@@ -173,7 +173,8 @@ func (l *Log) Surface() []int64 { return slices.Clone(l.surface.nodes) }
 func (l *Log) ReplaceGeneration() int { return l.surface.gen }
 
 // DeriveMessages returns the model-visible history (SES-5). Messages are cached per surface node
-// and rebuilt after a replacement.
+// and rebuilt after a replacement. The slice is the log's cache, its capacity clipped (appending
+// to it copies it): read it only.
 func (l *Log) DeriveMessages() ([]llm.Message, error) {
 	if l.derivedGen != l.surface.gen {
 		l.derived, l.derivedNodes, l.derivedGen = nil, 0, l.surface.gen
@@ -188,7 +189,7 @@ func (l *Log) DeriveMessages() ([]llm.Message, error) {
 		}
 		l.derivedNodes++
 	}
-	return slices.Clone(l.derived), nil
+	return slices.Clip(l.derived), nil
 }
 
 // OpenTurn returns the number of the turn left open at the end of the log, if any.

@@ -408,6 +408,19 @@ func TestSES13_RequestHeader(t *testing.T) {
 	if x.Equal(z) || x.Equal(eventlog.ModelHeader{Config: cfg, Tools: x.Tools, System: "s"}) {
 		t.Fatal("markers or system are ignored")
 	}
+	half, half2, one := 0.5, 0.5, 1.0
+	warm := eventlog.ModelHeader{Config: llm.Config{Provider: "p", Model: "m", Temperature: &half}}
+	if !warm.Equal(eventlog.ModelHeader{Config: llm.Config{Provider: "p", Model: "m", Temperature: &half2}}) {
+		t.Fatal("equal temperatures differ")
+	}
+	if warm.Equal(eventlog.ModelHeader{Config: llm.Config{Provider: "p", Model: "m", Temperature: &one}}) ||
+		warm.Equal(eventlog.ModelHeader{Config: cfg}) {
+		t.Fatal("the temperature is ignored")
+	}
+	spaced := eventlog.ModelHeader{Config: cfg, Tools: []llm.ToolSchema{{Name: "a", Parameters: json.RawMessage(`{ }`)}, tool("b")}}
+	if !x.Equal(spaced) {
+		t.Fatal("two spellings of the same parameters differ")
+	}
 }
 
 func TestSES16_SessionHeader(t *testing.T) {

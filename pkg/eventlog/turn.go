@@ -146,6 +146,9 @@ func (t *TurnSummary) add(ev Event) {
 // turn/end, step/start, step/end and the kinds that carry turn and step), and false when its
 // data names none.
 func TurnNumber(ev Event) (int, bool) {
+	if n, ok := preparedTurn(ev.payload); ok {
+		return n, true
+	}
 	var d struct {
 		Turn *int `json:"turn"`
 	}
@@ -155,10 +158,46 @@ func TurnNumber(ev Event) (int, bool) {
 	return *d.Turn, true
 }
 
+// preparedTurn is the turn of a payload of a kind whose data always names one.
+func preparedTurn(p Payload) (int, bool) {
+	switch p := p.(type) {
+	case TurnStart:
+		return p.Turn, true
+	case TurnEnd:
+		return p.Turn, true
+	case StepStart:
+		return p.Turn, true
+	case StepEnd:
+		return p.Turn, true
+	case AssistantChunk:
+		return p.Turn, true
+	case AssistantMessage:
+		return p.Turn, true
+	case ToolCall:
+		return p.Turn, true
+	case ToolResult:
+		return p.Turn, true
+	case LLMRetry:
+		return p.Turn, true
+	case TurnTrace:
+		return p.Turn, true
+	case AssistantUsage:
+		return p.Turn, true
+	case TurnParked:
+		return p.Turn, true
+	case TurnResumed:
+		return p.Turn, true
+	}
+	return 0, false
+}
+
 // MessageID returns the id of a user/message event's message, and false for another event.
 func MessageID(ev Event) (string, bool) {
 	if ev.Type != TypeUserMessage {
 		return "", false
+	}
+	if m, ok := prepared[UserMessage](ev); ok {
+		return m.ID, true
 	}
 	var m struct {
 		ID string `json:"id"`
@@ -186,6 +225,10 @@ type SpliceSize struct {
 func SpliceSizeOf(ev Event) (SpliceSize, bool) {
 	if ev.Type != TypeInboxSpliced {
 		return SpliceSize{}, false
+	}
+	if p, ok := prepared[InboxSpliced](ev); ok && len(p.Inserted) == 0 {
+		// A deletion (a claim, a cancel): no message sizes to measure in the data.
+		return SpliceSize{Target: p.Target, Start: p.Start, Removed: p.Removed(), Outcome: p.Outcome, Inserted: []int{}}, true
 	}
 	var s struct {
 		Target       string            `json:"target"`

@@ -94,6 +94,11 @@ func EventUsage(ev Event) (turn int, u Usage, ok bool) {
 
 // eventUsage is EventUsage, with the end reason kind of a turn/end.
 func eventUsage(ev Event) (endKind string, u Usage, turn int, ok bool) {
+	if ev.payload != nil {
+		if endKind, u, turn, ok, known := preparedUsage(ev); known {
+			return endKind, u, turn, ok
+		}
+	}
 	var t *int
 	switch ev.Type {
 	case TypeTurnEnd:
@@ -150,6 +155,52 @@ func eventUsage(ev Event) (endKind string, u Usage, turn int, ok bool) {
 		return "", Usage{}, 0, false
 	}
 	return "", u, *t, true
+}
+
+// preparedUsage is eventUsage from the payload of an event prepared in this process, reading what
+// the decode of its data would read; known is false when ev has no payload of a usage kind.
+func preparedUsage(ev Event) (endKind string, u Usage, turn int, ok, known bool) {
+	switch p := ev.payload.(type) {
+	case TurnEnd:
+		if p.Reason.Kind == EndError && p.Reason.Error != nil && slices.Contains(ModelFailureCodes, p.Reason.Error.Code) {
+			u.ModelErrors = 1
+		}
+		return p.Reason.Kind, u, p.Turn, true, ev.Type == TypeTurnEnd
+	case TurnStart:
+		return "", u, p.Turn, true, ev.Type == TypeTurnStart
+	case StepStart:
+		u.ModelCalls = 1
+		return "", u, p.Turn, true, ev.Type == TypeStepStart
+	case LLMRetry:
+		u.ModelCalls, u.ModelErrors = 1, 1
+		return "", u, p.Turn, true, ev.Type == TypeLLMRetry
+	case ToolCall:
+		u.ToolCalls = 1
+		return "", u, p.Turn, true, ev.Type == TypeToolCall
+	case AssistantMessage:
+		if m := p.Usage; m != nil {
+			u = messageUsage(*m)
+		}
+		return "", u, p.Turn, true, ev.Type == TypeAssistantMessage
+	case AssistantUsage:
+		return "", messageUsage(p.Usage), p.Turn, true, ev.Type == TypeAssistantUsage
+	case ToolResult:
+		failed := p.Error != nil
+		for _, b := range p.Message.Content {
+			failed = failed || (b.Type == llm.BlockToolResult && b.IsError) // the only blocks that carry isError
+		}
+		if failed {
+			u.ToolErrors = 1
+		}
+		return "", u, p.Turn, true, ev.Type == TypeToolResult
+	}
+	return "", u, 0, false, false
+}
+
+func messageUsage(m llm.Usage) Usage {
+	return Usage{InputTokens: int64(m.InputTokens), OutputTokens: int64(m.OutputTokens),
+		CacheReadTokens: int64(m.CacheReadTokens), CacheMissTokens: int64(m.CacheMissTokens),
+		ReasoningTokens: int64(m.ReasoningTokens)}
 }
 
 // TurnUsage is one turn's share of a run of events: its usage, and the times (epoch

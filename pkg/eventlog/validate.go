@@ -3,6 +3,7 @@ package eventlog
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode"
@@ -60,12 +61,12 @@ func prepare(ne NewEvent) (Event, *ValidationError) {
 		if err := d.Validate(); err != nil {
 			return ev, verr(ruleFor(ev.Type), "%s: %v", ev.Type, err)
 		}
-		b, err := marshalPayload(d)
-		if err != nil {
-			return ev, verr("SES-1", "data is not JSON: %v", err)
+		var err error
+		if ev.Data, err = encodePayload(d); err != nil {
+			return ev, verr("SES-1", "%v", err)
 		}
-		if ev.Data, err = losslessJSON(b); err != nil {
-			return ev, verr("SES-1", "data is not lossless JSON: %v", err)
+		if reflect.TypeOf(d).Kind() != reflect.Pointer {
+			ev.payload = d // a value: the caller's later changes cannot reach it
 		}
 		return ev, checkShape(ev)
 	default: // any other Go value is encoded and checked like JSON bytes
@@ -79,22 +80,32 @@ func prepare(ne NewEvent) (Event, *ValidationError) {
 	if ev.Data, err = losslessJSON(raw); err != nil {
 		return ev, verr("SES-1", "data is not lossless JSON: %v", err)
 	}
-	return ev, checkLocal(ev)
+	p, v := checkPayload(ev)
+	if p != nil {
+		ev.payload = reflect.ValueOf(p).Elem().Interface().(Payload) // decoded here: nobody else holds it
+	}
+	return ev, v
 }
 
 // checkLocal applies the log-independent rules to a complete event (new, seeded or loaded).
 func checkLocal(ev Event) *ValidationError {
+	_, v := checkPayload(ev)
+	return v
+}
+
+// checkPayload is checkLocal, returning the payload it decoded (nil for a kind without one).
+func checkPayload(ev Event) (Payload, *ValidationError) {
 	if v := checkShape(ev); v != nil || kinds[ev.Type] == nil {
-		return v
+		return nil, v
 	}
 	p, err := DecodePayload(ev.Type, ev.Data)
 	if err == nil {
 		err = p.Validate()
 	}
 	if err != nil {
-		return verr(ruleFor(ev.Type), "%s: %v", ev.Type, err)
+		return nil, verr(ruleFor(ev.Type), "%s: %v", ev.Type, err)
 	}
-	return nil
+	return p, nil
 }
 
 // checkShape applies the rules that do not look into the data: the type, the markers, the

@@ -91,58 +91,8 @@ func ToolCallBlock(id, name, args string) Block {
 	return Block{Type: BlockToolCall, ID: id, Name: name, Arguments: args}
 }
 
-type textJSON struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-type reasoningJSON struct {
-	Type      string `json:"type"`
-	Text      string `json:"text"`
-	Signature string `json:"signature,omitempty"`
-}
-
-type toolCallJSON struct {
-	Type      string `json:"type"`
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-type toolResultJSON struct {
-	Type       string  `json:"type"`
-	ToolCallID string  `json:"toolCallId"`
-	Content    []Block `json:"content"`
-	IsError    bool    `json:"isError"`
-}
-
-type imageJSON struct {
-	Type      string `json:"type"`
-	MediaType string `json:"mediaType"`
-	Data      string `json:"data"`
-}
-
-// MarshalJSON implements json.Marshaler.
-func (b Block) MarshalJSON() ([]byte, error) {
-	switch b.Type {
-	case BlockText:
-		return json.Marshal(textJSON{b.Type, b.Text})
-	case BlockReasoning:
-		return json.Marshal(reasoningJSON{b.Type, b.Text, b.Signature})
-	case BlockToolCall:
-		return json.Marshal(toolCallJSON{b.Type, b.ID, b.Name, b.Arguments})
-	case BlockToolResult:
-		c := b.Content
-		if c == nil {
-			c = []Block{}
-		}
-		return json.Marshal(toolResultJSON{b.Type, b.ToolCallID, c, b.IsError})
-	case BlockImage:
-		return json.Marshal(imageJSON{b.Type, b.MediaType, b.Data})
-	default:
-		return nil, fmt.Errorf("llm: unknown content block type %q", b.Type)
-	}
-}
+// MarshalJSON implements json.Marshaler (AppendJSON).
+func (b Block) MarshalJSON() ([]byte, error) { return b.AppendJSON(nil) }
 
 // UnmarshalJSON implements json.Unmarshaler. An unknown block type is an error.
 func (b *Block) UnmarshalJSON(data []byte) error {

@@ -106,6 +106,10 @@ func TestREG4_SchemasProjectNameDescriptionAndCopiedParameters(t *testing.T) {
 	if again[0].Parameters[0] != '{' {
 		t.Fatal("parameters were not deep-copied")
 	}
+	tool.Parameters[0] = 'X' // the registered copy is the registry's own
+	if again, err := e.r.Schemas(""); err != nil || again[0].Parameters[0] != '{' {
+		t.Fatalf("a change of the registered definition reached the registry: %v", err)
+	}
 }
 
 func TestREG5_GetAppliesShadowingRestrictionsAndRunCode(t *testing.T) {

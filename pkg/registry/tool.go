@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,10 +52,13 @@ type Output struct {
 	PresentationMeta func(args, value json.RawMessage) (json.RawMessage, error)
 }
 
-// entry is a registered tool: the copied definition plus its compiled output schema.
+// entry is a registered tool: the copied definition (its parameters copied too) plus its
+// compiled output schema, and whether the parameters are lossless JSON (REG-3: a projection
+// fails when they are not; registration does not).
 type entry struct {
 	Tool
-	out *Schema
+	out            *Schema
+	paramsLossless bool
 }
 
 // checkTool applies the REG-2 rules that do not depend on the layer and compiles the output
@@ -82,6 +86,10 @@ func checkTool(t *Tool, reserved bool) (*entry, error) {
 		return nil, fmt.Errorf("registry: tool %q: execute is required", t.Name)
 	}
 	e := &entry{Tool: *t}
+	if t.Parameters != nil {
+		e.Parameters = bytes.Clone(t.Parameters)
+	}
+	e.paramsLossless = e.Parameters == nil || lossless(e.Parameters)
 	o := *t.Output
 	e.Output = &o
 	if o.Schema != nil {
@@ -92,6 +100,19 @@ func checkTool(t *Tool, reserved bool) (*entry, error) {
 		e.out = s
 	}
 	return e, nil
+}
+
+// schema is Tool.Schema with the lossless check made once, at registration: an entry's
+// parameters never change.
+func (e *entry) schema() (llm.ToolSchema, error) {
+	if !e.paramsLossless {
+		return llm.ToolSchema{}, fmt.Errorf("registry: tool %q: parameters are not lossless JSON", e.Name)
+	}
+	params := e.Parameters
+	if params == nil {
+		params = json.RawMessage(`{"type":"object"}`)
+	}
+	return llm.ToolSchema{Name: e.Name, Description: e.Description, Parameters: append(json.RawMessage(nil), params...)}, nil
 }
 
 // Schema returns the wire schema of the tool: name, description and a deep copy of its

@@ -133,7 +133,7 @@ func (r *Registry) Schemas(scopeKey string) ([]llm.ToolSchema, error) {
 	r.mu.RUnlock()
 	out := make([]llm.ToolSchema, 0, len(vis))
 	for _, e := range vis {
-		s, err := e.Schema()
+		s, err := e.schema()
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +158,7 @@ func (r *Registry) Catalogue() ([]CatalogueItem, error) {
 	r.mu.RUnlock()
 	out := make([]CatalogueItem, 0, len(vis))
 	for _, e := range vis {
-		s, err := e.Schema()
+		s, err := e.schema()
 		if err != nil {
 			return nil, err
 		}

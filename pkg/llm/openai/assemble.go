@@ -24,6 +24,7 @@ type assembler struct {
 	order    []*toolCall // calls in block order
 	finish   string      // wire finish_reason, "" until one is seen
 	usage    *llm.Usage
+	seen     chunkStrings // what the chunks repeat (decodeChunk)
 }
 
 type toolCall struct {
@@ -37,16 +38,21 @@ func newAssembler() *assembler {
 	return &assembler{open: -1, calls: map[int]*toolCall{}}
 }
 
-// take returns the chunks produced since the last call and forgets them.
+// take returns the chunks produced since the last call and forgets them. The slice is valid until
+// the next add: the caller copies the chunks.
 func (a *assembler) take() []llm.Chunk {
 	out := a.out
-	a.out = nil
+	a.out = a.out[:0]
 	return out
 }
 
-// addData parses one SSE data payload and adds it.
+// addData parses one SSE data payload and adds it. The usual shapes are decoded without
+// reflection (decodeChunk); anything else by encoding/json, with the same result.
 func (a *assembler) addData(data []byte) error {
 	var c ChatChunk
+	if decodeChunk(data, &c, &a.seen) {
+		return a.add(c)
+	}
 	if err := json.Unmarshal(data, &c); err != nil {
 		// The data stays out of the (tenant-visible) message; the logs get it through Err.
 		e := llm.NewError(llm.CodeTransport, "malformed stream chunk: %v", err)

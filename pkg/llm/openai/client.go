@@ -10,7 +10,6 @@ package openai
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,8 +89,9 @@ type Config struct {
 
 // Client is an llm.Provider for an OpenAI-compatible endpoint. It is safe for concurrent use.
 type Client struct {
-	cfg Config
-	url string
+	cfg   Config
+	url   string
+	tools toolCache // the encodings of the tool lists sent last
 }
 
 var _ llm.Provider = (*Client)(nil)
@@ -157,7 +157,7 @@ func (c *Client) Stream(ctx context.Context, req llm.Request) (llm.Stream, error
 
 // stream is Stream without the masking of the client's own key.
 func (c *Client) stream(ctx context.Context, req llm.Request) (llm.Stream, error) {
-	body, err := json.Marshal(c.wireRequest(req))
+	body, err := c.encode(req)
 	if err != nil {
 		return nil, fmt.Errorf("openai: encode request: %w", err)
 	}
@@ -190,6 +190,19 @@ func (c *Client) stream(ctx context.Context, req llm.Request) (llm.Stream, error
 			return nil, readError(ctx, ctx, serr, "waiting to retry")
 		}
 	}
+}
+
+// encode returns the request body of req.
+func (c *Client) encode(req llm.Request) ([]byte, error) {
+	wr := c.wireRequest(req)
+	var tools []byte
+	if len(wr.Tools) > 0 {
+		var err error
+		if tools, err = c.tools.encode(req.Tools); err != nil {
+			return nil, err
+		}
+	}
+	return encodeRequest(wr, tools)
 }
 
 func (c *Client) wireRequest(req llm.Request) ChatRequest {

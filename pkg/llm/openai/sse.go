@@ -22,8 +22,13 @@ type sseReader struct {
 	data []byte
 }
 
+// sseBufferSize is the read buffer of a stream: a streamed chunk's line is a few hundred bytes,
+// and a longer line is gathered from several reads (readLine). One buffer is allocated per model
+// call, so it is kept small.
+const sseBufferSize = 4 << 10
+
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{r: bufio.NewReaderSize(r, 32<<10)}
+	return &sseReader{r: bufio.NewReaderSize(r, sseBufferSize)}
 }
 
 // next returns the data of the next event that has at least one data line. The slice is valid

@@ -89,7 +89,7 @@ func (s *sseStream) Recv() (llm.Chunk, error) {
 			return llm.Chunk{}, s.err
 		}
 		s.err = s.fill()
-		s.pending = append(s.pending, s.asm.take()...)
+		s.pending = s.asm.take() // read before the next fill adds to the assembler again
 		if s.err != nil {
 			s.release()
 		}
