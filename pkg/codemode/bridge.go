@@ -51,8 +51,8 @@ type bridge struct {
 	laneDone chan struct{}
 }
 
-// subCall is one binding call. The dispatch goroutine owns set and panicked while the call is
-// in flight; the lane owns everything else.
+// subCall is one binding call. The dispatch goroutine owns set, panicked and worker while the
+// call is in flight; the lane owns everything else.
 type subCall struct {
 	// ctx is the run signal carrying the sub-call's execute_tool span (a child of the run_code
 	// call's span; the run signal itself when tracing is off); span is that span.
@@ -66,7 +66,8 @@ type subCall struct {
 	prep     *registry.Prepared
 	set      *registry.Settled
 	panicked *registry.Result
-	done     bool // ready to commit
+	worker   *worker // the worker dispatching it; nil once it settled, and when its worker ended
+	done     bool    // ready to commit
 }
 
 // newBridge starts the lane of a run of outer's program, which may call names.

@@ -22,14 +22,26 @@ import (
 //
 // Once the run signal is cancelled no call starts (SCHED-6); started calls are drained and
 // committed. The lane ends when the bridge is closed and every started call has committed.
+//
+// The dispatch goroutines are the run's workers: a worker whose call has settled takes the next
+// call to dispatch, so that a call does not pay for a fresh goroutine and for growing its stack
+// (the pipeline's JSON decoding grows it past the initial size: that growth was a seventh of a
+// sub-call's CPU time). A worker is idle or runs one call; there is one for every call in flight
+// at once, at most the limit, and they end with the lane.
 type lane struct {
 	b        *bridge
 	started  []*subCall // started, not committed, in submission order
 	inflight int
+	idle     []*worker // workers waiting for a call
 }
+
+// worker is a dispatch goroutine; calls reach it on next, which holds the one call it is given
+// at a time.
+type worker struct{ next chan *subCall }
 
 func (l *lane) run() {
 	defer close(l.b.laneDone)
+	defer l.stopWorkers()
 	for {
 		l.commitReady()
 		l.startReady()
@@ -49,6 +61,18 @@ func (l *lane) run() {
 func (l *lane) settle(c *subCall) {
 	c.done = true
 	l.inflight--
+	if c.worker != nil {
+		l.idle = append(l.idle, c.worker)
+		c.worker = nil
+	}
+}
+
+// stopWorkers ends the idle workers: when the lane ends, every worker is idle.
+func (l *lane) stopWorkers() {
+	for _, w := range l.idle {
+		close(w.next)
+	}
+	l.idle = nil
 }
 
 // collect takes every dispatch that has settled by now, without waiting.
@@ -109,7 +133,24 @@ func (l *lane) start(c *subCall) {
 		return
 	}
 	l.inflight++
-	go l.dispatch(c)
+	if n := len(l.idle); n > 0 {
+		w := l.idle[n-1]
+		l.idle = l.idle[:n-1]
+		c.worker = w
+		w.next <- c
+		return
+	}
+	c.worker = &worker{next: make(chan *subCall, 1)}
+	go l.work(c.worker, c)
+}
+
+// work is a worker's goroutine: it dispatches c, then the calls it is given until the lane ends.
+func (l *lane) work(w *worker, c *subCall) {
+	for ok := true; ok; c, ok = <-w.next {
+		if !l.dispatch(c) {
+			return
+		}
+	}
 }
 
 func (l *lane) prepare(c *subCall) {
@@ -121,15 +162,24 @@ func (l *lane) prepare(c *subCall) {
 	c.prep = l.b.reg.Prepare(c.ctx, c.in)
 }
 
-// dispatch runs c's dispatch stage on its own goroutine and always reports back.
-func (l *lane) dispatch(c *subCall) {
-	defer func() { l.b.settled <- c }()
+// dispatch runs c's dispatch stage on a worker and always reports back. It reports whether the
+// worker goes on: not when the stage ended its goroutine (runtime.Goexit), which then takes no
+// more calls.
+func (l *lane) dispatch(c *subCall) (goesOn bool) {
+	defer func() {
+		if !goesOn {
+			c.worker = nil
+		}
+		l.b.settled <- c
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			c.panicked = l.contained("dispatch", c, v)
+			goesOn = true
 		}
 	}()
 	c.set = l.b.reg.Dispatch(c.ctx, c.prep)
+	return true
 }
 
 // commitReady commits every settled call at the head, in submission order.
