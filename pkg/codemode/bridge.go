@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,8 +38,10 @@ type bridge struct {
 	ctx    context.Context // the run signal: follows the outer signal, cancelled at settlement
 	cancel context.CancelCauseFunc
 	box    *mailbox
-	dlog   *dispatchLog // nil when the outer call has no agent or no session log
-	n      int          // sub-calls numbered so far (engine goroutine)
+	dlog   *dispatchLog    // nil when the outer call has no agent or no session log
+	n      int             // sub-calls numbered so far (engine goroutine)
+	loc    json.RawMessage // the JSON of the outer call's location, which every sub-call has
+	idBase string          // the sub-call ids' prefix: "<outer call id>:code:"
 
 	metrics *telemetry.Metrics // Config.Metrics: sub-calls are recorded as tool calls
 
@@ -62,6 +65,7 @@ type subCall struct {
 
 	id       int // the binding's id in the engine
 	in       registry.Input
+	logged   eventlog.CodeDispatchStart // the payload of its code-dispatch-start, built when it starts
 	mode     registry.Mode
 	prep     *registry.Prepared
 	set      *registry.Settled
@@ -79,6 +83,7 @@ func newBridge(ctx context.Context, rt *Runtime, reg *registry.Registry, outer *
 		b.names[n] = true
 	}
 	b.ctx, b.cancel = context.WithCancelCause(ctx)
+	b.loc, b.idBase = location(outer.Location), outer.CallID+":code:"
 	if outer.Agent != "" && outer.Recorder() != nil {
 		b.dlog = newDispatchLog(ctx, outer.Recorder(), limit, rt.cfg.Logger)
 	}
@@ -98,7 +103,7 @@ func (b *bridge) submit(id int, name string, args json.RawMessage) string {
 	}
 	b.n++
 	c := &subCall{id: id, in: registry.Input{
-		CallID: fmt.Sprintf("%s:code:%d", b.outer.CallID, b.n), Name: name, Args: args,
+		CallID: b.idBase + strconv.Itoa(b.n), Name: name, Args: args,
 		Scope: b.scope, Agent: b.outer.Agent, Location: b.outer.Location,
 		RootCallID: b.outer.RootCallID, Parent: b.outer.Token(), Log: b.outer.Recorder(),
 	}}
@@ -165,22 +170,20 @@ func (b *bridge) idle() bool {
 	return b.closed && len(b.queue) == 0
 }
 
-// logStart appends the call's `tool/code-dispatch-start` (CODE-7).
+// logStart appends the call's `tool/code-dispatch-start` (CODE-7). Its payload is built once:
+// the call's `tool/code-dispatch` repeats it.
 func (b *bridge) logStart(c *subCall) {
 	if b.dlog != nil {
-		b.dlog.add(b.startPayload(c))
+		c.logged = eventlog.CodeDispatchStart{RootCallID: c.in.RootCallID, ParentCallID: b.outer.CallID,
+			SubCallID: c.in.CallID, Name: c.in.Name, Arguments: c.in.Args, Location: b.loc}
+		b.dlog.add(c.logged)
 	}
-}
-
-func (b *bridge) startPayload(c *subCall) eventlog.CodeDispatchStart {
-	return eventlog.CodeDispatchStart{RootCallID: c.in.RootCallID, ParentCallID: b.outer.CallID,
-		SubCallID: c.in.CallID, Name: c.in.Name, Arguments: c.in.Args, Location: location(c.in.Location)}
 }
 
 // commit completes a committed call: the log, the context flow, the program's promise.
 func (b *bridge) commit(c *subCall, res *registry.Result) {
 	if b.dlog != nil {
-		b.dlog.add(eventlog.CodeDispatch{CodeDispatchStart: b.startPayload(c), IsError: res.IsError,
+		b.dlog.add(eventlog.CodeDispatch{CodeDispatchStart: c.logged, IsError: res.IsError,
 			Content: b.loggedContent(c, res), Mutations: res.Mutations})
 	}
 	b.flow(c, res)
