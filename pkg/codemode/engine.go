@@ -77,6 +77,7 @@ type session struct {
 	calls       int           // binding calls accepted
 	outstanding int           // accepted calls not settled in the engine yet
 	cpuLeft     time.Duration // the CPU budget left (cpumeter.go)
+	meter       *cpuWatch     // the run's watch, started by each call into JavaScript
 
 	finished bool // the program's main function settled
 	status   string
@@ -228,23 +229,34 @@ func (s *session) loop() {
 			return
 		case <-box.wake:
 		}
-		for _, st := range box.take() {
-			s.outstanding--
-			err := s.enter(func() error {
-				if _, err := s.settle.Call(quickjs.UndefinedValue, st.id, st.ok, st.text); err != nil {
-					return err
-				}
-				_, err := s.vm.ExecutePendingJobs()
-				return err
-			})
-			if err != nil {
-				s.engineError(err)
-			}
-			if s.finished || s.reason.Load() != nil {
-				return
-			}
+		sts := box.take()
+		if len(sts) == 0 {
+			continue
+		}
+		if err := s.enter(func() error { return s.deliver(sts) }); err != nil {
+			s.engineError(err)
 		}
 	}
+}
+
+// deliver hands settlements to the program in the order they came, one at a time: each settles
+// its binding's promise and runs the jobs that follow from it, before the next. It stops at
+// the first error and when the program has finished or the run failed. One call into JavaScript
+// delivers them all, so it is measured once.
+func (s *session) deliver(sts []settlement) error {
+	for _, st := range sts {
+		s.outstanding--
+		if _, err := s.settle.Call(quickjs.UndefinedValue, st.id, st.ok, st.text); err != nil {
+			return err
+		}
+		if _, err := s.vm.ExecutePendingJobs(); err != nil {
+			return err
+		}
+		if s.finished || s.reason.Load() != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // enter runs f, which calls into JavaScript, within what is left of the CPU budget and holding a
