@@ -45,17 +45,15 @@ type bridge struct {
 
 	metrics *telemetry.Metrics // Config.Metrics: sub-calls are recorded as tool calls
 
-	mu     sync.Mutex
-	queue  []*subCall // submitted, not started
-	closed bool
-	wake   chan struct{} // capacity 1
-
-	settled  chan *subCall // dispatch goroutines report here; capacity limit, never blocks
-	laneDone chan struct{}
+	lane     *lane
+	mu       sync.Mutex
+	queue    []*subCall // submitted, not started
+	closed   bool
+	laneDone chan struct{} // closed when the lane ends
 }
 
-// subCall is one binding call. The dispatch goroutine owns set, panicked and worker while the
-// call is in flight; the lane owns everything else.
+// subCall is one binding call. The worker dispatching it owns set and panicked while the call is
+// in flight; the lane's holder owns everything else.
 type subCall struct {
 	// ctx is the run signal carrying the sub-call's execute_tool span (a child of the run_code
 	// call's span; the run signal itself when tracing is off); span is that span.
@@ -70,15 +68,14 @@ type subCall struct {
 	prep     *registry.Prepared
 	set      *registry.Settled
 	panicked *registry.Result
-	worker   *worker // the worker dispatching it; nil once it settled, and when its worker ended
-	done     bool    // ready to commit
+	done     bool // ready to commit
 }
 
 // newBridge starts the lane of a run of outer's program, which may call names.
 func newBridge(ctx context.Context, rt *Runtime, reg *registry.Registry, outer *registry.Execution, names []string, limit int) *bridge {
 	b := &bridge{reg: reg, outer: outer, scope: outer.Scope.Key(), limit: limit, names: map[string]bool{},
-		hook: rt.DispatchLog, metrics: rt.cfg.Metrics, log: rt.cfg.Logger, box: newMailbox(), wake: make(chan struct{}, 1),
-		settled: make(chan *subCall, limit), laneDone: make(chan struct{})}
+		hook: rt.DispatchLog, metrics: rt.cfg.Metrics, log: rt.cfg.Logger, box: newMailbox(), laneDone: make(chan struct{})}
+	b.lane = &lane{b: b}
 	for _, n := range names {
 		b.names[n] = true
 	}
@@ -87,8 +84,6 @@ func newBridge(ctx context.Context, rt *Runtime, reg *registry.Registry, outer *
 	if outer.Agent != "" && outer.Recorder() != nil {
 		b.dlog = newDispatchLog(ctx, outer.Recorder(), limit, rt.cfg.Logger)
 	}
-	l := &lane{b: b}
-	go l.run()
 	return b
 }
 
@@ -96,7 +91,8 @@ func (b *bridge) mailbox() *mailbox { return b.box }
 
 func (b *bridge) logger() *slog.Logger { return b.log }
 
-// submit implements host: it numbers the call (CODE-5) and queues it for the lane.
+// submit implements host: it numbers the call (CODE-5) and queues it for the lane, which a worker
+// takes unless its holder goes on with it.
 func (b *bridge) submit(id int, name string, args json.RawMessage) string {
 	if !b.names[name] {
 		return fmt.Sprintf("unknown tool %q", name)
@@ -113,16 +109,9 @@ func (b *bridge) submit(id int, name string, args json.RawMessage) string {
 		return "the run is over: the call to " + name + " was not made"
 	}
 	b.queue = append(b.queue, c)
+	b.lane.kick()
 	b.mu.Unlock()
-	b.signal()
 	return ""
-}
-
-func (b *bridge) signal() {
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
 }
 
 // close settles the run (CODE-11): it cancels the run signal, abandons the calls that have not
@@ -133,8 +122,12 @@ func (b *bridge) close() error {
 	b.mu.Lock()
 	b.closed = true
 	b.queue = nil
+	if b.lane.held {
+		b.lane.dirty = true // its holder ends it
+	} else {
+		b.lane.endIfDone() // or the worker whose dispatch settles last
+	}
 	b.mu.Unlock()
-	b.signal()
 	<-b.laneDone
 	if b.dlog != nil {
 		return b.dlog.close()
@@ -162,12 +155,6 @@ func (b *bridge) pop(c *subCall) bool {
 	}
 	b.queue = b.queue[1:]
 	return true
-}
-
-func (b *bridge) idle() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed && len(b.queue) == 0
 }
 
 // logStart appends the call's `tool/code-dispatch-start` (CODE-7). Its payload is built once:
