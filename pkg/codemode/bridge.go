@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -50,7 +51,22 @@ type bridge struct {
 	queue    []*subCall // submitted, not started
 	closed   bool
 	laneDone chan struct{} // closed when the lane ends
+
+	// A call submitted while the lane is idle waits for the end of the program's step (stepped),
+	// or for kickAfter (kick, on its own goroutine), whichever comes first: deferred is set
+	// while it waits.
+	deferred bool
+	kick     *time.Timer
+
+	halted atomic.Bool                             // the run failed (halt)
+	inline atomic.Pointer[context.CancelCauseFunc] // aborts the call the engine's goroutine dispatches
 }
+
+// kickAfter bounds how much later than at its submission a call starts while the program goes
+// on computing: past it a worker starts the call, as it did at once before (the engine's
+// goroutine starts it when the step ends, which a step that awaits the call does in a few
+// microseconds).
+const kickAfter = 50 * time.Microsecond
 
 // subCall is one binding call. The worker dispatching it owns set and panicked while the call is
 // in flight; the lane's holder owns everything else.
@@ -109,9 +125,92 @@ func (b *bridge) submit(id int, name string, args json.RawMessage) string {
 		return "the run is over: the call to " + name + " was not made"
 	}
 	b.queue = append(b.queue, c)
-	b.lane.kick()
+	switch {
+	case b.lane.held:
+		b.lane.dirty = true // its holder starts it
+	case !b.deferred:
+		b.deferred = true
+		if b.kick == nil {
+			b.kick = time.AfterFunc(kickAfter, b.kicked)
+		} else {
+			b.kick.Reset(kickAfter)
+		}
+	}
 	b.mu.Unlock()
 	return ""
+}
+
+// kicked gives the lane to a worker when the calls submitted in a step still wait after
+// kickAfter: the program goes on computing.
+func (b *bridge) kicked() {
+	b.mu.Lock()
+	if b.deferred {
+		b.deferred = false
+		b.lane.kick()
+	}
+	b.mu.Unlock()
+}
+
+// stepped implements host: it starts the calls the program's step submitted, on the engine's
+// goroutine, between two calls into JavaScript (the CPU budget is not charged, and the run holds
+// no program slot). When the program waits for them and the last call started is alone in
+// flight, with no settlement for the program to take, nothing can happen in the run until that
+// call settles: the engine's goroutine then runs its dispatch stage too, and commits it, instead
+// of handing it to a worker and waiting to be woken by it (each hand-off wakes a thread). A
+// failure of the run meanwhile aborts the run signal (halt), as the settlement would.
+func (b *bridge) stepped(waiting bool) {
+	b.mu.Lock()
+	if !b.deferred {
+		b.mu.Unlock()
+		return
+	}
+	b.deferred = false
+	b.kick.Stop() // should it run meanwhile, it finds nothing deferred
+	l := b.lane
+	if !waiting || l.held {
+		l.kick()
+		b.mu.Unlock()
+		return
+	}
+	l.held = true
+	b.mu.Unlock()
+	c, alone := l.drive(true)
+	for c != nil {
+		if !alone || !b.dispatchInline(c) {
+			b.mu.Lock()
+			l.give(c)
+			b.mu.Unlock()
+			return
+		}
+		c, alone = l.settle(c)
+	}
+}
+
+// dispatchInline runs c's dispatch stage on the engine's goroutine, unless a settlement waits
+// for the program or the run failed. It reports whether it did. The call's signal can then be
+// aborted by halt with the settlement's reason, as close would abort the run signal.
+func (b *bridge) dispatchInline(c *subCall) bool {
+	if !b.box.empty() {
+		return false
+	}
+	ctx, abort := context.WithCancelCause(c.ctx) // released with the run signal at the latest
+	b.inline.Store(&abort)
+	defer b.inline.Store(nil)
+	if b.halted.Load() {
+		return false
+	}
+	c.ctx = ctx
+	b.lane.dispatch(c)
+	return true
+}
+
+// halt implements host: the run failed. The engine returns only when a dispatch stage it runs is
+// over: that call is aborted now, as the settlement that follows the run's return would.
+func (b *bridge) halt() {
+	b.halted.Store(true)
+	if abort := b.inline.Load(); abort != nil {
+		(*abort)(errRunSettled)
+	}
 }
 
 // close settles the run (CODE-11): it cancels the run signal, abandons the calls that have not
@@ -122,6 +221,10 @@ func (b *bridge) close() error {
 	b.mu.Lock()
 	b.closed = true
 	b.queue = nil
+	if b.deferred {
+		b.deferred = false
+		b.kick.Stop()
+	}
 	if b.lane.held {
 		b.lane.dirty = true // its holder ends it
 	} else {

@@ -25,6 +25,12 @@ type host interface {
 	submit(id int, name string, args json.RawMessage) string
 	// mailbox is where the settlements of accepted calls arrive.
 	mailbox() *mailbox
+	// stepped is called on the engine's goroutine after the calls into JavaScript of a step of
+	// the program, outside them: waiting, before the run waits for settlements; not waiting,
+	// when the program finished or the run failed. The host may deliver settlements meanwhile.
+	stepped(waiting bool)
+	// halt is called, from any goroutine, when the run fails.
+	halt()
 }
 
 // settlement is the outcome of one binding call: its value's JSON (ok) or failure message.
@@ -51,6 +57,12 @@ func (m *mailbox) put(s settlement) {
 	case m.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (m *mailbox) empty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.items) == 0
 }
 
 func (m *mailbox) take() []settlement {
@@ -101,6 +113,7 @@ func run(ctx context.Context, cfg *Config, js string, names []string, h host, l 
 	s.waitCtx, s.stopWait = context.WithCancel(ctx)
 	defer s.stopWait()
 	defer s.dropSlot()
+	defer h.stepped(false)
 	s.exec(ctx, js, names)
 	return s.outcome()
 }
@@ -224,6 +237,7 @@ func (s *session) loop() {
 			return
 		}
 		s.dropSlot() // nothing to compute until a tool call settles
+		s.host.stepped(true)
 		select {
 		case <-s.kill:
 			return
@@ -307,6 +321,7 @@ func (s *session) engineError(err error) {
 // goroutine.
 func (s *session) fail(kind Kind, msg string) {
 	if s.reason.CompareAndSwap(nil, &runError{kind: kind, msg: msg}) {
+		s.host.halt()
 		s.killOnce.Do(func() {
 			close(s.kill)
 			if s.stopWait != nil {
@@ -333,21 +348,27 @@ var preludeBytecode = sync.OnceValues(func() ([]byte, error) {
 // Operations of the one host function the prelude calls (__dshd_host), which costs less to
 // register than one function each.
 const (
-	opSubmit = 0 // id, tool name, arguments JSON -> "" or the rejection message
+	opSubmit = 0 // id, tool name, arguments JSON -> 0 (accepted) or the rejection message
 	opLog    = 1 // line
 	opDone   = 2 // status, text
 )
 
-func (s *session) hostCall(op, id int, a, b string) string {
+// accepted is what __dshd_host returns for an accepted call and for the other operations: a
+// number, which the engine makes at no cost (an empty string it allocates).
+const accepted = 0
+
+func (s *session) hostCall(op, id int, a, b string) any {
 	switch op {
 	case opSubmit:
-		return s.submit(id, a, b)
+		if msg := s.submit(id, a, b); msg != "" {
+			return msg
+		}
 	case opLog:
 		s.log(a)
 	case opDone:
 		s.done(a, b)
 	}
-	return ""
+	return accepted
 }
 
 // submit is the host side of a binding call (__dshd_host opSubmit): "" accepts it, anything else is

@@ -90,9 +90,9 @@ func (l *lane) handOff(mine **subCall) {
 func (l *lane) work(w *worker, c *subCall) {
 	for {
 		if c == nil { // given the lane
-			c = l.drive(true)
+			c, _ = l.drive(true)
 		} else if l.dispatch(c) {
-			c = l.settle(c)
+			c, _ = l.settle(c)
 		} else {
 			return // the dispatch stage ended the goroutine
 		}
@@ -114,13 +114,13 @@ func (l *lane) work(w *worker, c *subCall) {
 }
 
 // settle reports the dispatch of c settled: to the holder of the lane, or by taking the lane.
-// It returns the call the worker is to dispatch next, if any.
-func (l *lane) settle(c *subCall) *subCall {
+// It returns the call the caller is to dispatch next, if any, as drive does.
+func (l *lane) settle(c *subCall) (*subCall, bool) {
 	l.b.mu.Lock()
 	if l.held {
 		l.settled = append(l.settled, c)
 		l.b.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	l.held = true
 	l.b.mu.Unlock()
@@ -135,9 +135,9 @@ func (l *lane) settleHeld(c *subCall) {
 }
 
 // drive runs the lane's work, holding the lane, until there is none left, and lets the lane go.
-// It returns the call the caller is to dispatch itself (canDispatch: the caller is a worker that
-// can), the last one it started.
-func (l *lane) drive(canDispatch bool) (mine *subCall) {
+// It returns the call the caller is to dispatch itself (canDispatch: the caller can), the last
+// one it started, and whether that call is alone in flight.
+func (l *lane) drive(canDispatch bool) (mine *subCall, alone bool) {
 	for {
 		l.commitReady(&mine)
 		l.startReady(&mine)
@@ -156,10 +156,11 @@ func (l *lane) drive(canDispatch bool) (mine *subCall) {
 			}
 			continue
 		}
+		alone = mine != nil && l.inflight == 1
 		l.held = false
 		l.endIfDone()
 		l.b.mu.Unlock()
-		return mine
+		return mine, alone
 	}
 }
 

@@ -116,7 +116,7 @@
     resolvers[id] = resolve;
     rejecters[id] = reject;
     const err = submit(id, name, json);
-    if (err !== "") {
+    if (err !== 0) {
       callNames[id] = resolvers[id] = rejecters[id] = undefined;
       return Prom.reject(new ToolCallError(name, err));
     }
