@@ -58,8 +58,8 @@ type bridge struct {
 	deferred bool
 	kick     *time.Timer
 
-	halted atomic.Bool                             // the run failed (halt)
-	inline atomic.Pointer[context.CancelCauseFunc] // aborts the call the engine's goroutine dispatches
+	halted atomic.Bool // the run failed (halt)
+	busy   atomic.Bool // the engine's goroutine does lane work (stepped)
 }
 
 // kickAfter bounds how much later than at its submission a call starts while the program goes
@@ -156,8 +156,9 @@ func (b *bridge) kicked() {
 // no program slot). When the program waits for them and the last call started is alone in
 // flight, with no settlement for the program to take, nothing can happen in the run until that
 // call settles: the engine's goroutine then runs its dispatch stage too, and commits it, instead
-// of handing it to a worker and waiting to be woken by it (each hand-off wakes a thread). A
-// failure of the run meanwhile aborts the run signal (halt), as the settlement would.
+// of handing it to a worker and waiting to be woken by it (each hand-off wakes a thread). While
+// it does this lane work, a failure of the run aborts the run signal at once (halt), as the
+// settlement that follows the engine's return would.
 func (b *bridge) stepped(waiting bool) {
 	b.mu.Lock()
 	if !b.deferred {
@@ -172,44 +173,34 @@ func (b *bridge) stepped(waiting bool) {
 		b.mu.Unlock()
 		return
 	}
+	b.busy.Store(true)
+	defer b.busy.Store(false)
+	if b.halted.Load() { // failed meanwhile: as if the engine had returned
+		l.kick()
+		b.mu.Unlock()
+		return
+	}
 	l.held = true
 	b.mu.Unlock()
 	c, alone := l.drive(true)
 	for c != nil {
-		if !alone || !b.dispatchInline(c) {
+		if !alone || !b.box.empty() || b.halted.Load() {
 			b.mu.Lock()
 			l.give(c)
 			b.mu.Unlock()
 			return
 		}
+		l.dispatch(c)
 		c, alone = l.settle(c)
 	}
 }
 
-// dispatchInline runs c's dispatch stage on the engine's goroutine, unless a settlement waits
-// for the program or the run failed. It reports whether it did. The call's signal can then be
-// aborted by halt with the settlement's reason, as close would abort the run signal.
-func (b *bridge) dispatchInline(c *subCall) bool {
-	if !b.box.empty() {
-		return false
-	}
-	ctx, abort := context.WithCancelCause(c.ctx) // released with the run signal at the latest
-	b.inline.Store(&abort)
-	defer b.inline.Store(nil)
-	if b.halted.Load() {
-		return false
-	}
-	c.ctx = ctx
-	b.lane.dispatch(c)
-	return true
-}
-
-// halt implements host: the run failed. The engine returns only when a dispatch stage it runs is
-// over: that call is aborted now, as the settlement that follows the run's return would.
+// halt implements host: the run failed. The engine returns only when the lane work it does is
+// over: the run signal is aborted now, as the settlement that follows the return would.
 func (b *bridge) halt() {
 	b.halted.Store(true)
-	if abort := b.inline.Load(); abort != nil {
-		(*abort)(errRunSettled)
+	if b.busy.Load() {
+		b.cancel(errRunSettled)
 	}
 }
 

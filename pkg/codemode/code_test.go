@@ -580,3 +580,38 @@ func TestCODE13_NoRunCodeInsideAndAFreshEngineEachRun(t *testing.T) {
 		t.Fatalf("%q", text(res.Content))
 	}
 }
+
+// TestCODE11_WallTimeAbortsASubCallThatIsPreparing: a run that runs out of wall time while a
+// sub-call is in its prepare stage (a pre-execute listener waiting on its signal) aborts that
+// stage, as it aborts a body: the outcome is the timeout, and the call is logged as started and
+// done (the listener saw its signal end, with the settlement's reason).
+func TestCODE11_WallTimeAbortsASubCallThatIsPreparing(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, registry.ModeCode, codemode.Config{WallTimeout: 100 * time.Millisecond})
+	cause := make(chan error, 1)
+	if _, err := kernel.Listen(fx.f, fx.reg.Hooks.PreExecute, kernel.WaterfallFunc[*registry.Execution, registry.Decision](
+		func(ctx context.Context, e *registry.Execution, next func(context.Context) (registry.Decision, error)) (registry.Decision, error) {
+			if e.Name == "echo" {
+				select {
+				case <-ctx.Done():
+					cause <- context.Cause(ctx)
+				case <-time.After(time.Minute): // a guard: the test fails below, it does not hang
+					cause <- nil
+				}
+				return registry.Deny("stopped"), nil
+			}
+			return next(ctx)
+		})); err != nil {
+		t.Fatal(err)
+	}
+	res := fx.run(context.Background(), `await tools.echo({text: "x"});`)
+	if !res.IsError || !strings.HasPrefix(res.Error.Message, "code run failed (timeout): the program ran longer than its wall-time limit") {
+		t.Fatalf("outcome %q", text(res.Content))
+	}
+	if c := <-cause; c == nil || c.Error() != "run_code settled" {
+		t.Fatalf("the preparing call's signal ended with %v, want the settlement", c)
+	}
+	if got := strings.Join(fx.dispatches(), ","); got != "start c1:code:1,done c1:code:1" {
+		t.Fatalf("log %s", got)
+	}
+}
