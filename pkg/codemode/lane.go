@@ -24,15 +24,17 @@ import (
 // Once the run signal is cancelled no call starts (SCHED-6); started calls are drained and
 // committed. The lane ends when the bridge is closed and every started call has committed.
 //
-// The lane's goroutines are the run's workers. There is no goroutine of the lane's own: a
-// worker takes the lane when there is work for it (a call was submitted, its own dispatch
-// settled), runs it until none is left, and lets it go. A worker that started a call to dispatch
-// as the last thing it did holding the lane dispatches it itself; a call it started before other
-// lane work goes to an idle worker at once. So a call in a sequential program crosses from the
-// engine to a worker and back, and nothing else: every hand-off between goroutines wakes a
-// thread (a third of a sub-call's time went to hand-offs through a lane goroutine). Workers are
-// reused, so that a call does not pay for a fresh goroutine and for growing its stack (the
-// pipeline's JSON decoding grows it past the initial size). They end with the lane.
+// There is no goroutine of the lane's own. The lane is taken when there is work for it: by the
+// engine's goroutine when a step of the program that submitted calls ends (bridge.stepped), by
+// a worker when the step goes on computing or when its own dispatch settled; the holder runs the
+// work until none is left and lets the lane go. A holder that started a call to dispatch as the
+// last thing it did holding the lane dispatches it itself (the engine's goroutine only when the
+// call is alone in flight and the program waits for it); a call started before other lane work
+// goes to an idle worker at once. So a call of a sequential program crosses no goroutine at all:
+// every hand-off between goroutines wakes a thread, and the hand-offs through a lane goroutine
+// and a dispatch goroutine were half of a sub-call's time. Workers are reused, so that a call
+// does not pay for a fresh goroutine and for growing its stack (the pipeline's JSON decoding
+// grows it past the initial size). They end with the lane.
 type lane struct {
 	b *bridge
 
