@@ -11,6 +11,8 @@ type noHost struct{ box *mailbox }
 
 func (h noHost) submit(int, string, json.RawMessage) string { return "no tools" }
 func (h noHost) mailbox() *mailbox                          { return h.box }
+func (h noHost) stepped(bool)                               {}
+func (h noHost) halt()                                      {}
 
 // BenchmarkStrip is esbuild's TypeScript strip of a small program.
 func BenchmarkStrip(b *testing.B) {

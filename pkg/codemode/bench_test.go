@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/registry"
@@ -28,11 +30,29 @@ func benchInput(code string, log registry.Recorder) registry.Input {
 
 func runBench(b *testing.B, fx *fixture, in registry.Input) {
 	b.Helper()
+	cpu0 := processCPU()
 	for b.Loop() {
 		if res := fx.reg.Execute(context.Background(), in); res.IsError {
 			b.Fatal(text(res.Content))
 		}
 	}
+	reportCPU(b, cpu0)
+}
+
+// processCPU is the CPU time (user and system) the process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process CPU time per op since cpu0, every goroutine of the run included:
+// on a shared machine it varies less than the wall time, which counts the time the process
+// waited for a processor.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkRunCodeStartup is one run_code call of `return 1` through the registry: strip, a
@@ -66,11 +86,7 @@ func BenchmarkProgram100ParallelCalls(b *testing.B) {
 func BenchmarkNativeEcho(b *testing.B) {
 	fx := newFixture(b, registry.ModeNative, codemode.Config{})
 	in := registry.Input{CallID: "c1", Name: "echo", Args: json.RawMessage(`{"text":"x"}`)}
-	for b.Loop() {
-		if res := fx.reg.Execute(context.Background(), in); res.IsError {
-			b.Fatal(text(res.Content))
-		}
-	}
+	runBench(b, fx, in)
 }
 
 // BenchmarkConcurrent50 runs 50 programs at once, each making 10 echo calls; one op is the batch.

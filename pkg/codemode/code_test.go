@@ -149,6 +149,88 @@ func TestCODE5_ArgumentSnapshotAndNestedExecution(t *testing.T) {
 	}
 }
 
+// TestCODE5_SnapshotTextAndErrorPaths pins what the argument snapshot sends and how it names
+// the value it rejects: the exact JSON text a tool receives (property order as JSON.stringify
+// gives it, shared objects that are no cycle, awkward keys) and the path in each rejection, for
+// the arguments and for the returned value.
+func TestCODE5_SnapshotTextAndErrorPaths(t *testing.T) {
+	t.Parallel()
+	raw := rawTool("raw", "Returns its arguments' JSON text.", "", "")
+	raw.Execute = func(_ context.Context, e *registry.Execution) (json.RawMessage, error) {
+		return json.Marshal(string(e.Args))
+	}
+	fx := newFixture(t, registry.ModeCode, codemode.Config{}, raw)
+	v := mustValue(t, fx.run(context.Background(), `
+		const shared = {x: 1};
+		const cyc: any = {k: {}}; cyc.k.back = cyc;
+		const texts = [
+			await tools.raw({b: 1, 2: "x", a: [3, {c: null}], 1: true, ["__proto__"]: "p", "q\"": "\u2028\n", e: 1e21, f: -1.5}),
+			await tools.raw({s1: shared, s2: [shared, shared], empty: {}, none: []}),
+			await tools.raw(Object.assign(Object.create(null), {z: 0, y: 0.1})),
+		];
+		const bad: Array<[string, () => unknown]> = [
+			["undefined", () => ({a: {b: [1, undefined]}})],
+			["nan", () => ({a: [[1, 2, NaN]]})],
+			["infinity", () => Infinity],
+			["minus zero", () => ({x: {y: -0}})],
+			["hole", () => ({a: [1, , 3]})],
+			["cycle", () => cyc],
+			["map", () => ({m: new Map()})],
+			["array-like", () => ({d: {arr: Object.setPrototypeOf([], Object.prototype)}})],
+			["function", () => ({f: () => 1})],
+			["bigint", () => ({deep: [{b: 1n}]})],
+			["symbol", () => [Symbol("s")]],
+		];
+		const errors: string[] = [];
+		for (const [name, make] of bad) {
+			try { await tools.raw(make() as any); errors.push(name + ": dispatched"); }
+			catch (e) { errors.push(e.message); }
+		}
+		return {texts, errors};`))
+	var got struct {
+		Texts  []string `json:"texts"`
+		Errors []string `json:"errors"`
+	}
+	if err := json.Unmarshal(v.Result, &got); err != nil {
+		t.Fatal(err)
+	}
+	wantTexts := []string{
+		`{"1":true,"2":"x","b":1,"a":[3,{"c":null}],"__proto__":"p","q\"":"` + "\u2028" + `\n","e":1e+21,"f":-1.5}`,
+		`{"s1":{"x":1},"s2":[{"x":1},{"x":1}],"empty":{},"none":[]}`,
+		`{"z":0,"y":0.1}`,
+	}
+	wantErrors := []string{
+		"arguments.a.b[1] is undefined",
+		"arguments.a[0][2] is NaN, which JSON cannot carry",
+		"arguments is Infinity, which JSON cannot carry",
+		"arguments.x.y is -0, which JSON cannot carry",
+		"arguments.a[1] is a hole in a sparse array",
+		"arguments.k.back is a cycle",
+		"arguments.m is not a plain object",
+		"arguments.d.arr is not a plain array",
+		"arguments.f is a function, which JSON cannot carry",
+		"arguments.deep[0].b is a bigint, which JSON cannot carry",
+		"arguments[0] is a symbol, which JSON cannot carry",
+	}
+	for i, w := range wantTexts {
+		if i >= len(got.Texts) || got.Texts[i] != w {
+			t.Fatalf("texts = %q\nwant    %q", got.Texts, wantTexts)
+		}
+	}
+	if len(got.Errors) != len(wantErrors) {
+		t.Fatalf("errors = %q", got.Errors)
+	}
+	for i, w := range wantErrors {
+		if want := "arguments of raw are not lossless JSON: " + w; got.Errors[i] != want {
+			t.Errorf("rejection %d = %q\nwant          %q", i, got.Errors[i], want)
+		}
+	}
+	res := fx.run(context.Background(), `return {r: [1, {s: undefined}]};`)
+	if want := "Error: code run failed (invalid-output): the returned value is not lossless JSON: result.r[1].s is undefined"; !res.IsError || text(res.Content) != want {
+		t.Fatalf("returned value: %q, want %q", text(res.Content), want)
+	}
+}
+
 func TestCODE6_SubSchedulerFollowsTheNativeRules(t *testing.T) {
 	t.Parallel()
 	t.Run("exclusive calls never overlap and start in submission order", func(t *testing.T) {
@@ -496,5 +578,40 @@ func TestCODE13_NoRunCodeInsideAndAFreshEngineEachRun(t *testing.T) {
 	res := fx.run(context.Background(), `return await (tools as any)["run_code"]({code: "return 1", description: "x"});`)
 	if !res.IsError || !strings.Contains(res.Error.Message, "not a function") {
 		t.Fatalf("%q", text(res.Content))
+	}
+}
+
+// TestCODE11_WallTimeAbortsASubCallThatIsPreparing: a run that runs out of wall time while a
+// sub-call is in its prepare stage (a pre-execute listener waiting on its signal) aborts that
+// stage, as it aborts a body: the outcome is the timeout, and the call is logged as started and
+// done (the listener saw its signal end, with the settlement's reason).
+func TestCODE11_WallTimeAbortsASubCallThatIsPreparing(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, registry.ModeCode, codemode.Config{WallTimeout: 100 * time.Millisecond})
+	cause := make(chan error, 1)
+	if _, err := kernel.Listen(fx.f, fx.reg.Hooks.PreExecute, kernel.WaterfallFunc[*registry.Execution, registry.Decision](
+		func(ctx context.Context, e *registry.Execution, next func(context.Context) (registry.Decision, error)) (registry.Decision, error) {
+			if e.Name == "echo" {
+				select {
+				case <-ctx.Done():
+					cause <- context.Cause(ctx)
+				case <-time.After(time.Minute): // a guard: the test fails below, it does not hang
+					cause <- nil
+				}
+				return registry.Deny("stopped"), nil
+			}
+			return next(ctx)
+		})); err != nil {
+		t.Fatal(err)
+	}
+	res := fx.run(context.Background(), `await tools.echo({text: "x"});`)
+	if !res.IsError || !strings.HasPrefix(res.Error.Message, "code run failed (timeout): the program ran longer than its wall-time limit") {
+		t.Fatalf("outcome %q", text(res.Content))
+	}
+	if c := <-cause; c == nil || c.Error() != "run_code settled" {
+		t.Fatalf("the preparing call's signal ended with %v, want the settlement", c)
+	}
+	if got := strings.Join(fx.dispatches(), ","); got != "start c1:code:1,done c1:code:1" {
+		t.Fatalf("log %s", got)
 	}
 }

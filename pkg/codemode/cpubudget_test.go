@@ -23,6 +23,8 @@ func (h *blockingHost) submit(id int, _ string, _ json.RawMessage) string {
 }
 
 func (h *blockingHost) mailbox() *mailbox { return h.box }
+func (h *blockingHost) stepped(bool)      {}
+func (h *blockingHost) halt()             {}
 
 // runBlocking runs code with a CPU budget of cpu and one tool, slow, whose call blocks the engine
 // for three budgets of wall time.

@@ -50,12 +50,24 @@ type cpuWatch struct {
 }
 
 // watch starts measuring a call into JavaScript on the thread of clock, to which the caller is
-// locked; stop ends it.
+// locked; stop ends it. A run has one watch, which each call into JavaScript starts again, with
+// its timer: a reading the timer started for an earlier call and that runs late reads this call.
 func (s *session) watch(clock threadClock) *cpuWatch {
-	w := &cpuWatch{s: s, clock: clock, wall: time.Now(), left: s.cpuLeft, active: true}
-	w.start, w.cpu = clock.read()
+	w := s.meter
+	if w == nil {
+		w = &cpuWatch{s: s}
+		s.meter = w
+	}
+	wall := time.Now()
+	start, cpu := clock.read()
 	w.mu.Lock()
-	w.timer = time.AfterFunc(w.left, w.check)
+	w.clock, w.wall, w.left, w.active = clock, wall, s.cpuLeft, true
+	w.start, w.cpu = start, cpu
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.left, w.check)
+	} else {
+		w.timer.Reset(w.left)
+	}
 	w.mu.Unlock()
 	return w
 }
@@ -97,7 +109,7 @@ func (w *cpuWatch) stop() time.Duration {
 	w.active = false
 	w.timer.Stop()
 	w.mu.Unlock()
-	return w.used()
+	return w.used() // the fields watch set: stop runs on the goroutine that called it
 }
 
 // threadClockWorks reports whether the calling goroutine's thread clock can be read: New's probe.

@@ -25,6 +25,12 @@ type host interface {
 	submit(id int, name string, args json.RawMessage) string
 	// mailbox is where the settlements of accepted calls arrive.
 	mailbox() *mailbox
+	// stepped is called on the engine's goroutine after the calls into JavaScript of a step of
+	// the program, outside them: waiting, before the run waits for settlements; not waiting,
+	// when the program finished or the run failed. The host may deliver settlements meanwhile.
+	stepped(waiting bool)
+	// halt is called, from any goroutine, when the run fails.
+	halt()
 }
 
 // settlement is the outcome of one binding call: its value's JSON (ok) or failure message.
@@ -53,6 +59,12 @@ func (m *mailbox) put(s settlement) {
 	}
 }
 
+func (m *mailbox) empty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.items) == 0
+}
+
 func (m *mailbox) take() []settlement {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -77,6 +89,7 @@ type session struct {
 	calls       int           // binding calls accepted
 	outstanding int           // accepted calls not settled in the engine yet
 	cpuLeft     time.Duration // the CPU budget left (cpumeter.go)
+	meter       *cpuWatch     // the run's watch, started by each call into JavaScript
 
 	finished bool // the program's main function settled
 	status   string
@@ -100,6 +113,7 @@ func run(ctx context.Context, cfg *Config, js string, names []string, h host, l 
 	s.waitCtx, s.stopWait = context.WithCancel(ctx)
 	defer s.stopWait()
 	defer s.dropSlot()
+	defer h.stepped(false)
 	s.exec(ctx, js, names)
 	return s.outcome()
 }
@@ -223,28 +237,40 @@ func (s *session) loop() {
 			return
 		}
 		s.dropSlot() // nothing to compute until a tool call settles
+		s.host.stepped(true)
 		select {
 		case <-s.kill:
 			return
 		case <-box.wake:
 		}
-		for _, st := range box.take() {
-			s.outstanding--
-			err := s.enter(func() error {
-				if _, err := s.settle.Call(quickjs.UndefinedValue, st.id, st.ok, st.text); err != nil {
-					return err
-				}
-				_, err := s.vm.ExecutePendingJobs()
-				return err
-			})
-			if err != nil {
-				s.engineError(err)
-			}
-			if s.finished || s.reason.Load() != nil {
-				return
-			}
+		sts := box.take()
+		if len(sts) == 0 {
+			continue
+		}
+		if err := s.enter(func() error { return s.deliver(sts) }); err != nil {
+			s.engineError(err)
 		}
 	}
+}
+
+// deliver hands settlements to the program in the order they came, one at a time: each settles
+// its binding's promise and runs the jobs that follow from it, before the next. It stops at
+// the first error and when the program has finished or the run failed. One call into JavaScript
+// delivers them all, so it is measured once.
+func (s *session) deliver(sts []settlement) error {
+	for _, st := range sts {
+		s.outstanding--
+		if _, err := s.settle.Call(quickjs.UndefinedValue, st.id, st.ok, st.text); err != nil {
+			return err
+		}
+		if _, err := s.vm.ExecutePendingJobs(); err != nil {
+			return err
+		}
+		if s.finished || s.reason.Load() != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // enter runs f, which calls into JavaScript, within what is left of the CPU budget and holding a
@@ -295,6 +321,7 @@ func (s *session) engineError(err error) {
 // goroutine.
 func (s *session) fail(kind Kind, msg string) {
 	if s.reason.CompareAndSwap(nil, &runError{kind: kind, msg: msg}) {
+		s.host.halt()
 		s.killOnce.Do(func() {
 			close(s.kill)
 			if s.stopWait != nil {
@@ -321,21 +348,27 @@ var preludeBytecode = sync.OnceValues(func() ([]byte, error) {
 // Operations of the one host function the prelude calls (__dshd_host), which costs less to
 // register than one function each.
 const (
-	opSubmit = 0 // id, tool name, arguments JSON -> "" or the rejection message
+	opSubmit = 0 // id, tool name, arguments JSON -> 0 (accepted) or the rejection message
 	opLog    = 1 // line
 	opDone   = 2 // status, text
 )
 
-func (s *session) hostCall(op, id int, a, b string) string {
+// accepted is what __dshd_host returns for an accepted call and for the other operations: a
+// number, which the engine makes at no cost (an empty string it allocates).
+const accepted = 0
+
+func (s *session) hostCall(op, id int, a, b string) any {
 	switch op {
 	case opSubmit:
-		return s.submit(id, a, b)
+		if msg := s.submit(id, a, b); msg != "" {
+			return msg
+		}
 	case opLog:
 		s.log(a)
 	case opDone:
 		s.done(a, b)
 	}
-	return ""
+	return accepted
 }
 
 // submit is the host side of a binding call (__dshd_host opSubmit): "" accepts it, anything else is

@@ -14,10 +14,10 @@
   const done = (status, text) => { host(2, 0, status, text); };
   const names = JSON.parse(namesJSON);
   const stringify = JSON.stringify, parse = JSON.parse;
-  const keys = Object.keys, getProto = Object.getPrototypeOf, is = Object.is;
+  const keys = Object.keys, getProto = Object.getPrototypeOf;
   const define = Object.defineProperty, freeze = Object.freeze, create = Object.create;
   const isArray = Array.isArray, ObjectProto = Object.prototype, ArrayProto = Array.prototype;
-  const isFinite = Number.isFinite, StringOf = String, ErrorCtor = Error;
+  const StringOf = String, ErrorCtor = Error;
   const Prom = Promise;
 
   class ToolCallError extends ErrorCtor {
@@ -28,69 +28,96 @@
     }
   }
 
-  // snap copies v as lossless JSON (CODE-5): it reads every property once and throws a
-  // TypeError naming the path of the first value JSON cannot carry exactly.
-  function snap(v, path, seen) {
+  // snap copies v, found at depth d (ks[0..d) are its root's name and the keys taken to reach
+  // it), as lossless JSON (CODE-5): it reads every property once and throws a TypeError naming
+  // the path of the first value JSON cannot carry exactly. seen[0..d-1) are the objects on the
+  // way (the root first), for cycles. The path
+  // is only put together for the error: building it for every value cost more than the copy.
+  // The copy's objects have no prototype, so assigning a property defines it, with no setter to
+  // find. The number tests use no builtin: v - v is 0 exactly for a finite v, and 1 / v is
+  // -Infinity exactly for -0.
+  function snap(v, d, ks, seen) {
     switch (typeof v) {
       case "string":
       case "boolean":
         return v;
       case "number":
-        if (!isFinite(v)) throw new TypeError(path + " is " + StringOf(v) + ", which JSON cannot carry");
-        if (is(v, -0)) throw new TypeError(path + " is -0, which JSON cannot carry");
+        if (v - v !== 0) throw new TypeError(pathOf(ks, d) + " is " + StringOf(v) + ", which JSON cannot carry");
+        if (v === 0 && 1 / v < 0) throw new TypeError(pathOf(ks, d) + " is -0, which JSON cannot carry");
         return v;
       case "object":
         if (v === null) return null;
         break;
       case "undefined":
-        throw new TypeError(path + " is undefined");
+        throw new TypeError(pathOf(ks, d) + " is undefined");
       default:
-        throw new TypeError(path + " is a " + typeof v + ", which JSON cannot carry");
+        throw new TypeError(pathOf(ks, d) + " is a " + typeof v + ", which JSON cannot carry");
     }
-    for (let i = 0; i < seen.length; i++) {
-      if (seen[i] === v) throw new TypeError(path + " is a cycle");
+    for (let i = 0; i < d - 1; i++) {
+      if (seen[i] === v) throw new TypeError(pathOf(ks, d) + " is a cycle");
     }
-    seen[seen.length] = v;
+    seen[d - 1] = v;
     const proto = getProto(v);
     let out;
     if (isArray(v)) {
-      if (proto !== ArrayProto) throw new TypeError(path + " is not a plain array");
+      if (proto !== ArrayProto) throw new TypeError(pathOf(ks, d) + " is not a plain array");
       out = [];
       const n = v.length;
       for (let i = 0; i < n; i++) {
-        if (!(i in v)) throw new TypeError(path + "[" + i + "] is a hole in a sparse array");
-        out[i] = snap(v[i], path + "[" + i + "]", seen);
+        if (!(i in v)) throw new TypeError(pathOf(ks, d) + "[" + i + "] is a hole in a sparse array");
+        ks[d] = i;
+        out[i] = snap(v[i], d + 1, ks, seen);
       }
     } else {
-      if (proto !== ObjectProto && proto !== null) throw new TypeError(path + " is not a plain object");
+      if (proto !== ObjectProto && proto !== null) throw new TypeError(pathOf(ks, d) + " is not a plain object");
       out = create(null);
-      const ks = keys(v);
-      for (let i = 0; i < ks.length; i++) {
-        const k = ks[i];
-        define(out, k, { value: snap(v[k], path + "." + k, seen), enumerable: true, writable: true, configurable: true });
+      const own = keys(v);
+      for (let i = 0; i < own.length; i++) {
+        const k = own[i];
+        ks[d] = k;
+        out[k] = snap(v[k], d + 1, ks, seen);
       }
     }
-    seen.length--;
     return out;
   }
 
-  const pending = new Map();
+  // pathOf is the path of the value snap reached at depth d: ks[0] is its root, then ".key" for
+  // a property and "[i]" for an element.
+  function pathOf(ks, d) {
+    let path = ks[0];
+    for (let i = 1; i < d; i++) {
+      const k = ks[i];
+      path += typeof k === "number" ? "[" + k + "]" : "." + k;
+    }
+    return path;
+  }
+
+  // lossless is the JSON of v's snapshot; root names v in the error.
+  function lossless(v, root) {
+    return stringify(snap(v, 1, [root], []));
+  }
+
+  // The calls in flight by id, which counts from 0 so that the arrays stay dense: the tool's
+  // name and the resolve and reject of its promise. settle clears them.
+  const callNames = [], resolvers = [], rejecters = [];
   let next = 0;
 
   function call(name, args) {
     let json;
     try {
-      json = stringify(snap(args, "arguments", []));
+      json = lossless(args, "arguments");
     } catch (e) {
       return Prom.reject(new ToolCallError(name, "arguments of " + name + " are not lossless JSON: " + (e && e.message)));
     }
-    const id = ++next;
-    const p = new Prom(function (resolve, reject) {
-      pending.set(id, { name: name, resolve: resolve, reject: reject });
-    });
+    const id = next++;
+    let resolve, reject;
+    const p = new Prom(function (res, rej) { resolve = res; reject = rej; });
+    callNames[id] = name;
+    resolvers[id] = resolve;
+    rejecters[id] = reject;
     const err = submit(id, name, json);
-    if (err !== "") {
-      pending.delete(id);
+    if (err !== 0) {
+      callNames[id] = resolvers[id] = rejecters[id] = undefined;
       return Prom.reject(new ToolCallError(name, err));
     }
     return p;
@@ -152,7 +179,7 @@
       }
       let json;
       try {
-        json = stringify(snap(v, "result", []));
+        json = lossless(v, "result");
       } catch (e) {
         done("invalid-output", "the returned value is not lossless JSON: " + e.message);
         return;
@@ -165,11 +192,11 @@
 
   // settle resolves (ok) or rejects binding id with the JSON value or failure message.
   function settle(id, ok, text) {
-    const c = pending.get(id);
-    if (c === undefined) return;
-    pending.delete(id);
-    if (ok) c.resolve(parse(text));
-    else c.reject(new ToolCallError(c.name, text));
+    const resolve = resolvers[id], reject = rejecters[id], name = callNames[id];
+    if (resolve === undefined) return;
+    callNames[id] = resolvers[id] = rejecters[id] = undefined;
+    if (ok) resolve(parse(text));
+    else reject(new ToolCallError(name, text));
   }
 
   return [start, settle];

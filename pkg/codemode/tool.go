@@ -60,7 +60,9 @@ func (b *binding) execute(ctx context.Context, exec *registry.Execution) (json.R
 	}
 	names := programTools(b.reg, exec.Scope.Key())
 	br := newBridge(ctx, b.rt, b.reg, exec, names, b.limit(exec.Agent))
-	out := run(br.ctx, cfg, js, names, br, &lease{q: b.rt.slots, tenant: b.tenantOf(exec.Agent), tk: tk})
+	// The run follows the call's own signal: the run signal, which the bridge may abort when the
+	// run fails (bridge.halt), is the sub-calls'.
+	out := run(ctx, cfg, js, names, br, &lease{q: b.rt.slots, tenant: b.tenantOf(exec.Agent), tk: tk})
 	if err := br.close(); err != nil {
 		return nil, fmt.Errorf("run_code: writing the sub-call log failed: %w", err)
 	}
