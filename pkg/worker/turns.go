@@ -554,11 +554,12 @@ type cachedRunner struct {
 // so that one large session does not push out many small ones.
 const largeShare = 8
 
-// eventCost is what a runner holds for one event beyond twice its data (runnerCost).
-const eventCost = 256
+// eventCost is what a runner holds for one event beyond twice its data (runnerCost): the event,
+// its surface node, the slices, and the decoded payload an event prepared in this process keeps.
+const eventCost = 448
 
 // runnerCost estimates the memory a kept runner holds: its mirror's events (their data, and
-// about eventCost bytes each for the event, its surface node and the slices) and the messages
+// about eventCost bytes each for the event, its kept payload, its surface node and the slices) and the messages
 // derived from the surface events (decoded copies of their text, at most as large as their data;
 // the inbox it holds is spliced in from events it also holds). Twice the event data and
 // eventCost a event are an upper bound of what the runner cache's tests measured: 1.5 times the
