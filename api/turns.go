@@ -160,7 +160,7 @@ func (t *turnWatch) observe(ev eventlog.Event) (last bool) {
 			t.serving = t.current
 		}
 	case eventlog.TypeInboxSpliced:
-		s, err := eventlog.Decode[eventlog.InboxSpliced](ev)
+		s, err := eventlog.View[eventlog.InboxSpliced](ev)
 		if err != nil {
 			return false
 		}

@@ -447,7 +447,7 @@ func (j *Journal) track(evs []eventlog.Event) {
 		}
 		j.head.Next++
 		if ev.Type == eventlog.TypeInboxSpliced {
-			if s, err := eventlog.Decode[eventlog.InboxSpliced](ev); err == nil {
+			if s, err := eventlog.View[eventlog.InboxSpliced](ev); err == nil {
 				j.head.Inbox, _ = j.head.Inbox.Apply(s)
 			}
 		} else if ev.Type == eventlog.TypeSessionEndSeed {

@@ -559,12 +559,12 @@ const largeShare = 8
 const eventCost = 448
 
 // runnerCost estimates the memory a kept runner holds: its mirror's events (their data, and
-// about eventCost bytes each for the event, its kept payload, its surface node and the slices) and the messages
-// derived from the surface events (decoded copies of their text, at most as large as their data;
-// the inbox it holds is spliced in from events it also holds). Twice the event data and
-// eventCost a event are an upper bound of what the runner cache's tests measured: 1.5 times the
-// data for a log of large posted messages, 2.3 times for a log of tool calls, chunks and results
-// (about 400 bytes an event beyond the data).
+// about eventCost bytes each for the event, its kept payload, its surface node and the slices)
+// and the messages derived from the surface events (decoded copies of their text, at most as
+// large as their data; the inbox it holds is spliced in from events it also holds). Twice the
+// event data and eventCost an event are an upper bound of what the runner cache's tests
+// measured: 1.5 times the data for a log of large posted messages, 3.1 times for a log of tool
+// calls, chunks and results (about 330 bytes an event beyond twice the data).
 func runnerCost(r *agentloop.Runner) int {
 	b := r.LogBytes()
 	if b == 0 {
