@@ -1,5 +1,7 @@
 package main
 
+//go:generate go test -run ^TestREADMESettingsTable$ -update-readme .
+
 import (
 	"errors"
 	"fmt"
