@@ -159,8 +159,7 @@ func (c Config) GoString() string { return c.String() }
 // ParseConfig reads the configuration from getenv (os.Getenv in main, a map in tests).
 func ParseConfig(getenv func(string) string) (Config, error) {
 	c := Config{DatabaseURL: DefaultDatabaseURL, CPU: defaultCPUSettings()}
-	if err := envconf.Load(getenv, &c, envconf.Decode(secretbox.ParseKeyring), envconf.Decode(parsePrefixes),
-		envconf.Decode(parseUser)); err != nil {
+	if err := envconf.Load(getenv, &c, decoders()...); err != nil {
 		return Config{}, err
 	}
 	var err error
@@ -189,6 +188,11 @@ func ParseConfig(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// decoders read the settings of types envconf does not know.
+func decoders() []envconf.Decoder {
+	return []envconf.Decoder{envconf.Decode(secretbox.ParseKeyring), envconf.Decode(parsePrefixes), envconf.Decode(parseUser)}
 }
 
 // tracesURL is where traces go, or empty for none.

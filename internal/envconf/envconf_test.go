@@ -169,3 +169,30 @@ func TestReplace(t *testing.T) {
 		}
 	}
 }
+
+// TestCheck: well-formed tags pass; a malformed bound, a bound on a string, a bad default and a
+// name read twice are each reported.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	if err := Check(sample{}, Decode(parsePair)); err != nil {
+		t.Fatalf("sample: %v", err)
+	}
+	if err := Check(sample{}); err == nil || !strings.Contains(err.Error(), "T_PAIR") {
+		t.Fatalf("without the pair's decoder: %v", err)
+	}
+	var bad struct {
+		A int           `env:"T_A" min:"one"`
+		B string        `env:"T_B" max:"3"`
+		C time.Duration `env:"T_C" default:"soon"`
+		D bool          `env:"T_A"`
+		E int           `env:"T_E" minlen:"3"`
+		F time.Duration `env:"T_F" min:"1s"`
+	}
+	err := Check(&bad)
+	for _, want := range []string{"T_A (A): tag min", "T_B (B): tag max", `T_C (C): default "soon"`, "T_A is read by two fields",
+		"T_E (E): tag minlen", "T_F (F): tag min"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Check: %v, want %q", err, want)
+		}
+	}
+}
