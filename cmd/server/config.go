@@ -156,6 +156,9 @@ func (c Config) String() string { return envconf.Format(c) }
 // GoString is String, for %#v.
 func (c Config) GoString() string { return c.String() }
 
+// LogValue is String, for log/slog.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // ParseConfig reads the configuration from getenv (os.Getenv in main, a map in tests).
 func ParseConfig(getenv func(string) string) (Config, error) {
 	c := Config{DatabaseURL: DefaultDatabaseURL, CPU: defaultCPUSettings()}

@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,6 +83,20 @@ func TestConfigPrintsNoSecret(t *testing.T) {
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 		if got := fmt.Sprintf(verb, c); strings.Contains(got, secret) || !strings.Contains(got, "DSHD_ADMIN_TOKEN=[set]") {
 			t.Errorf("%s: %s", verb, got)
+		}
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("config", "config", c)
+	if strings.Contains(logged.String(), secret) || !strings.Contains(logged.String(), "DSHD_ADMIN_TOKEN=[set]") {
+		t.Errorf("logged: %s", logged.String())
+	}
+}
+
+// BenchmarkParseConfig reads the configuration from an environment that sets nothing.
+func BenchmarkParseConfig(b *testing.B) {
+	for b.Loop() {
+		if _, err := ParseConfig(func(string) string { return "" }); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

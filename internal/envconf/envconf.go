@@ -138,8 +138,6 @@ func settingOf(sf reflect.StructField) (Setting, bool) {
 		}
 	}
 	s.Default, s.hasDefault = sf.Tag.Lookup("default")
-	s.DefaultDoc = sf.Tag.Get("defaultdoc")
-	s.Doc = sf.Tag.Get("doc")
 	return s, true
 }
 
@@ -151,6 +149,8 @@ func Settings(v any) []Setting {
 	}
 	var out []Setting
 	walk(rv, func(s Setting, _ reflect.Value) bool {
+		// The documentation is read here, not in settingOf: Load needs none of it.
+		s.DefaultDoc, s.Doc = s.tag.Get("defaultdoc"), s.tag.Get("doc")
 		out = append(out, s)
 		return true
 	})
