@@ -1,6 +1,9 @@
 # dshd: `make run` serves a development instance on :8080 over a local PostgreSQL in ./.data;
-# `make test` runs every test against a throwaway PostgreSQL, then a brief fuzz pass (both install PostgreSQL first when
-# it is missing: scripts/ensure-deps.sh); `make lint` checks formatting, vet, the import rules
+# `make test` runs every test against a throwaway PostgreSQL, then a brief fuzz pass. Both install
+# what they need first when it is missing (scripts/ensure-deps.sh): `run` only what running needs
+# (PostgreSQL, the bash tool's sandbox: `deps-run`), `test`, `fuzz`, `bench` and `loadgen` that and
+# the test-only tools (the sandbox escape suite's, the browser test's Node.js and Chromium:
+# `deps`); `make lint` checks formatting, vet, the import rules
 # and go.mod.
 
 GO       ?= go
@@ -14,17 +17,22 @@ export DSHD_ADDR        ?= 127.0.0.1:8080
 export DSHD_ADMIN_TOKEN ?= dev-admin-token
 export DSHD_DEMO_TOOLS  ?= 1
 
-.PHONY: run test bench lint build deps loadgen fuzz
+.PHONY: run test bench lint build deps deps-run loadgen fuzz
 
+# deps installs what the tests need (the run set and the test-only tools), deps-run only what
+# running the server needs.
 deps:
-	@scripts/ensure-deps.sh
+	@scripts/ensure-deps.sh test
+
+deps-run:
+	@scripts/ensure-deps.sh run
 
 build:
 	$(GO) build -o $(BIN) ./cmd/server
 
 # devdb starts (or reuses) the cluster in ./.data, applies migrations, makes sure the development
 # tenant, its API key and a default preset exist, and writes them to ./.data/dev.env.
-run: deps build
+run: deps-run build
 	./$(BIN) devdb
 	. ./.data/dev.env && exec ./$(BIN) serve
 

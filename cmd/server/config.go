@@ -1,9 +1,11 @@
 package main
 
+//go:generate go test -run ^TestREADMESettingsTable$ -update-readme .
+
 import (
+	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -11,486 +13,218 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/internal/envconf"
 	"github.com/dshd/dshd/pkg/secretbox"
 	"github.com/dshd/dshd/pkg/telemetry"
 	"github.com/dshd/dshd/pkg/tenant"
 	"github.com/dshd/dshd/pkg/worker"
 )
 
-// Config is the server's configuration, read from the environment. Every setting has a default.
+// Config is the server's configuration, read from the environment by envconf: each setting's
+// field carries its variable, default and documentation in its tags (internal/envconf), and the
+// README's settings table is generated from them (`go generate ./cmd/server`). Fields without an
+// env tag are derived from the settings by ParseConfig. Every setting has a default; a secret is
+// never printed (String).
 type Config struct {
-	// DatabaseURL (DATABASE_URL) is the PostgreSQL connection string. Default: the development
-	// cluster of `make run`, postgres://postgres@127.0.0.1:55432/dshd?sslmode=disable.
-	DatabaseURL string
-	// Addr (DSHD_ADDR) is the listen address. Default ":8080"; ":0" picks a free port.
-	Addr string
-	// AdminToken (DSHD_ADMIN_TOKEN) authorizes POST /v1/tenants. Default empty: tenant
-	// administration is disabled. `make run` sets "dev-admin-token".
-	AdminToken string
-	// AdminTokenPrevious (DSHD_ADMIN_TOKEN_PREVIOUS, comma-separated) are former admin tokens
-	// still accepted beside AdminToken during a rotation (docs/credentials-and-keys.md), each at
-	// least 32 bytes. Default none.
-	AdminTokenPrevious []string
-	// ModelHosts (DSHD_MODEL_HOSTS, comma-separated) are the hosts a preset's model.baseUrl may
-	// point at, a guard against server-side request forgery; "*" allows any. Default
-	// "api.deepseek.com".
-	ModelHosts []string
-	// DemoTools (DSHD_DEMO_TOOLS=1) adds the harmless demo tool pack (echo, sleep, wait, fail) for tests,
-	// benchmarks and first runs. Default off; `make run` turns it on. Used by the agent loop.
-	DemoTools bool
-	// DeepSeekAPIKey (DEEPSEEK_API_KEY) is the key of the default DeepSeek provider. Default
-	// empty: `make run`'s default preset uses the scripted model, so everything works offline.
-	DeepSeekAPIKey string
-	// Heartbeat (DSHD_SSE_HEARTBEAT, a Go duration) is the interval of the SSE comment heartbeat.
-	// Default 15s.
-	Heartbeat time.Duration
-	// MaxBodyBytes (DSHD_MAX_BODY_BYTES) caps request bodies; larger ones answer 413. Default
-	// 1048576 (1 MiB).
-	MaxBodyBytes int64
-	// ShutdownTimeout (DSHD_SHUTDOWN_TIMEOUT, a Go duration) bounds the graceful shutdown on
-	// SIGINT or SIGTERM: the process exits within it. Default 10s.
-	ShutdownTimeout time.Duration
-	// DrainFinish (DSHD_DRAIN_FINISH, a Go duration) is how long a stopping replica lets its
-	// running turns go on toward their end before it hands them over at their next step boundary
-	// (docs/rules.md, E6). Default 5s; at most DSHD_SHUTDOWN_TIMEOUT.
-	DrainFinish time.Duration
-	// LogLevel (DSHD_LOG_LEVEL: debug, info, warn, error) of the JSON logs. Default info.
-	LogLevel slog.Level
-	// LeaseTTL (DSHD_LEASE_TTL, a Go duration) is how long a session's run lease lasts without
-	// renewal: after a replica dies, another takes over its sessions within about this long.
-	// Default 10s.
-	LeaseTTL time.Duration
-	// DBRetry (DSHD_DB_RETRY, a Go duration) is how long a running turn's write to the log keeps
-	// retrying while the database is unavailable (refused or lost connections, a restart) before
-	// the turn fails: a shorter outage only pauses running turns. Default 30s.
-	DBRetry time.Duration
-	// MaxTurns (DSHD_MAX_TURNS) is how many turns this replica runs at once. Default 100.
-	MaxTurns int
-	// TenantMaxTurns (DSHD_TENANT_MAX_TURNS) is how many turns one tenant runs at once on all
-	// replicas together, so that no tenant starves the others. Default 20.
-	TenantMaxTurns int
-	// InboxMaxMessages and InboxMaxBytes (DSHD_INBOX_MAX_MESSAGES, DSHD_INBOX_MAX_BYTES) bound a
-	// session's pending inbox, both lists together (the messages' JSON): a post beyond them
-	// answers 429 inbox_full, except a waking post to an idle session. Defaults 100 and 8388608
-	// (8 MiB).
-	InboxMaxMessages int
-	InboxMaxBytes    int64
-	// SessionPostRate and SessionPostBurst (DSHD_SESSION_POST_RATE, posts a second, 0: no
-	// limit; DSHD_SESSION_POST_BURST) bound how fast messages are posted to one session, on each
-	// replica (a token bucket; beyond it a post answers 429 with Retry-After). Defaults 10 and 20.
-	SessionPostRate  float64
-	SessionPostBurst int
-	// TenantPostRate and TenantPostBurst (DSHD_TENANT_POST_RATE, DSHD_TENANT_POST_BURST) bound
-	// the posts of one tenant to all its sessions together, likewise. Defaults 200 and 400.
-	TenantPostRate  float64
-	TenantPostBurst int
-	// ScriptedModel (DSHD_SCRIPTED_MODEL) offers the scripted test model to presets. Default on
-	// (the offline first run uses it); a hosted deployment may turn it off.
-	ScriptedModel bool
-	// ToolTimeout (DSHD_TOOL_TIMEOUT, a Go duration) bounds every tool that sets no timeout of its
-	// own (extension E2, docs/rules.md). Default 10m.
-	ToolTimeout time.Duration
-	// WorkspaceRoot (DSHD_WORKSPACE_ROOT) holds the sessions' workspaces, <root>/<session id>;
-	// setting it adds the workspace tools (bash, read, write, edit, glob, grep, web_fetch).
-	// Several replicas must share it (a network filesystem). Default empty: no workspace tools.
-	WorkspaceRoot string
-	// WorkspaceQuota (DSHD_WORKSPACE_QUOTA, bytes) bounds each workspace for the file tools.
-	// Default 1073741824 (1 GiB).
-	WorkspaceQuota int64
-	// Shell (DSHD_SHELL) is bash's provider: "bwrap" (bubblewrap sandbox; the server refuses to
-	// start when it cannot run), "local" (on the host, no isolation: single-user development
-	// only) or "off" (no bash tool). Default bwrap. Used only with a WorkspaceRoot.
-	Shell string
-	// SandboxUser (DSHD_SANDBOX_USER, uid:gid) is whom bwrap sandboxes run as when the server runs
-	// as root. Default 65534:65534 (nobody).
-	SandboxUser [2]int
-	// WebAllowPrivate (DSHD_WEB_ALLOW_PRIVATE=1) lets web_fetch reach loopback, private and
-	// link-local addresses. Default off.
-	WebAllowPrivate bool
-	// SandboxNetwork (DSHD_SANDBOX_NETWORK) lets presets give bash's sandbox the egress network
-	// (tools.bash.network: public addresses only, never the host, its gateways or a private
-	// range; docs/sandbox.md): 1 allows it. Default 0, which forbids it: such presets are refused
-	// (400), and ones stored before run without the network. Tenant code reaching the internet
-	// from the operator's addresses is the operator's choice. With 1 the server checks at startup
-	// that the egress network runs (pasta, nft) and logs a warning when it does not.
-	SandboxNetwork bool
-	// SandboxEgressDeny (DSHD_SANDBOX_EGRESS_DENY) is a comma-separated list of CIDR ranges (or
-	// single addresses) the egress network refuses besides the non-public ranges and the
-	// server's own addresses: in a container "the host" is the container's network namespace,
-	// so the node's public addresses (a kubelet on :10250) and the operator's other public
-	// services belong here (docs/sandbox.md). Default empty.
-	SandboxEgressDeny []netip.Prefix
-	// TenantWorkspaceBytes (DSHD_TENANT_WORKSPACE_BYTES) bounds the bytes of all the workspaces of
-	// one tenant: write and edit refuse to go over it (FS_QUOTA_EXCEEDED), bash reports a command
-	// that did. Default 0: no bound.
-	TenantWorkspaceBytes int64
-	// SandboxMemoryBytes (DSHD_SANDBOX_MEMORY_BYTES) bounds each bwrap command's memory as a whole
-	// (its processes and its /tmp and /dev/shm) with a memory cgroup, where the host gives the
-	// server a writable one. 0 (the default) is sandbox.DefaultMemoryBytes (1 GiB); negative (the
-	// setting 0): no memory cgroup.
-	SandboxMemoryBytes int64
-	// PolicyWebhookKey (DSHD_POLICY_WEBHOOK_KEY) is the key every preset's policy webhook signing
-	// secret is derived from; at least 32 bytes. Default empty: policy webhooks are disabled
-	// (presets naming one are refused).
-	PolicyWebhookKey string
-	// PolicyWebhookHTTP (DSHD_POLICY_WEBHOOK_ALLOW_HTTP=1) allows http:// policy webhooks, for
-	// tests. Default off: https only.
-	PolicyWebhookHTTP bool
-	// PolicyWebhookPrivate (DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE=1) allows policy webhooks on
-	// loopback, private and link-local addresses, for tests and private deployments. Default
-	// off: every address is checked when it is dialled.
-	PolicyWebhookPrivate bool
-	// CORSOrigins (DSHD_CORS_ORIGINS, comma-separated origins such as https://app.example.com)
-	// may call the API from browser pages of other origins. Default none.
-	CORSOrigins []string
-	// StreamTokenSecret (DSHD_STREAM_TOKEN_SECRET, at least 32 bytes) signs the stream tokens
-	// browsers follow a session's events with. Default empty: a random secret per process, so
-	// replicas behind one load balancer need the same configured secret.
-	StreamTokenSecret string
-	// StreamTokenSecretPrevious (DSHD_STREAM_TOKEN_SECRET_PREVIOUS, comma-separated, each at
-	// least 32 bytes) are former secrets whose tokens are still accepted during a rotation; new
-	// tokens are signed with StreamTokenSecret only. Default none.
-	StreamTokenSecretPrevious []string
-	// StreamTokenTTL (DSHD_STREAM_TOKEN_TTL, a Go duration up to 1h) is how long a stream token
-	// opens streams. Default 5m.
-	StreamTokenTTL time.Duration
-	// WriteTimeout (DSHD_WRITE_TIMEOUT, a Go duration) bounds the writing of every response
-	// except SSE streams: a client that does not read is disconnected. Default 30s.
-	WriteTimeout time.Duration
-	// PageBytes (DSHD_PAGE_BYTES) bounds the event data of one page of events or history.
-	// Default 4194304 (4 MiB).
-	PageBytes int
-	// ReadHeaderTimeout (DSHD_READ_HEADER_TIMEOUT, a Go duration) bounds the reading of a
-	// request's head: a connection that trickles its headers is closed then. Default 5s.
-	ReadHeaderTimeout time.Duration
-	// BodyReadTimeout (DSHD_BODY_READ_TIMEOUT, a Go duration) bounds the reading of a request
-	// body from the start of the request; a body that has not arrived answers 408. Default 10s.
-	BodyReadTimeout time.Duration
-	// MaxUnauthenticated (DSHD_MAX_UNAUTHENTICATED) bounds the requests in flight that have not
-	// authenticated; beyond it requests answer 503 server_busy. Default 256.
-	MaxUnauthenticated int
-	// StreamWriteTimeout (DSHD_SSE_WRITE_TIMEOUT, a Go duration) bounds each write of an SSE
-	// stream; a client that does not take it in time is disconnected. Default 10s.
-	StreamWriteTimeout time.Duration
-	// StreamMaxLag (DSHD_SSE_MAX_LAG) is how many bytes of frames a caught-up SSE stream may fall
-	// behind its session's log before it is dropped. Default 4194304 (4 MiB).
-	StreamMaxLag int
-	// MaxStreamsPerSession (DSHD_SSE_MAX_PER_SESSION) and MaxStreamsPerTenant
-	// (DSHD_SSE_MAX_PER_TENANT) bound the SSE streams open on this replica per session and per
-	// tenant; beyond them streams answer 429 too_many_streams. Defaults 32 and 256.
-	MaxStreamsPerSession int
-	MaxStreamsPerTenant  int
-	// CPUProfile (DSHD_CPU_PROFILE) is a file that `serve` writes a Go CPU profile to, from start
-	// until shutdown, for `go tool pprof` (cmd/loadgen passes it through). Default empty: no
-	// profile.
-	CPUProfile string
-	// CredentialKeys (DSHD_CREDENTIAL_KEYS: comma-separated id:base64key entries of 32-byte keys,
-	// the active key first) are the operator's key encryption keys of tenant credentials
-	// (docs/credentials-and-keys.md): new credentials are wrapped by the first, the others still
-	// unwrap older ones until `dshd rewrap-credentials` has moved them. Default empty:
-	// credentials are disabled (POST /v1/credentials answers 409 credentials_disabled).
-	CredentialKeys *secretbox.Keyring
-	// OperatorKeyFallback (DSHD_OPERATOR_KEY_FALLBACK) lends DEEPSEEK_API_KEY to presets that name
-	// no credential and call DeepSeek's endpoint. Default on (1); 0 makes such presets fail their
-	// turns with INVALID_CREDENTIAL, so every tenant pays with its own key.
-	OperatorKeyFallback bool
-	// TracesURL is where turn traces are exported over OTLP/HTTP (docs/observability.md): the
-	// base URL DSHD_OTLP_ENDPOINT plus /v1/traces, else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as
-	// it is, else OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/traces. Default empty: no tracing (also
-	// when OTEL_SDK_DISABLED=true).
-	TracesURL string
-	// MetricsModels (DSHD_METRICS_MODELS, comma-separated) are the model names that get their
-	// own gen_ai_request_model label value besides DeepSeek's (telemetry.DefaultModels); any
-	// other reads "other". Default empty: only DeepSeek's.
-	MetricsModels []string
+	DatabaseURL        string   `env:"DATABASE_URL,secret" defaultdoc:"«postgres://postgres@127.0.0.1:55432/dshd?sslmode=disable» (the «make run» cluster)" doc:"PostgreSQL; pgx pool settings such as «pool_max_conns=20» may be appended"`
+	Addr               string   `env:"DSHD_ADDR" default:":8080" doc:"listen address"`
+	AdminToken         string   `env:"DSHD_ADMIN_TOKEN,secret,raw" defaultdoc:"empty: tenant administration disabled" doc:"bearer token for «POST /v1/tenants»"`
+	AdminTokenPrevious []string `env:"DSHD_ADMIN_TOKEN_PREVIOUS,secret" doc:"former admin tokens (comma-separated, each at least 32 bytes) still accepted during a rotation ([docs/credentials-and-keys.md](docs/credentials-and-keys.md))"`
+	ModelHosts         []string `env:"DSHD_MODEL_HOSTS" default:"api.deepseek.com" doc:"comma-separated hosts («host» or «host:port») a preset's «model.baseUrl» may point at (SSRF guard); a host without a port allows only the scheme's default port («localhost» does not allow «localhost:8080»); «*» allows any"`
+	DemoTools          bool     `env:"DSHD_DEMO_TOOLS" default:"0" doc:"«1» adds the harmless demo tools: «echo» (parallel), «sleep» (exclusive), «wait» («sleep» in parallel) and «fail» (fails with its text, no code)"`
+	DeepSeekAPIKey     string   `env:"DEEPSEEK_API_KEY,secret,raw" doc:"DeepSeek key; without it «make run»'s default preset uses the scripted model. Sent only to «https://api.deepseek.com» (a preset without «baseUrl», or with that host on port 443); presets pointing elsewhere get no key"`
 
-	// TenantLimits are the server's default tenant limits (docs/usage-and-quotas.md), for every
-	// tenant whose own limits (PUT /v1/tenants/{id}/limits) leave a field null:
-	// DSHD_TENANT_RPS (requests a second on the HTTP API, all replicas together) and
-	// DSHD_TENANT_BURST (default: the rate rounded up), DSHD_TENANT_TOKENS_PER_DAY,
-	// DSHD_TENANT_MAX_SESSIONS, DSHD_TENANT_MAX_LOG_BYTES. Each defaults to 0: no limit.
-	// maxConcurrentTurns' default is DSHD_TENANT_MAX_TURNS (TenantMaxTurns, filled in by Run).
-	TenantLimits tenant.Limits
+	Heartbeat            time.Duration `env:"DSHD_SSE_HEARTBEAT" default:"15s" doc:"SSE comment heartbeat interval (also a re-read of the log)"`
+	StreamWriteTimeout   time.Duration `env:"DSHD_SSE_WRITE_TIMEOUT" default:"10s" doc:"bound on each write of an SSE stream (at most 64 KiB of frames); a client that does not take it in time is disconnected and resumes with «Last-Event-ID»"`
+	StreamMaxLag         int           `env:"DSHD_SSE_MAX_LAG" default:"4194304" min:"1" doc:"bytes of frames a caught-up SSE stream may fall behind its session's log before it is dropped (it resumes with «Last-Event-ID»)"`
+	MaxStreamsPerSession int           `env:"DSHD_SSE_MAX_PER_SESSION" default:"32" min:"1" doc:"SSE streams open on a replica for one session (event streams and message streams together); beyond it they answer 429 «too_many_streams»"`
+	MaxStreamsPerTenant  int           `env:"DSHD_SSE_MAX_PER_TENANT" default:"256" min:"1" doc:"SSE streams open on a replica for one tenant; beyond it they answer 429 «too_many_streams»"`
+	MaxBodyBytes         int64         `env:"DSHD_MAX_BODY_BYTES" default:"1048576" min:"1" doc:"request body limit (larger bodies answer 413)"`
+	WriteTimeout         time.Duration `env:"DSHD_WRITE_TIMEOUT" default:"30s" doc:"bound on writing any response but an SSE stream: a client that does not read is disconnected"`
+	ReadHeaderTimeout    time.Duration `env:"DSHD_READ_HEADER_TIMEOUT" default:"5s" doc:"bound on reading a request's head; a connection that trickles it is closed"`
+	BodyReadTimeout      time.Duration `env:"DSHD_BODY_READ_TIMEOUT" default:"10s" doc:"bound on reading a request body, from the start of the request; a late body answers 408 «request_timeout»"`
+	MaxUnauthenticated   int           `env:"DSHD_MAX_UNAUTHENTICATED" default:"256" min:"1" doc:"requests in flight that have not authenticated yet (any request until its key is checked); beyond it requests answer 503 «server_busy» («GET /healthz» is never refused)"`
+	PageBytes            int           `env:"DSHD_PAGE_BYTES" default:"4194304" min:"1" doc:"event data in one page of «GET .../events» or «GET .../history» (a page holds at least one event or message)"`
+	ShutdownTimeout      time.Duration `env:"DSHD_SHUTDOWN_TIMEOUT" default:"10s" doc:"graceful shutdown bound on SIGINT/SIGTERM: the process exits within it. SSE streams end at its start with a «retry:» hint; running turns drain (below); what still runs a second before the bound is aborted («disposed»)"`
+	DrainFinish          time.Duration `env:"DSHD_DRAIN_FINISH" default:"5s" doc:"how long a stopping replica lets its running turns go on toward their end (opening no further turn) before each hands over at its next step boundary («turn/parked» reason «handover») to another replica, which resumes it (docs/rules.md, E6); at most «DSHD_SHUTDOWN_TIMEOUT»"`
+	LogLevel             slog.Level    `env:"DSHD_LOG_LEVEL" default:"info" doc:"«debug», «info», «warn», «error»; logs are JSON lines with request id, tenant and session"`
+	LeaseTTL             time.Duration `env:"DSHD_LEASE_TTL" default:"10s" doc:"how long a session's run lease lasts without renewal: a crashed replica's turn is repaired by another within about this long"`
+	DBRetry              time.Duration `env:"DSHD_DB_RETRY" default:"30s" doc:"how long a running turn's write to the log retries while PostgreSQL is unavailable (connections refused or lost, a restart or failover), with backoff, before the turn fails; a shorter outage only pauses running turns, and a write whose reply was lost is read back, never written twice. Requests meanwhile answer 503 «unavailable» with «Retry-After»"`
 
-	// MetricsToken (DSHD_METRICS_TOKEN), when set, is the bearer token GET /metrics requires.
-	// Default empty: /metrics answers anyone who reaches it (keep it off the public network).
-	MetricsToken string
+	MaxTurns         int     `env:"DSHD_MAX_TURNS" default:"100" min:"1" doc:"turns this replica runs at once"`
+	TenantMaxTurns   int     `env:"DSHD_TENANT_MAX_TURNS" default:"20" min:"1" doc:"turns one tenant runs at once, on all replicas together (so no tenant starves the others); a hard bound: the check and the lease take are one atomic step (a tenant turn slot)"`
+	InboxMaxMessages int     `env:"DSHD_INBOX_MAX_MESSAGES" default:"100" min:"1" doc:"messages that may wait in one session's inbox (followups, steers and injected messages together); a post beyond it answers 429 «inbox_full», except a waking post to an idle session (it serves the inbox)"`
+	InboxMaxBytes    int64   `env:"DSHD_INBOX_MAX_BYTES" default:"8388608" min:"1" defaultdoc:"«8388608» (8 MiB)" doc:"bytes (of the messages' JSON) that may wait in one session's inbox, likewise"`
+	SessionPostRate  float64 `env:"DSHD_SESSION_POST_RATE" default:"10" min:"0" unit:"posts a second" zero:"no limit" doc:"messages a second that may be posted to one session, on each replica (a token bucket; beyond it a post answers 429 «rate_limited» with «Retry-After»); «0»: no limit"`
+	SessionPostBurst int     `env:"DSHD_SESSION_POST_BURST" default:"20" min:"1" doc:"the session bucket's size: posts accepted at once after a quiet while"`
+	TenantPostRate   float64 `env:"DSHD_TENANT_POST_RATE" default:"200" min:"0" unit:"posts a second" zero:"no limit" doc:"messages a second one tenant may post to all its sessions together, on each replica; «0»: no limit"`
+	TenantPostBurst  int     `env:"DSHD_TENANT_POST_BURST" default:"400" min:"1" doc:"the tenant bucket's size"`
+	ScriptedModel    bool    `env:"DSHD_SCRIPTED_MODEL" default:"1" doc:"offer the scripted test model to presets; a hosted deployment may set «0» (scripted presets are then refused with 400, and stored ones end their turns with «NO_ADAPTER»)"`
+
+	ToolTimeout     time.Duration `env:"DSHD_TOOL_TIMEOUT" default:"10m" doc:"bound of every tool that sets no timeout of its own"`
+	WorkspaceRoot   string        `env:"DSHD_WORKSPACE_ROOT" defaultdoc:"empty: no workspace tools" doc:"directory of the sessions' workspaces («<root>/<session id>»); setting it adds «bash», «read», «write», «edit», «glob», «grep» and «web_fetch» (see [Tools and the sandbox](#tools-and-the-sandbox)); replicas must share it"`
+	Shell           string        `env:"DSHD_SHELL" default:"bwrap" oneof:"bwrap,local,off" doc:"«bash»'s provider: «bwrap» (bubblewrap sandbox; the server does not start when it cannot run), «local» (on the host, no isolation: single-user development only) or «off» (no «bash»)"`
+	WorkspaceQuota  int64         `env:"DSHD_WORKSPACE_QUOTA" default:"1073741824" min:"1" unit:"bytes" defaultdoc:"«1073741824» (1 GiB)" doc:"bytes of one workspace; a «write» or «edit» that would exceed it fails with «FS_TOO_LARGE»"`
+	SandboxUser     [2]int        `env:"DSHD_SANDBOX_USER" default:"65534:65534" doc:"«uid:gid» the bwrap sandboxes run as when the server runs as root (not root: root ignores the process limit)"`
+	WebAllowPrivate bool          `env:"DSHD_WEB_ALLOW_PRIVATE" default:"0" doc:"«1» lets «web_fetch» reach loopback, private and link-local addresses"`
+	// SandboxMemoryBytes is sandbox.DefaultMemoryBytes by default; negative (the setting 0): no
+	// memory cgroup.
+	SandboxMemoryBytes   int64          `env:"DSHD_SANDBOX_MEMORY_BYTES" default:"1073741824" min:"0" unit:"bytes" zero:"no memory cgroup" defaultdoc:"«1073741824» (1 GiB)" doc:"the memory of each bwrap command as a whole (its processes, «/tmp» and «/dev/shm»), bounded by a memory cgroup of its own where the host gives the server a writable one (the server logs at startup whether it does); at least 16 MiB; «0»: no memory cgroup (see [docs/sandbox.md](docs/sandbox.md#memory))"`
+	SandboxNetwork       bool           `env:"DSHD_SANDBOX_NETWORK" default:"0" doc:"«1» lets a preset give «bash»'s sandbox the egress network («tools.bash.network: true»): public addresses only, never the host, its gateways, loopback, private or metadata ranges (pasta and nftables, [docs/sandbox.md](docs/sandbox.md)); with «0» such a preset is refused with 400 «invalid_request» («tools.bash.network: ...»), and one stored before runs without the network"`
+	SandboxEgressDeny    []netip.Prefix `env:"DSHD_SANDBOX_EGRESS_DENY" doc:"comma-separated CIDR ranges or addresses the egress network refuses besides the non-public ranges and the server's own addresses (e.g. «203.0.113.0/24,198.51.100.7»); in a container or on Kubernetes list the node's public addresses (the kubelet listens on «:10250») and the operator's other public services, which \"the host\" (the container's own network namespace) does not include; DNS always goes to the host's first resolver ([docs/sandbox.md](docs/sandbox.md))"`
+	TenantWorkspaceBytes int64          `env:"DSHD_TENANT_WORKSPACE_BYTES" default:"0" min:"0" unit:"bytes" zero:"no bound" defaultdoc:"«0»: no bound" doc:"bytes all the workspaces of one tenant may hold together; a «write» or «edit» that would go over it fails with «FS_QUOTA_EXCEEDED», a «bash» command that goes over it is stopped and says so in its result (see [docs/sandbox.md](docs/sandbox.md))"`
+
+	PolicyWebhookKey     string `env:"DSHD_POLICY_WEBHOOK_KEY,secret" minlen:"32" defaultdoc:"empty: policy webhooks disabled" doc:"at least 32 bytes; each preset's webhook signing secret is derived from it (see Tool policies)"`
+	PolicyWebhookHTTP    bool   `env:"DSHD_POLICY_WEBHOOK_ALLOW_HTTP" default:"0" doc:"«1» allows «http://» policy webhooks (tests)"`
+	PolicyWebhookPrivate bool   `env:"DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE" default:"0" doc:"«1» allows policy webhooks on loopback, private and link-local addresses (tests, private networks)"`
+
+	CORSOrigins               []string      `env:"DSHD_CORS_ORIGINS" defaultdoc:"empty: no other origin" doc:"comma-separated origins («scheme://host[:port]») whose pages may call the API from a browser (\"From a browser\")"`
+	StreamTokenSecret         string        `env:"DSHD_STREAM_TOKEN_SECRET,secret,raw" minlen:"32" defaultdoc:"empty: a random secret per process" doc:"signs stream tokens, at least 32 bytes; give every replica the same one, or they refuse each other's tokens"`
+	StreamTokenSecretPrevious []string      `env:"DSHD_STREAM_TOKEN_SECRET_PREVIOUS,secret" doc:"former stream-token secrets (comma-separated, at least 32 bytes each) whose tokens are still accepted during a rotation; new tokens are signed with «DSHD_STREAM_TOKEN_SECRET» only"`
+	StreamTokenTTL            time.Duration `env:"DSHD_STREAM_TOKEN_TTL" default:"5m" max:"1h" doc:"how long a stream token opens streams (at most «1h»)"`
+
+	CredentialKeys      *secretbox.Keyring `env:"DSHD_CREDENTIAL_KEYS,secret" defaultdoc:"empty: tenant credentials disabled" doc:"the operator's key encryption keys of tenant model credentials, «id:base64key,...» (32-byte keys, the active one first); rotation in [docs/credentials-and-keys.md](docs/credentials-and-keys.md)"`
+	OperatorKeyFallback bool               `env:"DSHD_OPERATOR_KEY_FALLBACK" default:"1" doc:"«0» stops lending «DEEPSEEK_API_KEY» to presets without a «model.credential»: their DeepSeek turns end with «INVALID_CREDENTIAL»"`
+
+	// Tracing gives TracesURL.
+	Tracing TracingSettings
+	// TracesURL is where turn traces are exported over OTLP/HTTP (docs/observability.md), from
+	// Tracing. Empty: no tracing.
+	TracesURL     string
+	MetricsModels []string `env:"DSHD_METRICS_MODELS" defaultdoc:"empty: DeepSeek's models only" doc:"comma-separated model names that get their own «gen_ai_request_model» label value on «/metrics» besides «deepseek-chat» and «deepseek-reasoner»; any other is «other»"`
 
 	// Webhooks are the settings of tenant webhooks (docs/webhooks.md).
 	Webhooks WebhookSettings
+
+	// TenantDefaults give TenantLimits.
+	TenantDefaults TenantLimitSettings
+	// TenantLimits are the server's default tenant limits (docs/usage-and-quotas.md), for every
+	// tenant whose own limits (PUT /v1/tenants/{id}/limits) leave a field null, from
+	// TenantDefaults. maxConcurrentTurns' default is DSHD_TENANT_MAX_TURNS (TenantMaxTurns,
+	// filled in by Run).
+	TenantLimits tenant.Limits
+
+	MetricsToken string `env:"DSHD_METRICS_TOKEN,secret,raw" defaultdoc:"empty: «/metrics» is open (keep it off the public network)" doc:"the bearer token «GET /metrics» then requires (401 without it)"`
+	CPUProfile   string `env:"DSHD_CPU_PROFILE" defaultdoc:"empty: no profile" doc:"a file that «dshd serve» writes a Go CPU profile to, from start until shutdown, for «go tool pprof» («cmd/loadgen» passes it through)"`
+
 	// CPU bounds the concurrent run_code programs and bash commands (cpu_config.go).
 	CPU CPUSettings
 }
 
+// TracingSettings say where turn traces are exported: DSHD_OTLP_ENDPOINT plus /v1/traces, else
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/traces;
+// none when OTEL_SDK_DISABLED is true.
+type TracingSettings struct {
+	OTLPEndpoint   string `env:"DSHD_OTLP_ENDPOINT" defaultdoc:"empty: no tracing" doc:"base URL of an OTLP/HTTP receiver («http://collector:4318»): every turn is traced («turn > step > model call / tool call») and exported to «<base>/v1/traces»; the standard «OTEL_EXPORTER_OTLP_TRACES_ENDPOINT» / «OTEL_EXPORTER_OTLP_ENDPOINT» work too (see [docs/observability.md](docs/observability.md))"`
+	TracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" doc:"the standard OTLP traces URL, used as it is when «DSHD_OTLP_ENDPOINT» is unset"`
+	Endpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" doc:"the standard OTLP base URL («/v1/traces» is appended), used when both above are unset"`
+	SDKDisabled    string `env:"OTEL_SDK_DISABLED" default:"false" doc:"«true» turns tracing off; any other value leaves it on"`
+}
+
+// TenantLimitSettings are the DSHD_TENANT_* defaults of tenant limits; 0 is no limit.
+type TenantLimitSettings struct {
+	RequestsPerSecond float64 `env:"DSHD_TENANT_RPS" default:"0" defaultdoc:"«0»: no limit" doc:"default requests a second of a tenant on the HTTP API, all replicas together (429 «rate_limited» with «Retry-After» and «RateLimit-*» headers beyond it); a tenant's own limit («PUT /v1/tenants/{id}/limits») replaces it, see [docs/usage-and-quotas.md](docs/usage-and-quotas.md)"`
+	Burst             int     `env:"DSHD_TENANT_BURST" default:"0" defaultdoc:"«0»: the rate rounded up" doc:"default burst of that rate"`
+	TokensPerDay      int64   `env:"DSHD_TENANT_TOKENS_PER_DAY" default:"0" defaultdoc:"«0»: no limit" doc:"default input + output tokens of a tenant's turns per UTC day; a turn past it ends with «TOKEN_QUOTA_EXCEEDED», a post answers 429 «quota_exceeded»"`
+	MaxSessions       int64   `env:"DSHD_TENANT_MAX_SESSIONS" default:"0" defaultdoc:"«0»: no limit" doc:"default live sessions of a tenant (429 «quota_exceeded» beyond)"`
+	MaxLogBytes       int64   `env:"DSHD_TENANT_MAX_LOG_BYTES" default:"0" defaultdoc:"«0»: no limit" doc:"default stored log bytes of a tenant's live sessions (429 «quota_exceeded» for posts and creates beyond)"`
+}
+
 // WebhookSettings configure tenant webhooks: which endpoints may be registered and how their
-// deliveries are attempted (docs/webhooks.md).
+// deliveries are attempted (docs/webhooks.md). The wait after failed attempt n is
+// RetryBase·2^(n-1), at most RetryMax, jittered into its upper half; after MaxAttempts attempts
+// the delivery has failed.
 type WebhookSettings struct {
-	// AllowHTTP (DSHD_WEBHOOK_ALLOW_HTTP=1) allows http:// endpoints, for tests. Default off:
-	// https only.
-	AllowHTTP bool
-	// AllowPrivate (DSHD_WEBHOOK_ALLOW_PRIVATE=1) allows endpoints on loopback, private and
-	// link-local addresses, for tests and private deployments. Default off: the URL's host and
-	// every address a delivery dials are checked.
-	AllowPrivate bool
-	// MaxEndpoints (DSHD_WEBHOOK_MAX_ENDPOINTS) bounds a tenant's endpoints. Default 20.
-	MaxEndpoints int
-	// Timeout (DSHD_WEBHOOK_TIMEOUT, a Go duration) bounds one delivery attempt. Default 10s.
-	Timeout time.Duration
-	// Workers (DSHD_WEBHOOK_WORKERS) bounds the attempts one replica makes at once. Default 16.
-	Workers int
-	// Poll (DSHD_WEBHOOK_POLL, a Go duration) is how often a replica looks for due deliveries.
-	// Default 250ms.
-	Poll time.Duration
-	// RetryBase, RetryMax and MaxAttempts (DSHD_WEBHOOK_RETRY_BASE, DSHD_WEBHOOK_RETRY_MAX, Go
-	// durations; DSHD_WEBHOOK_MAX_ATTEMPTS) are the retry schedule: the wait after failed attempt
-	// n is RetryBase·2^(n-1), at most RetryMax, jittered into its upper half; after MaxAttempts
-	// attempts the delivery has failed. Defaults 5s, 1h and 12.
-	RetryBase   time.Duration
-	RetryMax    time.Duration
-	MaxAttempts int
-	// Retention (DSHD_WEBHOOK_RETENTION, a Go duration) is how long delivered and failed
-	// deliveries stay in the delivery log. Default 168h (7 days).
-	Retention time.Duration
+	AllowHTTP    bool          `env:"DSHD_WEBHOOK_ALLOW_HTTP" default:"0" doc:"«1» allows «http://» tenant webhook endpoints (tests); see [docs/webhooks.md](docs/webhooks.md)"`
+	AllowPrivate bool          `env:"DSHD_WEBHOOK_ALLOW_PRIVATE" default:"0" doc:"«1» allows tenant webhook endpoints on loopback, private and link-local addresses (tests, private networks)"`
+	MaxEndpoints int           `env:"DSHD_WEBHOOK_MAX_ENDPOINTS" default:"20" min:"1" doc:"webhook endpoints per tenant; beyond it a creation answers 409 «too_many_webhooks»"`
+	Timeout      time.Duration `env:"DSHD_WEBHOOK_TIMEOUT" default:"10s" doc:"bound of one delivery attempt"`
+	Workers      int           `env:"DSHD_WEBHOOK_WORKERS" default:"16" min:"1" doc:"delivery attempts one replica makes at once"`
+	Poll         time.Duration `env:"DSHD_WEBHOOK_POLL" default:"250ms" doc:"how often a replica looks for due deliveries"`
+	RetryBase    time.Duration `env:"DSHD_WEBHOOK_RETRY_BASE" default:"5s" doc:"the retry schedule's base: the wait after failed attempt n is base·2^(n-1), at most «DSHD_WEBHOOK_RETRY_MAX», jittered"`
+	RetryMax     time.Duration `env:"DSHD_WEBHOOK_RETRY_MAX" default:"1h" doc:"the longest wait between attempts; at least «DSHD_WEBHOOK_RETRY_BASE»"`
+	MaxAttempts  int           `env:"DSHD_WEBHOOK_MAX_ATTEMPTS" default:"12" min:"1" doc:"attempts of a delivery; after the last it has failed"`
+	Retention    time.Duration `env:"DSHD_WEBHOOK_RETENTION" default:"168h" doc:"how long delivered and failed deliveries stay in the delivery log"`
 }
 
 // DefaultDatabaseURL is the database of the `make run` development cluster (cmd/server devdb).
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:55432/dshd?sslmode=disable"
 
+// String lists the settings, secrets shown only as set: a Config may be printed or logged.
+func (c Config) String() string { return envconf.Format(c) }
+
+// GoString is String, for %#v.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue is String, for log/slog.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // ParseConfig reads the configuration from getenv (os.Getenv in main, a map in tests).
 func ParseConfig(getenv func(string) string) (Config, error) {
-	env := func(name, def string) string {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
-	c := Config{
-		DatabaseURL:    env("DATABASE_URL", DefaultDatabaseURL),
-		Addr:           env("DSHD_ADDR", ":8080"),
-		AdminToken:     getenv("DSHD_ADMIN_TOKEN"),
-		ModelHosts:     splitList(env("DSHD_MODEL_HOSTS", "api.deepseek.com")),
-		DeepSeekAPIKey: getenv("DEEPSEEK_API_KEY"),
-		CPUProfile:     strings.TrimSpace(getenv("DSHD_CPU_PROFILE")),
+	c := Config{DatabaseURL: DefaultDatabaseURL, CPU: defaultCPUSettings()}
+	if err := envconf.Load(getenv, &c, decoders()...); err != nil {
+		return Config{}, err
 	}
 	var err error
-	if c.CORSOrigins, err = api.ParseOrigins(splitList(getenv("DSHD_CORS_ORIGINS"))); err != nil {
+	if c.CORSOrigins, err = api.ParseOrigins(c.CORSOrigins); err != nil {
 		return Config{}, fmt.Errorf("DSHD_CORS_ORIGINS: %w", err)
 	}
-	if c.StreamTokenSecret = getenv("DSHD_STREAM_TOKEN_SECRET"); c.StreamTokenSecret != "" && len(c.StreamTokenSecret) < 32 {
-		return Config{}, fmt.Errorf("DSHD_STREAM_TOKEN_SECRET must be at least 32 bytes")
-	}
-	if err := c.parsePrevious(getenv); err != nil {
+	if err := c.checkPrevious(); err != nil {
 		return Config{}, err
 	}
-	if c.StreamTokenTTL, err = parseDuration("DSHD_STREAM_TOKEN_TTL", env("DSHD_STREAM_TOKEN_TTL", "5m")); err != nil || c.StreamTokenTTL > time.Hour {
-		return Config{}, fmt.Errorf("DSHD_STREAM_TOKEN_TTL must be a positive Go duration of at most 1h")
+	if c.DrainFinish > c.ShutdownTimeout {
+		return Config{}, errors.New("DSHD_DRAIN_FINISH must be a positive Go duration of at most DSHD_SHUTDOWN_TIMEOUT")
 	}
-	if c.DemoTools, err = parseBool("DSHD_DEMO_TOOLS", env("DSHD_DEMO_TOOLS", "0")); err != nil {
+	if err := c.checkSandboxMemory(); err != nil {
 		return Config{}, err
 	}
-	if c.Heartbeat, err = parseDuration("DSHD_SSE_HEARTBEAT", env("DSHD_SSE_HEARTBEAT", "15s")); err != nil {
+	if c.TenantLimits, err = c.TenantDefaults.limits(); err != nil {
 		return Config{}, err
 	}
-	if c.ShutdownTimeout, err = parseDuration("DSHD_SHUTDOWN_TIMEOUT", env("DSHD_SHUTDOWN_TIMEOUT", "10s")); err != nil {
+	if c.TracesURL, err = c.Tracing.tracesURL(); err != nil {
 		return Config{}, err
 	}
-	if c.DrainFinish, err = parseDuration("DSHD_DRAIN_FINISH", env("DSHD_DRAIN_FINISH", "5s")); err != nil || c.DrainFinish > c.ShutdownTimeout {
-		return Config{}, fmt.Errorf("DSHD_DRAIN_FINISH must be a positive Go duration of at most DSHD_SHUTDOWN_TIMEOUT")
+	if c.Webhooks.RetryMax < c.Webhooks.RetryBase {
+		return Config{}, errors.New("DSHD_WEBHOOK_RETRY_MAX must be at least DSHD_WEBHOOK_RETRY_BASE")
 	}
-	if c.MaxBodyBytes, err = strconv.ParseInt(env("DSHD_MAX_BODY_BYTES", "1048576"), 10, 64); err != nil || c.MaxBodyBytes < 1 {
-		return Config{}, fmt.Errorf("DSHD_MAX_BODY_BYTES must be a positive integer")
-	}
-	if c.LeaseTTL, err = parseDuration("DSHD_LEASE_TTL", env("DSHD_LEASE_TTL", "10s")); err != nil {
+	if err := c.CPU.check(); err != nil {
 		return Config{}, err
 	}
-	if c.DBRetry, err = parseDuration("DSHD_DB_RETRY", env("DSHD_DB_RETRY", "30s")); err != nil {
-		return Config{}, err
-	}
-	if c.MaxTurns, err = strconv.Atoi(env("DSHD_MAX_TURNS", "100")); err != nil || c.MaxTurns < 1 {
-		return Config{}, fmt.Errorf("DSHD_MAX_TURNS must be a positive integer")
-	}
-	if c.TenantMaxTurns, err = strconv.Atoi(env("DSHD_TENANT_MAX_TURNS", "20")); err != nil || c.TenantMaxTurns < 1 {
-		return Config{}, fmt.Errorf("DSHD_TENANT_MAX_TURNS must be a positive integer")
-	}
-	if c.InboxMaxMessages, err = strconv.Atoi(env("DSHD_INBOX_MAX_MESSAGES", "100")); err != nil || c.InboxMaxMessages < 1 {
-		return Config{}, fmt.Errorf("DSHD_INBOX_MAX_MESSAGES must be a positive integer")
-	}
-	if c.InboxMaxBytes, err = strconv.ParseInt(env("DSHD_INBOX_MAX_BYTES", "8388608"), 10, 64); err != nil || c.InboxMaxBytes < 1 {
-		return Config{}, fmt.Errorf("DSHD_INBOX_MAX_BYTES must be a positive integer")
-	}
-	if c.SessionPostRate, err = parseRate("DSHD_SESSION_POST_RATE", env("DSHD_SESSION_POST_RATE", "10")); err != nil {
-		return Config{}, err
-	}
-	if c.SessionPostBurst, err = strconv.Atoi(env("DSHD_SESSION_POST_BURST", "20")); err != nil || c.SessionPostBurst < 1 {
-		return Config{}, fmt.Errorf("DSHD_SESSION_POST_BURST must be a positive integer")
-	}
-	if c.TenantPostRate, err = parseRate("DSHD_TENANT_POST_RATE", env("DSHD_TENANT_POST_RATE", "200")); err != nil {
-		return Config{}, err
-	}
-	if c.TenantPostBurst, err = strconv.Atoi(env("DSHD_TENANT_POST_BURST", "400")); err != nil || c.TenantPostBurst < 1 {
-		return Config{}, fmt.Errorf("DSHD_TENANT_POST_BURST must be a positive integer")
-	}
-	if c.ScriptedModel, err = parseBool("DSHD_SCRIPTED_MODEL", env("DSHD_SCRIPTED_MODEL", "1")); err != nil {
-		return Config{}, err
-	}
-	if c.ToolTimeout, err = parseDuration("DSHD_TOOL_TIMEOUT", env("DSHD_TOOL_TIMEOUT", "10m")); err != nil {
-		return Config{}, err
-	}
-	if err := c.parseTools(env); err != nil {
-		return Config{}, err
-	}
-	if err := c.parseSandbox(env); err != nil {
-		return Config{}, err
-	}
-	if err := c.parseSandboxMemory(env); err != nil {
-		return Config{}, err
-	}
-	c.PolicyWebhookKey = strings.TrimSpace(getenv("DSHD_POLICY_WEBHOOK_KEY"))
-	if c.PolicyWebhookKey != "" && len(c.PolicyWebhookKey) < 32 {
-		return Config{}, fmt.Errorf("DSHD_POLICY_WEBHOOK_KEY must be at least 32 bytes")
-	}
-	if c.PolicyWebhookHTTP, err = parseBool("DSHD_POLICY_WEBHOOK_ALLOW_HTTP", env("DSHD_POLICY_WEBHOOK_ALLOW_HTTP", "0")); err != nil {
-		return Config{}, err
-	}
-	if c.PolicyWebhookPrivate, err = parseBool("DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE", env("DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE", "0")); err != nil {
-		return Config{}, err
-	}
-	if c.WriteTimeout, err = parseDuration("DSHD_WRITE_TIMEOUT", env("DSHD_WRITE_TIMEOUT", "30s")); err != nil {
-		return Config{}, err
-	}
-	if c.PageBytes, err = strconv.Atoi(env("DSHD_PAGE_BYTES", "4194304")); err != nil || c.PageBytes < 1 {
-		return Config{}, fmt.Errorf("DSHD_PAGE_BYTES must be a positive integer")
-	}
-	if c.ReadHeaderTimeout, err = parseDuration("DSHD_READ_HEADER_TIMEOUT", env("DSHD_READ_HEADER_TIMEOUT", "5s")); err != nil {
-		return Config{}, err
-	}
-	if c.BodyReadTimeout, err = parseDuration("DSHD_BODY_READ_TIMEOUT", env("DSHD_BODY_READ_TIMEOUT", "10s")); err != nil {
-		return Config{}, err
-	}
-	if c.MaxUnauthenticated, err = strconv.Atoi(env("DSHD_MAX_UNAUTHENTICATED", "256")); err != nil || c.MaxUnauthenticated < 1 {
-		return Config{}, fmt.Errorf("DSHD_MAX_UNAUTHENTICATED must be a positive integer")
-	}
-	if c.StreamWriteTimeout, err = parseDuration("DSHD_SSE_WRITE_TIMEOUT", env("DSHD_SSE_WRITE_TIMEOUT", "10s")); err != nil {
-		return Config{}, err
-	}
-	for _, n := range []struct {
-		name, def string
-		to        *int
-	}{
-		{"DSHD_SSE_MAX_LAG", "4194304", &c.StreamMaxLag},
-		{"DSHD_SSE_MAX_PER_SESSION", "32", &c.MaxStreamsPerSession},
-		{"DSHD_SSE_MAX_PER_TENANT", "256", &c.MaxStreamsPerTenant},
-	} {
-		if *n.to, err = strconv.Atoi(env(n.name, n.def)); err != nil || *n.to < 1 {
-			return Config{}, fmt.Errorf("%s must be a positive integer", n.name)
-		}
-	}
-	if err := c.parseCredentials(getenv, env); err != nil {
-		return Config{}, err
-	}
-	if err := c.parseTenantLimits(env); err != nil {
-		return Config{}, err
-	}
-	if err := c.LogLevel.UnmarshalText([]byte(env("DSHD_LOG_LEVEL", "info"))); err != nil {
-		return Config{}, fmt.Errorf("DSHD_LOG_LEVEL: %w", err)
-	}
-	if !strings.EqualFold(env("OTEL_SDK_DISABLED", "false"), "true") {
-		c.TracesURL = telemetry.TracesURL(env("DSHD_OTLP_ENDPOINT", ""), env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
-			env("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
-	}
-	if u, err := url.Parse(c.TracesURL); c.TracesURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		return Config{}, fmt.Errorf("the OTLP endpoint (DSHD_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_*ENDPOINT) must be an http or https URL")
-	}
-	c.MetricsModels = splitList(getenv("DSHD_METRICS_MODELS"))
-	if err := c.Webhooks.parse(env); err != nil {
-		return Config{}, err
-	}
-	if err := c.CPU.parse(env); err != nil {
-		return Config{}, err
-	}
-	c.MetricsToken = getenv("DSHD_METRICS_TOKEN")
 	return c, nil
 }
 
-// parseCredentials reads the settings of tenant credentials. Errors name a key by its id only.
-func (c *Config) parseCredentials(getenv func(string) string, env func(name, def string) string) error {
-	var err error
-	if c.CredentialKeys, err = secretbox.ParseKeyring(getenv("DSHD_CREDENTIAL_KEYS")); err != nil {
-		return fmt.Errorf("DSHD_CREDENTIAL_KEYS: %w", err)
-	}
-	c.OperatorKeyFallback, err = parseBool("DSHD_OPERATOR_KEY_FALLBACK", env("DSHD_OPERATOR_KEY_FALLBACK", "1"))
-	return err
+// decoders read the settings of types envconf does not know.
+func decoders() []envconf.Decoder {
+	return []envconf.Decoder{envconf.Decode(secretbox.ParseKeyring), envconf.Decode(parsePrefixes), envconf.Decode(parseUser)}
 }
 
-// parse reads the webhook settings.
-func (w *WebhookSettings) parse(env func(name, def string) string) error {
-	var err error
-	if w.AllowHTTP, err = parseBool("DSHD_WEBHOOK_ALLOW_HTTP", env("DSHD_WEBHOOK_ALLOW_HTTP", "0")); err != nil {
-		return err
+// tracesURL is where traces go, or empty for none.
+func (t TracingSettings) tracesURL() (string, error) {
+	if strings.EqualFold(t.SDKDisabled, "true") {
+		return "", nil
 	}
-	if w.AllowPrivate, err = parseBool("DSHD_WEBHOOK_ALLOW_PRIVATE", env("DSHD_WEBHOOK_ALLOW_PRIVATE", "0")); err != nil {
-		return err
+	traces := telemetry.TracesURL(t.OTLPEndpoint, t.TracesEndpoint, t.Endpoint)
+	if u, err := url.Parse(traces); traces != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return "", errors.New("the OTLP endpoint (DSHD_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_*ENDPOINT) must be an http or https URL")
 	}
-	for _, n := range []struct {
-		name, def string
-		to        *int
-	}{
-		{"DSHD_WEBHOOK_MAX_ENDPOINTS", "20", &w.MaxEndpoints},
-		{"DSHD_WEBHOOK_WORKERS", "16", &w.Workers},
-		{"DSHD_WEBHOOK_MAX_ATTEMPTS", "12", &w.MaxAttempts},
-	} {
-		if *n.to, err = strconv.Atoi(env(n.name, n.def)); err != nil || *n.to < 1 {
-			return fmt.Errorf("%s must be a positive integer", n.name)
-		}
-	}
-	for _, d := range []struct {
-		name, def string
-		to        *time.Duration
-	}{
-		{"DSHD_WEBHOOK_TIMEOUT", "10s", &w.Timeout},
-		{"DSHD_WEBHOOK_POLL", "250ms", &w.Poll},
-		{"DSHD_WEBHOOK_RETRY_BASE", "5s", &w.RetryBase},
-		{"DSHD_WEBHOOK_RETRY_MAX", "1h", &w.RetryMax},
-		{"DSHD_WEBHOOK_RETENTION", "168h", &w.Retention},
-	} {
-		if *d.to, err = parseDuration(d.name, env(d.name, d.def)); err != nil {
-			return err
-		}
-	}
-	if w.RetryMax < w.RetryBase {
-		return fmt.Errorf("DSHD_WEBHOOK_RETRY_MAX must be at least DSHD_WEBHOOK_RETRY_BASE")
-	}
-	return nil
+	return traces, nil
 }
 
-// parseTools reads the workspace tools' settings.
-func (c *Config) parseTools(env func(name, def string) string) error {
-	c.WorkspaceRoot = env("DSHD_WORKSPACE_ROOT", "")
-	var err error
-	if c.WorkspaceQuota, err = strconv.ParseInt(env("DSHD_WORKSPACE_QUOTA", "1073741824"), 10, 64); err != nil || c.WorkspaceQuota < 1 {
-		return fmt.Errorf("DSHD_WORKSPACE_QUOTA must be a positive number of bytes")
+// parseUser reads DSHD_SANDBOX_USER, uid:gid, neither 0.
+func parseUser(s string) ([2]int, error) {
+	uid, gid, ok := strings.Cut(s, ":")
+	u, uerr := strconv.Atoi(uid)
+	g, gerr := strconv.Atoi(gid)
+	if !ok || uerr != nil || gerr != nil || u < 1 || g < 1 {
+		return [2]int{}, errors.New("must be uid:gid, not root")
 	}
-	switch c.Shell = env("DSHD_SHELL", "bwrap"); c.Shell {
-	case "bwrap", "local", "off":
-	default:
-		return fmt.Errorf("DSHD_SHELL must be bwrap, local or off (got %q)", c.Shell)
-	}
-	uid, gid, ok := strings.Cut(env("DSHD_SANDBOX_USER", "65534:65534"), ":")
-	if c.SandboxUser[0], err = strconv.Atoi(uid); err != nil || !ok || c.SandboxUser[0] < 1 {
-		return fmt.Errorf("DSHD_SANDBOX_USER must be uid:gid, not root")
-	}
-	if c.SandboxUser[1], err = strconv.Atoi(gid); err != nil || c.SandboxUser[1] < 1 {
-		return fmt.Errorf("DSHD_SANDBOX_USER must be uid:gid, not root")
-	}
-	c.WebAllowPrivate, err = parseBool("DSHD_WEB_ALLOW_PRIVATE", env("DSHD_WEB_ALLOW_PRIVATE", "0"))
-	return err
+	return [2]int{u, g}, nil
 }
 
-// parsePrevious reads the former values of a rotation (DSHD_ADMIN_TOKEN_PREVIOUS,
+// checkPrevious checks the former values of a rotation (DSHD_ADMIN_TOKEN_PREVIOUS,
 // DSHD_STREAM_TOKEN_SECRET_PREVIOUS). Each needs its current value set: a server accepting only
 // an old token or secret would be a rotation left half done. Errors name entries by position only.
-func (c *Config) parsePrevious(getenv func(string) string) error {
-	c.AdminTokenPrevious = splitList(getenv("DSHD_ADMIN_TOKEN_PREVIOUS"))
+func (c *Config) checkPrevious() error {
 	if len(c.AdminTokenPrevious) > 0 && c.AdminToken == "" {
 		return fmt.Errorf("DSHD_ADMIN_TOKEN_PREVIOUS needs DSHD_ADMIN_TOKEN (the current token)")
 	}
@@ -501,7 +235,6 @@ func (c *Config) parsePrevious(getenv func(string) string) error {
 			return fmt.Errorf("DSHD_ADMIN_TOKEN_PREVIOUS: entry %d must be at least %d bytes (replace a shorter token without an overlap)", i+1, minPreviousBytes)
 		}
 	}
-	c.StreamTokenSecretPrevious = splitList(getenv("DSHD_STREAM_TOKEN_SECRET_PREVIOUS"))
 	if len(c.StreamTokenSecretPrevious) > 0 && c.StreamTokenSecret == "" {
 		return fmt.Errorf("DSHD_STREAM_TOKEN_SECRET_PREVIOUS needs DSHD_STREAM_TOKEN_SECRET (the current secret)")
 	}
@@ -516,36 +249,7 @@ func (c *Config) parsePrevious(getenv func(string) string) error {
 // minPreviousBytes is the least length of a former admin token or stream-token secret.
 const minPreviousBytes = 32
 
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
-func parseBool(name, v string) (bool, error) {
-	switch strings.ToLower(v) {
-	case "1", "true", "yes", "on":
-		return true, nil
-	case "0", "false", "no", "off":
-		return false, nil
-	}
-	return false, fmt.Errorf("%s must be 1 or 0 (got %q)", name, v)
-}
-
-// parseRate reads a rate in events a second; 0 means no limit.
-func parseRate(name, v string) (float64, error) {
-	r, err := strconv.ParseFloat(v, 64)
-	if err != nil || r < 0 || math.IsInf(r, 0) || math.IsNaN(r) {
-		return 0, fmt.Errorf("%s must be a non-negative number of posts a second, 0 for no limit (got %q)", name, v)
-	}
-	return r, nil
-}
-
-// postRate is the worker's rate of a setting read by parseRate (0: no limit).
+// postRate is the worker's rate of a posts-a-second setting (0: no limit).
 func postRate(perSecond float64, burst int) worker.Rate {
 	if perSecond == 0 {
 		return worker.Rate{PerSecond: -1}
@@ -553,24 +257,16 @@ func postRate(perSecond float64, burst int) worker.Rate {
 	return worker.Rate{PerSecond: perSecond, Burst: burst}
 }
 
-func parseDuration(name, v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s must be a positive Go duration such as 15s (got %q)", name, v)
-	}
-	return d, nil
-}
-
-// parseTenantLimits reads the server's default tenant limits (0 or unset: no limit).
-func (c *Config) parseTenantLimits(env func(name, def string) string) error {
-	rps, err := strconv.ParseFloat(env("DSHD_TENANT_RPS", "0"), 64)
-	if err != nil || rps < 0 || (rps > 0 && rps < tenant.MinRequestsPerSecond) || rps > tenant.MaxRequestsPerSecond || math.IsNaN(rps) {
-		return fmt.Errorf("DSHD_TENANT_RPS must be 0 (no limit) or a number of requests a second from %v to %d",
+// limits are the default tenant limits of the settings (0: no limit), each within what
+// tenant.Limits accepts.
+func (s TenantLimitSettings) limits() (tenant.Limits, error) {
+	rps, burst := s.RequestsPerSecond, s.Burst
+	if rps < 0 || (rps > 0 && rps < tenant.MinRequestsPerSecond) || rps > tenant.MaxRequestsPerSecond {
+		return tenant.Limits{}, fmt.Errorf("DSHD_TENANT_RPS must be 0 (no limit) or a number of requests a second from %v to %d",
 			tenant.MinRequestsPerSecond, tenant.MaxRequestsPerSecond)
 	}
-	burst, err := strconv.Atoi(env("DSHD_TENANT_BURST", "0"))
-	if err != nil || burst < 0 || burst > tenant.MaxBurst {
-		return fmt.Errorf("DSHD_TENANT_BURST must be an integer from 0 (the rate rounded up) to %d", tenant.MaxBurst)
+	if burst < 0 || burst > tenant.MaxBurst {
+		return tenant.Limits{}, fmt.Errorf("DSHD_TENANT_BURST must be an integer from 0 (the rate rounded up) to %d", tenant.MaxBurst)
 	}
 	var l tenant.Limits
 	if rps > 0 {
@@ -581,42 +277,27 @@ func (c *Config) parseTenantLimits(env func(name, def string) string) error {
 	}
 	for _, q := range []struct {
 		name string
+		n    int64
 		to   **int64
 	}{
-		{"DSHD_TENANT_TOKENS_PER_DAY", &l.TokensPerDay},
-		{"DSHD_TENANT_MAX_SESSIONS", &l.MaxSessions},
-		{"DSHD_TENANT_MAX_LOG_BYTES", &l.MaxLogBytes},
+		{"DSHD_TENANT_TOKENS_PER_DAY", s.TokensPerDay, &l.TokensPerDay},
+		{"DSHD_TENANT_MAX_SESSIONS", s.MaxSessions, &l.MaxSessions},
+		{"DSHD_TENANT_MAX_LOG_BYTES", s.MaxLogBytes, &l.MaxLogBytes},
 	} {
-		n, err := strconv.ParseInt(env(q.name, "0"), 10, 64)
-		if err != nil || n < 0 || n > tenant.MaxQuota {
-			return fmt.Errorf("%s must be an integer from 0 (no limit) to %d", q.name, tenant.MaxQuota)
+		if q.n < 0 || q.n > tenant.MaxQuota {
+			return tenant.Limits{}, fmt.Errorf("%s must be an integer from 0 (no limit) to %d", q.name, tenant.MaxQuota)
 		}
-		if n > 0 {
+		if q.n > 0 {
+			n := q.n
 			*q.to = &n
 		}
 	}
-	c.TenantLimits = l
-	return nil
-}
-
-// parseSandbox reads the sandbox network switch and the tenant workspace bound.
-func (c *Config) parseSandbox(env func(name, def string) string) error {
-	var err error
-	if c.SandboxNetwork, err = parseBool("DSHD_SANDBOX_NETWORK", env("DSHD_SANDBOX_NETWORK", "0")); err != nil {
-		return err
-	}
-	if c.SandboxEgressDeny, err = parsePrefixes("DSHD_SANDBOX_EGRESS_DENY", env("DSHD_SANDBOX_EGRESS_DENY", "")); err != nil {
-		return err
-	}
-	if c.TenantWorkspaceBytes, err = strconv.ParseInt(env("DSHD_TENANT_WORKSPACE_BYTES", "0"), 10, 64); err != nil || c.TenantWorkspaceBytes < 0 {
-		return fmt.Errorf("DSHD_TENANT_WORKSPACE_BYTES must be a number of bytes (0: no bound)")
-	}
-	return nil
+	return l, nil
 }
 
 // parsePrefixes reads a comma-separated list of CIDR ranges or single addresses (a /32 or
 // /128); empty items are ignored.
-func parsePrefixes(name, v string) ([]netip.Prefix, error) {
+func parsePrefixes(v string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for item := range strings.SplitSeq(v, ",") {
 		item = strings.TrimSpace(item)
@@ -627,7 +308,7 @@ func parsePrefixes(name, v string) ([]netip.Prefix, error) {
 		if err != nil {
 			a, aerr := netip.ParseAddr(item)
 			if aerr != nil || a.Zone() != "" {
-				return nil, fmt.Errorf("%s must be a comma-separated list of CIDR ranges or addresses (10.0.0.0/8, 203.0.113.7): %q is neither", name, item)
+				return nil, fmt.Errorf("must be a comma-separated list of CIDR ranges or addresses (10.0.0.0/8, 203.0.113.7): %q is neither", item)
 			}
 			a = a.Unmap()
 			p = netip.PrefixFrom(a, a.BitLen())
@@ -640,16 +321,14 @@ func parsePrefixes(name, v string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// parseSandboxMemory reads the memory bound of a sandboxed command.
-func (c *Config) parseSandboxMemory(env func(name, def string) string) error {
-	n, err := strconv.ParseInt(env("DSHD_SANDBOX_MEMORY_BYTES", "1073741824"), 10, 64)
-	switch {
-	case err != nil || n < 0 || n > 0 && n < 16<<20:
+// checkSandboxMemory checks the memory bound of a sandboxed command; the setting 0 (no memory
+// cgroup) becomes -1.
+func (c *Config) checkSandboxMemory() error {
+	switch n := c.SandboxMemoryBytes; {
+	case n > 0 && n < 16<<20:
 		return fmt.Errorf("DSHD_SANDBOX_MEMORY_BYTES must be a number of bytes, at least 16777216 (0: no memory cgroup)")
 	case n == 0:
 		c.SandboxMemoryBytes = -1
-	default:
-		c.SandboxMemoryBytes = n
 	}
 	return nil
 }

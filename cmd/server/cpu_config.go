@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 
 	"github.com/dshd/dshd/pkg/codemode"
 	"github.com/dshd/dshd/pkg/fairq"
@@ -12,38 +11,23 @@ import (
 // CPUSettings bound how many of the replica's cores tenant code takes at once (docs/sandbox.md,
 // "CPU"): run_code programs, which compute in the server process, and bash's sandboxed commands.
 // Past a bound, a program or command waits its turn in a queue that serves tenants round robin.
+// Their defaults follow the cores of this process (defaultCPUSettings).
 type CPUSettings struct {
-	// CodeMaxConcurrent (DSHD_CODE_MAX_CONCURRENT) bounds the run_code programs that run
-	// JavaScript at once on this replica (codemode.Config.MaxConcurrent). Default: half the
-	// cores the process may use (codemode.DefaultMaxConcurrent), at least 1.
-	CodeMaxConcurrent int
-	// BashMaxConcurrent (DSHD_BASH_MAX_CONCURRENT) bounds the bash commands that run at once on
-	// this replica, of all tenants. Default: twice the cores, at least 4.
-	BashMaxConcurrent int
-	// BashMaxPerTenant (DSHD_BASH_MAX_PER_TENANT) bounds those of one tenant, at most
-	// BashMaxConcurrent. Default: half of BashMaxConcurrent, at least 1.
-	BashMaxPerTenant int
+	// CodeMaxConcurrent is codemode.Config.MaxConcurrent.
+	CodeMaxConcurrent int `env:"DSHD_CODE_MAX_CONCURRENT" min:"1" max:"10000" defaultdoc:"half the replica's cores («GOMAXPROCS»), at least 1" doc:"«run_code» programs that run JavaScript at once on a replica; more wait their turn, tenants served round robin (see [docs/sandbox.md](docs/sandbox.md), \"CPU\")"`
+	BashMaxConcurrent int `env:"DSHD_BASH_MAX_CONCURRENT" min:"1" max:"10000" defaultdoc:"twice the cores, at least 4" doc:"«bash» commands that run at once on a replica, all tenants together; more wait their turn, tenants served round robin"`
+	// BashMaxPerTenant is at most BashMaxConcurrent.
+	BashMaxPerTenant int `env:"DSHD_BASH_MAX_PER_TENANT" min:"0" max:"10000" zero:"half of DSHD_BASH_MAX_CONCURRENT" defaultdoc:"half of «DSHD_BASH_MAX_CONCURRENT», at least 1" doc:"«bash» commands of one tenant that run at once on a replica"`
 }
 
-// parse reads the settings; an unset one takes its default from the cores of this process.
-func (c *CPUSettings) parse(env func(name, def string) string) error {
-	cores := runtime.GOMAXPROCS(0)
-	total := max(2*cores, 4)
-	for _, s := range []struct {
-		name string
-		def  int
-		to   *int
-	}{
-		{"DSHD_CODE_MAX_CONCURRENT", codemode.DefaultMaxConcurrent(), &c.CodeMaxConcurrent},
-		{"DSHD_BASH_MAX_CONCURRENT", total, &c.BashMaxConcurrent},
-		{"DSHD_BASH_MAX_PER_TENANT", 0, &c.BashMaxPerTenant},
-	} {
-		n, err := strconv.Atoi(env(s.name, strconv.Itoa(s.def)))
-		if err != nil || n < 0 || (n == 0 && s.def != 0) || n > 10000 {
-			return fmt.Errorf("%s must be an integer from 1 to 10000", s.name)
-		}
-		*s.to = n
-	}
+// defaultCPUSettings are the settings' defaults on the cores of this process; BashMaxPerTenant 0
+// is filled in by check.
+func defaultCPUSettings() CPUSettings {
+	return CPUSettings{CodeMaxConcurrent: codemode.DefaultMaxConcurrent(), BashMaxConcurrent: max(2*runtime.GOMAXPROCS(0), 4)}
+}
+
+// check fills in BashMaxPerTenant's default and checks it against BashMaxConcurrent.
+func (c *CPUSettings) check() error {
 	if c.BashMaxPerTenant == 0 {
 		c.BashMaxPerTenant = max(c.BashMaxConcurrent/2, 1)
 	}
