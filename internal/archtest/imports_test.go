@@ -55,6 +55,7 @@ var layers = []struct {
 	{5, []string{"pkg/netguard"}},                                    // outbound requests kept off private addresses
 	{20, []string{"pkg/webhook"}},                                    // tenant webhooks: signatures, delivery attempts
 	{5, []string{"pkg/fairq"}},                                       // a semaphore shared fairly by tenants (code mode, bash)
+	{5, []string{"internal/envconf"}},                                // settings from environment variables by struct tags
 }
 
 // The PostgreSQL adapter is the only package that may import pgx or a River driver; programs and
