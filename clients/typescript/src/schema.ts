@@ -2328,7 +2328,7 @@ export interface components {
                 data: string;
             })[];
             /** @default false */
-            isError: boolean;
+            isError?: boolean;
         };
         ToolResultPosted: {
             callId: string;
@@ -2372,7 +2372,7 @@ export interface components {
              * @default deepseek
              * @enum {string}
              */
-            provider: "deepseek" | "openai" | "scripted";
+            provider?: "deepseek" | "openai" | "scripted";
             model: string;
             /** @description deepseek and openai only; an http(s) URL whose host is in the server's DSHD_MODEL_HOSTS. Empty means the provider's default. */
             baseUrl?: string;
@@ -2387,7 +2387,7 @@ export interface components {
              * @description How often a model call that failed in a way that may succeed again (rate limit, server error, transport failure, timeout) is retried within its step, each retry logged as an llm/retry event; 0 disables retries.
              * @default 2
              */
-            retries: number;
+            retries?: number;
             /** @description deepseek and openai only: the name or id of one of the tenant's credentials (POST /v1/credentials) of the same provider, whose key is sent to the preset's endpoint. It must exist when the preset is written (400 unknown_credential otherwise) and is read again at every model call: a deleted credential ends the turn with INVALID_CREDENTIAL. Without one, the operator's DeepSeek key is used on DeepSeek's endpoint only, and only while the server's DSHD_OPERATOR_KEY_FALLBACK is 1. */
             credential?: string;
         };
@@ -2396,26 +2396,26 @@ export interface components {
              * @default native
              * @enum {string}
              */
-            mode: "native" | "code" | "both";
+            mode?: "native" | "code" | "both";
             /** @description Tools visible; empty means all. */
             allow?: components["schemas"]["ToolName"][];
             deny?: components["schemas"]["ToolName"][];
             /** @description When not empty, contains "<unlisted-tools>" exactly once and no duplicates (PRM-5). */
             toolOrder?: components["schemas"]["ToolName"][];
             /** @default 10 */
-            maxParallelToolCalls: number;
+            maxParallelToolCalls?: number;
             /**
              * @description The cap of concurrent tool calls from one run_code program (PRS-1).
              * @default 10
              */
-            maxParallelSubCalls: number;
+            maxParallelSubCalls?: number;
             /** @description Settings of the bash tool. */
             bash?: {
                 /**
                  * @description Give the sandboxed commands the egress network: connections to public addresses only (never the host, its gateways, loopback, private, link-local or metadata ranges); otherwise they have none. Refused (400) when the server sets DSHD_SANDBOX_NETWORK=0.
                  * @default false
                  */
-                network: boolean;
+                network?: boolean;
             };
             /** @description Client-executed tools (E6): the model calls them like any tool, the turn parks (waiting-client) and the client posts each call's result (POST /v1/sessions/{id}/tool-results). tools.allow, tools.deny, tools.toolOrder and approval.ask name them like any tool. Left out of responses while empty. */
             declared?: components["schemas"]["DeclaredTool"][];
@@ -2459,14 +2459,14 @@ export interface components {
              * @default ask
              * @enum {string}
              */
-            policy: "ask" | "never";
+            policy?: "ask" | "never";
             /** @description Tools that ask before they run. */
             ask?: components["schemas"]["ToolName"][];
             /**
              * @description How long an ask waits for an answer before it is decided `cancelled`.
              * @default 300000
              */
-            timeoutMs: number;
+            timeoutMs?: number;
         };
         /** @description The tools the rule applies to; ["*"] (alone) for every tool. */
         RuleTools: components["schemas"]["ToolName"][];
@@ -2511,7 +2511,7 @@ export interface components {
             preExecute?: string;
             postExecute?: string;
             /** @default 2000 */
-            timeoutMs: number;
+            timeoutMs?: number;
         };
         WebhookSecret: {
             /** @description "whsec_" and 64 hex digits. The HMAC-SHA256 key is the bytes of this whole string; the signature is over "<t>.<body>", with t the header's unix timestamp. */
@@ -2534,7 +2534,7 @@ export interface components {
              * @description Steps (model calls) of one turn; the turn then ends with error MAX_STEPS.
              * @default 50
              */
-            maxSteps: number;
+            maxSteps?: number;
         };
         /** @description The README's Limits table lists every bound of a preset; a body beyond one answers 400 (invalid) with the problems found, at most 20 of them listed. */
         PresetBody: {
@@ -2682,7 +2682,7 @@ export interface components {
              * @default followup
              * @enum {string}
              */
-            mode: "followup" | "steer" | "inject";
+            mode?: "followup" | "steer" | "inject";
         };
         MessageAccepted: {
             messageId: string;
@@ -2695,7 +2695,7 @@ export interface components {
         };
         CancelRequest: {
             /** @default false */
-            keepInbox: boolean;
+            keepInbox?: boolean;
         };
         CancelResult: {
             cancelled: boolean;
