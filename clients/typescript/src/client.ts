@@ -21,6 +21,14 @@ export type EventOf<T extends string> = [Extract<Event, { type: T }>] extends [n
   ? Event & { type: T }
   : Extract<Event, { type: T }>;
 
+/**
+ * isEvent narrows ev to the kind type. Prefer it to `ev.type === type`: the contract's open branch
+ * (kinds this client does not know, typed `type: string`) keeps a plain comparison from narrowing.
+ */
+export function isEvent<T extends string>(ev: Event, type: T): ev is EventOf<T> {
+  return ev.type === type;
+}
+
 /** An RFC 9457 problem document, as dshd answers errors. */
 export type Problem = components["schemas"]["Problem"];
 

@@ -2,6 +2,7 @@ export {
   createClient,
   clientAuth,
   DshdError,
+  isEvent,
   type ClientOptions,
   type ClientAuth,
   type DshdClient,

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createClient, DshdError, followSession, postMessageStream, type DshdClient, type Event } from "../src/index.js";
+import { createClient, DshdError, followSession, isEvent, postMessageStream, type DshdClient, type Event } from "../src/index.js";
 
 const env = process.env;
 const viaProxy = env["DSHD_URL"] ?? "";
@@ -219,7 +219,7 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     const evs: Event[] = [];
     for await (const ev of postMessageStream(api, s, { content: 'tool:sleep args:{"ms":60000}' })) {
       evs.push(ev);
-      if (ev.type === "tool/call") {
+      if (isEvent(ev, "tool/call")) {
         const { data, error } = await api.POST("/v1/sessions/{id}/cancel", { params: { path: { id: s } }, body: {} });
         assert.ok(data, `cancel: ${JSON.stringify(error)}`);
         assert.equal(data.cancelled, true);
@@ -229,6 +229,21 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     assert.equal(end?.type, "turn/end");
     assert.deepEqual(end && field(end, "reason"), { kind: "aborted", reason: { kind: "user" } });
     assert.equal(kinds(evs, "agent/cancel").length, 1);
+    assertWhole(evs);
+  });
+
+  await t.test("followSession ends when the session is deleted", async () => {
+    const s = await newSession(api, presetId);
+    for await (const ev of postMessageStream(api, s, { content: "text" })) void ev;
+    const evs: Event[] = [];
+    for await (const ev of followSession(proxied, s, { retryMs: 50 })) {
+      evs.push(ev);
+      if (isEvent(ev, "turn/end")) {
+        const { response } = await api.DELETE("/v1/sessions/{id}", { params: { path: { id: s } } });
+        assert.equal(response.status, 204);
+      }
+    }
+    assert.equal(evs.at(-1)?.type, "turn/end");
     assertWhole(evs);
   });
 
