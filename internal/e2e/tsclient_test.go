@@ -21,7 +21,7 @@ import (
 // expired (DSHD_STREAM_TOKEN_TTL=2s).
 //
 // The test runs `npm ci` in clients/typescript when node_modules is missing or older than the
-// lockfile. Without node and npm it skips, unless CI is set.
+// lockfile, and fails when src/schema.ts is not what `npm run generate` makes of openapi.yaml. Without node and npm it skips, unless CI is set.
 func TestTSClient(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("../..")
@@ -48,6 +48,13 @@ func TestTSClient(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 		}
+	}
+
+	// src/schema.ts is generated from openapi.yaml: a contract change needs `npm run generate`.
+	check := exec.CommandContext(ctx, npm, "run", "--silent", "generate:check")
+	check.Dir = dir
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("clients/typescript/src/schema.ts is not what openapi.yaml generates: run `npm run generate` in clients/typescript and commit it (%v)\n%s", err, out)
 	}
 
 	const ttl = 2 * time.Second

@@ -44,20 +44,20 @@ export class SSEParser {
     this.buf += text;
     const out: SSEMessage[] = [];
     let start = 0;
+    const buf = this.buf;
+    // The next LF and CR at or after start (-1: none); dshd's frames have no CR, so its search
+    // runs once a piece.
+    let lf = buf.indexOf("\n");
+    let cr = buf.indexOf("\r");
     for (;;) {
-      let end = -1;
-      for (let i = start; i < this.buf.length; i++) {
-        const c = this.buf.charCodeAt(i);
-        if (c === 10 || c === 13) {
-          end = i;
-          break;
-        }
-      }
+      if (lf >= 0 && lf < start) lf = buf.indexOf("\n", start);
+      if (cr >= 0 && cr < start) cr = buf.indexOf("\r", start);
+      const end = lf < 0 ? cr : cr < 0 ? lf : Math.min(lf, cr);
       if (end < 0) break;
-      const line = this.buf.slice(start, end);
-      if (this.buf.charCodeAt(end) === 13) {
-        if (end + 1 < this.buf.length) {
-          start = this.buf.charCodeAt(end + 1) === 10 ? end + 2 : end + 1;
+      const line = buf.slice(start, end);
+      if (end === cr) {
+        if (end + 1 < buf.length) {
+          start = lf === end + 1 ? end + 2 : end + 1;
         } else {
           start = end + 1;
           this.sawCR = true;
@@ -68,7 +68,7 @@ export class SSEParser {
       const msg = this.line(line);
       if (msg) out.push(msg);
     }
-    this.buf = this.buf.slice(start);
+    this.buf = buf.slice(start);
     return out;
   }
 
