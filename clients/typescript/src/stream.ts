@@ -60,12 +60,20 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-/** linked returns a controller that aborts when signal does. */
+/**
+ * linked returns a controller that aborts when signal does; aborting it (at the latest when its
+ * work is over) removes its listener from signal, so a long-lived signal collects none.
+ */
 function linked(signal: AbortSignal | undefined): AbortController {
   const ctl = new AbortController();
   if (signal) {
-    if (signal.aborted) ctl.abort(signal.reason);
-    else signal.addEventListener("abort", () => ctl.abort(signal.reason), { once: true });
+    if (signal.aborted) {
+      ctl.abort(signal.reason);
+    } else {
+      const up = () => ctl.abort(signal.reason);
+      signal.addEventListener("abort", up, { once: true });
+      ctl.signal.addEventListener("abort", () => signal.removeEventListener("abort", up), { once: true });
+    }
   }
   return ctl;
 }
@@ -126,7 +134,7 @@ export async function* followSession(
   const base = options.retryMs ?? 250;
   const maxDelay = options.maxRetryMs ?? 5000;
   const idleMs = options.idleMs ?? 45000;
-  let last = (options.from ?? 0) - 1;
+  let last = Math.max(0, options.from ?? 0) - 1;
   let delay = base;
   let hint: number | undefined;
   let token: string | undefined;
@@ -154,13 +162,15 @@ export async function* followSession(
           parseAs: "stream",
           signal: conn.signal,
         });
-      } catch (err) {
+      } catch {
+        conn.abort();
         if (ctl.signal.aborted) return;
         await sleep(delay, ctl.signal); // a network error: the server may be restarting
         delay = Math.min(delay * 2, maxDelay);
         continue;
       }
       if (!res.response.ok) {
+        conn.abort();
         const status = res.response.status;
         if (status === 404) return; // the session was deleted (or never was)
         if (status === 401 && typeof auth.token === "function" && !tokenFresh) {

@@ -3,6 +3,7 @@
 // Without DSHD_URL they skip.
 
 import assert from "node:assert/strict";
+import { getEventListeners } from "node:events";
 import { test } from "node:test";
 import { createClient, DshdError, followSession, isEvent, postMessageStream, type DshdClient, type Event } from "../src/index.js";
 
@@ -236,15 +237,18 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     const s = await newSession(api, presetId);
     for await (const ev of postMessageStream(api, s, { content: "text" })) void ev;
     const evs: Event[] = [];
-    for await (const ev of followSession(proxied, s, { retryMs: 50 })) {
+    const longLived = new AbortController(); // outlives the stream: it keeps no listener of it
+    for await (const ev of followSession(proxied, s, { retryMs: 50, signal: longLived.signal })) {
       evs.push(ev);
       if (isEvent(ev, "turn/end")) {
+        assert.ok((await cut()) >= 1); // a reconnect before the delete, with its own listeners
         const { response } = await api.DELETE("/v1/sessions/{id}", { params: { path: { id: s } } });
         assert.equal(response.status, 204);
       }
     }
     assert.equal(evs.at(-1)?.type, "turn/end");
     assertWhole(evs);
+    assert.equal(getEventListeners(longLived.signal, "abort").length, 0);
   });
 
   await t.test("an error answers a DshdError", async () => {
