@@ -1,0 +1,287 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// runChat is `dshd chat [--preset ID | --session ID]`: an interactive session. Each line read
+// is posted as a message and its turn streamed; approvals are asked y/n; Ctrl-C cancels the
+// running turn; at the prompt a second Ctrl-C, or Ctrl-D, exits.
+func runChat(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("chat", env)
+	var cf clientFlags
+	cf.add(fs)
+	presetID := fs.String("preset", "", "create a session of this preset (default $DSHD_PRESET_ID)")
+	sessionID := fs.String("session", "", "continue this session")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || (*presetID != "" && *sessionID != "") {
+		return errors.New("usage: dshd chat [--preset ID | --session ID] [--url URL] [--key KEY]")
+	}
+	c, err := cf.connect(env)
+	if err != nil {
+		return err
+	}
+	ch := &chat{c: c, out: env.Stdout, lines: readLines(env.Stdin)}
+	if *sessionID != "" {
+		var s sessionItem
+		if err := c.Do(ctx, "GET", "/v1/sessions/"+url.PathEscape(*sessionID), nil, &s); err != nil {
+			return err
+		}
+		ch.session = s.ID
+		fmt.Fprintf(env.Stdout, "continuing session %s\n", s.ID)
+	} else {
+		p := *presetID
+		if p == "" {
+			p = env.Getenv("DSHD_PRESET_ID")
+		}
+		if p == "" {
+			return errors.New("chat: pass --preset ID or --session ID (or set DSHD_PRESET_ID)")
+		}
+		var s sessionItem
+		if err := c.Do(ctx, "POST", "/v1/sessions", map[string]string{"presetId": p}, &s); err != nil {
+			return err
+		}
+		ch.session = s.ID
+		fmt.Fprintf(env.Stdout, "session %s\n", s.ID)
+	}
+	fmt.Fprintln(env.Stdout, "Type a message. Ctrl-C cancels a running turn; Ctrl-D (or Ctrl-C twice) at the prompt exits.")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	defer signal.Stop(sigs)
+	ch.interrupts = sigs
+	return ch.run(ctx)
+}
+
+// readLines sends the lines of r, and closes the channel at its end.
+func readLines(r io.Reader) <-chan string {
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			out <- sc.Text()
+		}
+	}()
+	return out
+}
+
+type chat struct {
+	c          *Client
+	session    string
+	out        io.Writer
+	lines      <-chan string
+	interrupts <-chan os.Signal
+}
+
+const prompt = "> "
+
+func (ch *chat) run(ctx context.Context) error {
+	armed := false // a Ctrl-C at the prompt: the next one exits
+	for {
+		fmt.Fprint(ch.out, prompt)
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(ch.out)
+			return nil
+		case <-ch.interrupts:
+			if armed {
+				fmt.Fprintln(ch.out)
+				return nil
+			}
+			armed = true
+			fmt.Fprintln(ch.out, "\n(Ctrl-C again or Ctrl-D to exit)")
+		case line, ok := <-ch.lines:
+			if !ok {
+				fmt.Fprintln(ch.out)
+				return nil
+			}
+			armed = false
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			exit, err := ch.turn(ctx, line)
+			if err != nil {
+				fmt.Fprintln(ch.out, "error:", err)
+			}
+			if exit {
+				return nil
+			}
+		}
+	}
+}
+
+// item is what the stream reader hands the chat: an event, or the end of the turn's stream.
+type item struct {
+	ev  Event
+	err error // io.EOF when the turn's stream ended after its turn
+}
+
+// turn posts line and shows its turn; exit is true when the person asked to leave during it.
+func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := ch.c.Stream(tctx, "POST", "/v1/sessions/"+url.PathEscape(ch.session)+"/messages",
+		map[string]string{"content": line}, "")
+	if err != nil {
+		return false, err
+	}
+	items := make(chan item, 64)
+	go ch.read(tctx, resp.Body, items)
+	p := newStreamPrinter(ch.out)
+	defer p.endLine()
+	var queue []approvalAsked // approvals asked and not answered yet, in order
+	asking := false
+	cancelled := false
+	lines := ch.lines
+	for {
+		if len(queue) > 0 && !asking {
+			a := queue[0]
+			args := p.calls[a.CallID].Arguments
+			p.endLine()
+			fmt.Fprintf(ch.out, "approve %s %s? [y/N] ", a.ToolName, short(args, 160))
+			asking = true
+		}
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case it := <-items:
+			if it.err != nil {
+				if errors.Is(it.err, io.EOF) {
+					return exit, nil
+				}
+				return exit, it.err
+			}
+			switch it.ev.Type {
+			case "approval/asked":
+				if a, ok := decode[approvalAsked](it.ev); ok {
+					queue = append(queue, a)
+				}
+			case "approval/decided":
+				d, _ := decode[approvalDecided](it.ev)
+				for i, a := range queue {
+					if a.ID == d.ID {
+						if i == 0 && asking {
+							asking = false
+							fmt.Fprintln(ch.out)
+						}
+						queue = append(queue[:i], queue[i+1:]...)
+						break
+					}
+				}
+			}
+			p.Show(it.ev)
+		case line, ok := <-lines:
+			if !ok {
+				// Ctrl-D during the turn: reject what is asked, cancel the turn, then leave.
+				lines, exit = nil, true
+				line = "n"
+				if !cancelled {
+					cancelled = true
+					if err := ch.cancel(ctx); err != nil {
+						return true, err
+					}
+				}
+			}
+			if !asking {
+				if ok {
+					p.line("(a turn is running: wait for it, or Ctrl-C to cancel it)")
+				}
+				continue
+			}
+			a := queue[0]
+			queue, asking = queue[1:], false
+			outcome := "rejected"
+			if s := strings.ToLower(strings.TrimSpace(line)); s == "y" || s == "yes" {
+				outcome = "allowed-once"
+			}
+			if err := ch.c.Do(ctx, "POST", "/v1/sessions/"+url.PathEscape(ch.session)+"/approvals/"+url.PathEscape(a.ID),
+				map[string]string{"outcome": outcome}, nil); err != nil {
+				p.line("approval not recorded: %v", err)
+			}
+		case <-ch.interrupts:
+			if cancelled {
+				return true, nil // a second Ctrl-C: leave at once
+			}
+			cancelled = true
+			p.line("(cancelling the turn; Ctrl-C again exits)")
+			if err := ch.cancel(ctx); err != nil {
+				return false, err
+			}
+		}
+	}
+}
+
+func (ch *chat) cancel(ctx context.Context) error {
+	return ch.c.Do(ctx, "POST", "/v1/sessions/"+url.PathEscape(ch.session)+"/cancel", nil, nil)
+}
+
+// read hands the events of the turn's stream to items until its turn ended. A stream that drops
+// before then is resumed from the session's event stream with Last-Event-ID, until a turn/end
+// (or a cancel that cleared the message from the inbox).
+func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item) {
+	send := func(it item) bool {
+		select {
+		case items <- it:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	last := int64(-1)
+	ended := false
+	for attempt := 0; ; attempt++ {
+		rd := newSSEReader(body)
+		var err error
+		for {
+			var ev Event
+			if ev, err = rd.NextEvent(); err != nil {
+				break
+			}
+			if ev.Seq <= last {
+				continue
+			}
+			last, attempt = ev.Seq, 0
+			if ev.Type == "turn/end" || (ev.Type == "agent/inbox/spliced" && strings.Contains(string(ev.Data), `"outcome":"canceled"`)) {
+				ended = true
+			}
+			if !send(item{ev: ev}) {
+				body.Close()
+				return
+			}
+		}
+		body.Close()
+		if ended || ctx.Err() != nil {
+			send(item{err: io.EOF})
+			return
+		}
+		if attempt >= 5 {
+			send(item{err: fmt.Errorf("the stream dropped: %w", err)})
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+		}
+		resp, serr := ch.c.Stream(ctx, "GET", "/v1/sessions/"+url.PathEscape(ch.session)+"/events", nil, strconv.FormatInt(last, 10))
+		if serr != nil {
+			body = io.NopCloser(strings.NewReader(""))
+			continue
+		}
+		body = resp.Body
+	}
+}
