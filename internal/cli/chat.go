@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dshd/dshd/pkg/eventlog"
 )
 
 // runChat is `dshd chat [--preset ID | --session ID]`: an interactive session. Each line read
@@ -143,7 +145,7 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 	go ch.read(tctx, resp.Body, items)
 	p := newStreamPrinter(ch.out)
 	defer p.endLine()
-	var queue []approvalAsked // approvals asked and not answered yet, in order
+	var queue []eventlog.ApprovalAsked // approvals asked and not answered yet, in order
 	asking := false
 	cancelled := false
 	lines := ch.lines
@@ -166,12 +168,12 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 				return exit, it.err
 			}
 			switch it.ev.Type {
-			case "approval/asked":
-				if a, ok := decode[approvalAsked](it.ev); ok {
+			case eventlog.TypeApprovalAsked:
+				if a, err := eventlog.Decode[eventlog.ApprovalAsked](it.ev.Event); err == nil {
 					queue = append(queue, a)
 				}
-			case "approval/decided":
-				d, _ := decode[approvalDecided](it.ev)
+			case eventlog.TypeApprovalDecided:
+				d, _ := eventlog.Decode[eventlog.ApprovalDecided](it.ev.Event)
 				for i, a := range queue {
 					if a.ID == d.ID {
 						if i == 0 && asking {
@@ -255,9 +257,7 @@ func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item)
 				continue
 			}
 			last, attempt = ev.Seq, 0
-			if ev.Type == "turn/end" || (ev.Type == "agent/inbox/spliced" && strings.Contains(string(ev.Data), `"outcome":"canceled"`)) {
-				ended = true
-			}
+			ended = ended || endsTurnStream(ev)
 			if !send(item{ev: ev}) {
 				body.Close()
 				return
@@ -284,4 +284,17 @@ func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item)
 		}
 		body = resp.Body
 	}
+}
+
+// endsTurnStream tells the events after which a message's stream ends: a turn's end, or a
+// cancel's splice that cleared the message from the inbox before a turn took it.
+func endsTurnStream(ev Event) bool {
+	switch ev.Type {
+	case eventlog.TypeTurnEnd:
+		return true
+	case eventlog.TypeInboxSpliced:
+		s, err := eventlog.Decode[eventlog.InboxSpliced](ev.Event)
+		return err == nil && s.Outcome == eventlog.OutcomeCanceled
+	}
+	return false
 }

@@ -1,95 +1,27 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/dshd/dshd/pkg/eventlog"
+	"github.com/dshd/dshd/pkg/llm"
 )
 
-// The payload fields the renderers read (docs/events.md); everything else is left alone.
-type (
-	contentBlock struct {
-		Type      string         `json:"type"`
-		Text      string         `json:"text"`
-		ID        string         `json:"id"`
-		Name      string         `json:"name"`
-		Arguments string         `json:"arguments"`
-		Content   []contentBlock `json:"content"` // a tool-result block's
-		IsError   bool           `json:"isError"`
-		ToolCall  string         `json:"toolCallId"`
+func deref(s *string) string {
+	if s == nil {
+		return ""
 	}
-	message struct {
-		Role    string         `json:"role"`
-		Content []contentBlock `json:"content"`
-		Source  struct {
-			Kind string `json:"kind"`
-		} `json:"source"`
-	}
-	chunkData struct {
-		Turn  int `json:"turn"`
-		Step  int `json:"step"`
-		Chunk struct {
-			Type           string `json:"type"`
-			BlockType      string `json:"blockType"`
-			Text           string `json:"text"`
-			Name           string `json:"name"`
-			ArgumentsDelta string `json:"argumentsDelta"`
-			Reason         struct {
-				Kind string `json:"kind"`
-			} `json:"reason"`
-		} `json:"chunk"`
-	}
-	stepMessage struct {
-		Turn    int     `json:"turn"`
-		Step    int     `json:"step"`
-		Message message `json:"message"`
-		Error   *struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	toolCall struct {
-		CallID    string `json:"callId"`
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	}
-	turnEnd struct {
-		Turn   int `json:"turn"`
-		Reason struct {
-			Kind   string `json:"kind"`
-			Reason *struct {
-				Kind string `json:"kind"`
-			} `json:"reason"`
-			Error *struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		} `json:"reason"`
-	}
-	approvalAsked struct {
-		ID       string `json:"id"`
-		ToolName string `json:"toolName"`
-		CallID   string `json:"callId"`
-		Reason   string `json:"reason"`
-	}
-	approvalDecided struct {
-		ID      string `json:"id"`
-		Outcome string `json:"outcome"`
-	}
-)
-
-func decode[T any](ev Event) (T, bool) {
-	var v T
-	err := json.Unmarshal(ev.Data, &v)
-	return v, err == nil
+	return *s
 }
 
 // text joins the text blocks of blocks.
-func text(blocks []contentBlock) string {
+func text(blocks []llm.Block) string {
 	var b strings.Builder
 	for _, c := range blocks {
-		if c.Type == "text" {
+		if c.Type == llm.BlockText {
 			b.WriteString(c.Text)
 		}
 	}
@@ -98,7 +30,11 @@ func text(blocks []contentBlock) string {
 
 // short is s on one line, cut to n runes.
 func short(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	return cut(strings.Join(strings.Fields(s), " "), n)
+}
+
+// cut is s cut to n runes.
+func cut(s string, n int) string {
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}
@@ -107,13 +43,13 @@ func short(s string, n int) string {
 
 // toolResult is the text and error flag of a tool/result event.
 func toolResult(ev Event) (callID, body string, isError bool, code string) {
-	m, ok := decode[stepMessage](ev)
-	if !ok {
+	m, err := eventlog.Decode[eventlog.ToolResult](ev.Event)
+	if err != nil {
 		return "", "", false, ""
 	}
 	for _, c := range m.Message.Content {
-		if c.Type == "tool-result" {
-			callID, body, isError = c.ToolCall, text(c.Content), c.IsError
+		if c.Type == llm.BlockToolResult {
+			callID, body, isError = c.ToolCallID, text(c.Content), c.IsError
 		}
 	}
 	if m.Error != nil {
@@ -124,7 +60,7 @@ func toolResult(ev Event) (callID, body string, isError bool, code string) {
 
 // turnEndText says how a turn ended, "" for a completed one.
 func turnEndText(ev Event) string {
-	t, _ := decode[turnEnd](ev)
+	t, _ := eventlog.Decode[eventlog.TurnEnd](ev.Event)
 	switch r := t.Reason; r.Kind {
 	case "completed":
 		return ""
@@ -151,40 +87,44 @@ func Line(ev Event) string {
 
 func summary(ev Event) string {
 	switch ev.Type {
-	case "user/message":
-		m, _ := decode[message](ev)
+	case eventlog.TypeUserMessage:
+		m, _ := eventlog.Decode[eventlog.UserMessage](ev.Event)
 		return short(text(m.Content), 120)
-	case "assistant/chunk":
-		c, _ := decode[chunkData](ev)
+	case eventlog.TypeAssistantChunk:
+		c, err := eventlog.Decode[eventlog.AssistantChunk](ev.Event)
+		if err != nil || c.Chunk == nil {
+			return ""
+		}
 		switch ch := c.Chunk; ch.Type {
 		case "text-delta", "reasoning-delta":
-			return ch.Type + " " + fmt.Sprintf("%q", short(ch.Text, 100))
+			return ch.Type + " " + fmt.Sprintf("%q", cut(ch.Text, 100))
 		case "tool-call-delta":
-			return ch.Type + " " + ch.Name + " " + short(ch.ArgumentsDelta, 80)
+			return ch.Type + " " + ch.Name + " " + short(deref(ch.ArgumentsDelta), 80)
 		case "block-start":
 			return ch.Type + " " + ch.BlockType
 		case "finish":
+			if ch.Reason == nil {
+				return ch.Type
+			}
 			return ch.Type + " " + ch.Reason.Kind
 		default:
 			return ch.Type
 		}
-	case "assistant/message":
-		m, _ := decode[stepMessage](ev)
+	case eventlog.TypeAssistantMessage:
+		m, _ := eventlog.Decode[eventlog.AssistantMessage](ev.Event)
 		var calls []string
-		for _, c := range m.Message.Content {
-			if c.Type == "tool-call" {
-				calls = append(calls, c.Name)
-			}
+		for _, c := range m.Message.ToolCalls() {
+			calls = append(calls, c.Name)
 		}
 		s := short(text(m.Message.Content), 100)
 		if len(calls) > 0 {
 			s = strings.TrimSpace(s + " [calls " + strings.Join(calls, ", ") + "]")
 		}
 		return s
-	case "tool/call":
-		c, _ := decode[toolCall](ev)
+	case eventlog.TypeToolCall:
+		c, _ := eventlog.Decode[eventlog.ToolCall](ev.Event)
 		return c.CallID + " " + c.Name + " " + short(c.Arguments, 100)
-	case "tool/result":
+	case eventlog.TypeToolResult:
 		id, body, isErr, code := toolResult(ev)
 		status := "ok"
 		if isErr {
@@ -194,28 +134,30 @@ func summary(ev Event) string {
 			}
 		}
 		return id + " " + status + ": " + short(body, 100)
-	case "turn/start", "step/start", "step/end":
-		var t struct{ Turn, Step int }
-		_ = json.Unmarshal(ev.Data, &t)
-		if ev.Type == "turn/start" {
-			return fmt.Sprintf("turn %d", t.Turn)
-		}
+	case eventlog.TypeTurnStart:
+		t, _ := eventlog.Decode[eventlog.TurnStart](ev.Event)
+		return fmt.Sprintf("turn %d", t.Turn)
+	case eventlog.TypeStepStart:
+		t, _ := eventlog.Decode[eventlog.StepStart](ev.Event)
 		return fmt.Sprintf("turn %d step %d", t.Turn, t.Step)
-	case "turn/end":
-		t, _ := decode[turnEnd](ev)
+	case eventlog.TypeStepEnd:
+		t, _ := eventlog.Decode[eventlog.StepEnd](ev.Event)
+		return fmt.Sprintf("turn %d step %d", t.Turn, t.Step)
+	case eventlog.TypeTurnEnd:
+		t, _ := eventlog.Decode[eventlog.TurnEnd](ev.Event)
 		s := fmt.Sprintf("turn %d %s", t.Turn, t.Reason.Kind)
 		if e := t.Reason.Error; e != nil {
 			s += " " + e.Code + ": " + short(e.Message, 80)
 		}
 		return s
-	case "approval/asked":
-		a, _ := decode[approvalAsked](ev)
+	case eventlog.TypeApprovalAsked:
+		a, _ := eventlog.Decode[eventlog.ApprovalAsked](ev.Event)
 		return a.ToolName + " " + a.CallID + " approval " + a.ID
-	case "approval/decided":
-		a, _ := decode[approvalDecided](ev)
+	case eventlog.TypeApprovalDecided:
+		a, _ := eventlog.Decode[eventlog.ApprovalDecided](ev.Event)
 		return a.ID + " " + a.Outcome
 	}
-	return short(string(ev.Data), 120)
+	return short(string(ev.Event.Data), 120)
 }
 
 // streamPrinter shows a turn as a person reads it: the answer's text as it streams, reasoning
@@ -226,11 +168,11 @@ type streamPrinter struct {
 	midLn    bool            // the last write did not end a line
 	block    string          // the kind of block being streamed: "text", "reasoning" or ""
 	streamed map[[2]int]bool // steps whose text was shown from deltas
-	calls    map[string]toolCall
+	calls    map[string]eventlog.ToolCall
 }
 
 func newStreamPrinter(w io.Writer) *streamPrinter {
-	return &streamPrinter{w: w, streamed: map[[2]int]bool{}, calls: map[string]toolCall{}}
+	return &streamPrinter{w: w, streamed: map[[2]int]bool{}, calls: map[string]eventlog.ToolCall{}}
 }
 
 func (p *streamPrinter) endLine() {
@@ -249,9 +191,9 @@ func (p *streamPrinter) line(format string, args ...any) {
 // Show prints ev.
 func (p *streamPrinter) Show(ev Event) {
 	switch ev.Type {
-	case "assistant/chunk":
-		c, ok := decode[chunkData](ev)
-		if !ok {
+	case eventlog.TypeAssistantChunk:
+		c, err := eventlog.Decode[eventlog.AssistantChunk](ev.Event)
+		if err != nil || c.Chunk == nil {
 			return
 		}
 		switch ch := c.Chunk; ch.Type {
@@ -270,21 +212,21 @@ func (p *streamPrinter) Show(ev Event) {
 		case "block-end":
 			p.endLine()
 		}
-	case "assistant/message":
-		m, ok := decode[stepMessage](ev)
-		if ok && !p.streamed[[2]int{m.Turn, m.Step}] {
+	case eventlog.TypeAssistantMessage:
+		m, err := eventlog.Decode[eventlog.AssistantMessage](ev.Event)
+		if err == nil && !p.streamed[[2]int{m.Turn, m.Step}] {
 			if s := text(m.Message.Content); s != "" {
 				p.line("%s", s)
 			}
 		}
-	case "tool/call":
-		c, ok := decode[toolCall](ev)
-		if !ok {
+	case eventlog.TypeToolCall:
+		c, err := eventlog.Decode[eventlog.ToolCall](ev.Event)
+		if err != nil {
 			return
 		}
 		p.calls[c.CallID] = c
 		p.line("-> %s %s", c.Name, short(c.Arguments, 160))
-	case "tool/result":
+	case eventlog.TypeToolResult:
 		id, body, isErr, code := toolResult(ev)
 		name := p.calls[id].Name
 		if name == "" {
@@ -298,10 +240,10 @@ func (p *streamPrinter) Show(ev Event) {
 			return
 		}
 		p.line("<- %s: %s", name, short(body, 200))
-	case "approval/decided":
-		a, _ := decode[approvalDecided](ev)
+	case eventlog.TypeApprovalDecided:
+		a, _ := eventlog.Decode[eventlog.ApprovalDecided](ev.Event)
 		p.line("   approval %s", a.Outcome)
-	case "turn/end":
+	case eventlog.TypeTurnEnd:
 		if s := turnEndText(ev); s != "" {
 			p.line("[%s]", s)
 		}

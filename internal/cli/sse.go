@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"io"
 	"strings"
+
+	"github.com/dshd/dshd/pkg/eventlog"
 )
 
-// Event is a session event as the API sends it (docs/events.md, the envelope).
+// Event is a session event as the API sends it (docs/events.md, the envelope), with its JSON as
+// received.
 type Event struct {
-	Type string          `json:"type"`
-	Seq  int64           `json:"seq"`
-	Time int64           `json:"time"`
-	Data json.RawMessage `json:"data"`
-	// Raw is the event's JSON as received.
-	Raw json.RawMessage `json:"-"`
+	eventlog.Event
+	Raw json.RawMessage
 }
 
 // sseReader reads the frames of a text/event-stream. A frame is dispatched at its blank line, so
@@ -68,11 +67,10 @@ func (s *sseReader) NextEvent() (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
-		var ev Event
+		var ev eventlog.Event
 		if json.Unmarshal([]byte(data), &ev) != nil || ev.Type == "" {
 			continue // not an event frame
 		}
-		ev.Raw = json.RawMessage(data)
-		return ev, nil
+		return Event{Event: ev, Raw: json.RawMessage(data)}, nil
 	}
 }
