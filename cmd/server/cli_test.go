@@ -348,6 +348,56 @@ type terminal struct {
 	mark   int // expect looks after this offset
 	change chan struct{}
 	exited chan error
+	// readDone is closed once the terminal's output has been read to its end.
+	readDone chan struct{}
+}
+
+// startTerminal runs this test binary as dshd with args under a pseudo-terminal (its
+// controlling terminal: a Ctrl-C typed is a SIGINT), with the client's environment of env.
+func startTerminal(t *testing.T, env func(string) string, args ...string) *terminal {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "DSHD_TEST_RUN_MAIN=1", "DSHD_URL="+env("DSHD_URL"), "DSHD_API_KEY="+env("DSHD_API_KEY"))
+	f, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := &terminal{t: t, pty: f, change: make(chan struct{}, 1), exited: make(chan error, 1), readDone: make(chan struct{})}
+	go func() {
+		defer close(term.readDone)
+		buf := make([]byte, 4096)
+		for {
+			n, err := f.Read(buf)
+			term.mu.Lock()
+			term.out = append(term.out, buf[:n]...)
+			term.mu.Unlock()
+			select {
+			case term.change <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { term.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		f.Close()
+		if t.Failed() || testing.Verbose() {
+			term.mu.Lock()
+			t.Logf("terminal:\n%s", term.out)
+			term.mu.Unlock()
+		}
+	})
+	return term
+}
+
+// output is what the program printed so far.
+func (term *terminal) output() string {
+	term.mu.Lock()
+	defer term.mu.Unlock()
+	return string(term.out)
 }
 
 func (term *terminal) expect(want string) {
@@ -388,42 +438,7 @@ func TestCLIChatOverPTY(t *testing.T) {
 	}
 	s := newCLIServer(t)
 	preset := s.preset(t, `{"name":"ask","model":{"provider":"scripted","model":"m"},"approval":{"policy":"ask","ask":["echo"],"timeoutMs":600000}}`)
-	cmd := exec.Command(os.Args[0], "chat", "--preset", preset)
-	cmd.Env = append(os.Environ(), "DSHD_TEST_RUN_MAIN=1", "DSHD_URL="+s.m.URL(), "DSHD_API_KEY="+s.key)
-	f, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	term := &terminal{t: t, pty: f, change: make(chan struct{}, 1), exited: make(chan error, 1)}
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		buf := make([]byte, 4096)
-		for {
-			n, err := f.Read(buf)
-			term.mu.Lock()
-			term.out = append(term.out, buf[:n]...)
-			term.mu.Unlock()
-			select {
-			case term.change <- struct{}{}:
-			default:
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	go func() { term.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		f.Close()
-		if t.Failed() || testing.Verbose() {
-			term.mu.Lock()
-			t.Logf("terminal:\n%s", term.out)
-			term.mu.Unlock()
-		}
-	})
-
+	term := startTerminal(t, s.env(s.m.URL()), "chat", "--preset", preset)
 	term.expect("Type a message")
 	term.expect("> ")
 	// The answer streams; the echoed input has %20, the answer a space.
@@ -455,7 +470,7 @@ func TestCLIChatOverPTY(t *testing.T) {
 	if err := <-term.exited; err != nil {
 		t.Fatalf("dshd chat exited with %v", err)
 	}
-	<-readDone
+	<-term.readDone
 
 	// The session's log has the three turns, the last one aborted by the user.
 	var list struct{ Items []struct{ ID string } }
@@ -469,5 +484,38 @@ func TestCLIChatOverPTY(t *testing.T) {
 	s.call(t, "GET", "/v1/sessions/"+list.Items[0].ID+"/events?types=turn/end", s.key, "", 200, &page)
 	if len(page.Events) != 3 || !strings.Contains(string(page.Events[2].Data), `"aborted"`) {
 		t.Fatalf("turn ends %+v, want 3, the last aborted", page.Events)
+	}
+}
+
+// TestCLIChatResumesADroppedStream continues a session (--session) through a proxy that cuts the
+// connection in the middle of a turn's stream: the chat resumes from the session's events with
+// Last-Event-ID and shows the rest of the turn, each call and result once.
+func TestCLIChatResumesADroppedStream(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs the program under a pseudo-terminal")
+	}
+	s := newCLIServer(t)
+	session := s.session(t, s.preset(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`))
+	proxy := newCuttingProxy(t, strings.TrimPrefix(s.m.URL(), "http://"), 3000)
+	term := startTerminal(t, s.env("http://"+proxy.ln.Addr().String()), "chat", "--session", session)
+	term.expect("continuing session " + session)
+	term.expect("> ")
+	term.send("tools:3 say:all%20three%20done\r")
+	term.expect("all three done")
+	term.expect("> ")
+	term.send("\x04")
+	if err := <-term.exited; err != nil {
+		t.Fatalf("dshd chat exited with %v", err)
+	}
+	<-term.readDone
+	out := term.output()
+	if n := proxy.connections(); n < 2 {
+		t.Fatalf("%d connections through the proxy: the stream was never cut and resumed", n)
+	}
+	for _, want := range []string{`-> echo {"text":"step 1 call 1"}`, `-> echo {"text":"step 1 call 3"}`, "<- echo: step 1 call 2", "all three done"} {
+		if n := strings.Count(out, want); n != 1 {
+			t.Fatalf("%q printed %d times, want once", want, n)
+		}
 	}
 }

@@ -245,6 +245,7 @@ func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item)
 	}
 	last := int64(-1)
 	ended := false
+	resumed := false // reading the session's stream, which does not end with the turn
 	for attempt := 0; ; attempt++ {
 		rd := newSSEReader(body)
 		var err error
@@ -261,6 +262,9 @@ func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item)
 			if !send(item{ev: ev}) {
 				body.Close()
 				return
+			}
+			if ended && resumed {
+				break // the session's stream goes on: the turn's part of it is over
 			}
 		}
 		body.Close()
@@ -282,7 +286,7 @@ func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item)
 			body = io.NopCloser(strings.NewReader(""))
 			continue
 		}
-		body = resp.Body
+		body, resumed = resp.Body, true
 	}
 }
 
