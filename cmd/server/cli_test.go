@@ -489,7 +489,8 @@ func TestCLIChatOverPTY(t *testing.T) {
 
 // TestCLIChatResumesADroppedStream continues a session (--session) through a proxy that cuts the
 // connection in the middle of a turn's stream: the chat resumes from the session's events with
-// Last-Event-ID and shows the rest of the turn, each call and result once.
+// Last-Event-ID and shows the rest of the turn, each call and result once. Two Ctrl-C at the
+// prompt exit.
 func TestCLIChatResumesADroppedStream(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -504,7 +505,10 @@ func TestCLIChatResumesADroppedStream(t *testing.T) {
 	term.send("tools:3 say:all%20three%20done\r")
 	term.expect("all three done")
 	term.expect("> ")
-	term.send("\x04")
+	// Ctrl-C at the prompt warns; a second one exits.
+	term.send("\x03")
+	term.expect("(Ctrl-C again or Ctrl-D to exit)")
+	term.send("\x03")
 	if err := <-term.exited; err != nil {
 		t.Fatalf("dshd chat exited with %v", err)
 	}

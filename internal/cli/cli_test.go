@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSSEReaderSkipsCommentsAndCutFrames(t *testing.T) {
@@ -121,5 +122,22 @@ func TestLineAndStreamPrinter(t *testing.T) {
 		`text-delta " world"`, "Hello world", "turn 1 error SERVER: boom"}
 	if !reflect.DeepEqual(lines, wantLines) {
 		t.Fatalf("summaries %q, want %q", lines, wantLines)
+	}
+}
+
+// A stream that sends nothing for the idle timeout is closed, so its reader ends and resumes.
+func TestIdleBodyClosesASilentStream(t *testing.T) {
+	t.Parallel()
+	r, w := io.Pipe()
+	defer w.Close()
+	b := newIdleBody(r, 20*time.Millisecond)
+	defer b.Close()
+	go func() { _, _ = w.Write([]byte("x")) }()
+	buf := make([]byte, 8)
+	if n, err := b.Read(buf); n != 1 || err != nil {
+		t.Fatalf("read %d %v", n, err)
+	}
+	if _, err := b.Read(buf); err == nil {
+		t.Fatal("a silent stream's read did not end")
 	}
 }

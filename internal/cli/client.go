@@ -121,7 +121,39 @@ func (c *Client) Stream(ctx context.Context, method, path string, body any, last
 		resp.Body.Close()
 		return nil, fmt.Errorf("expected an event stream, got %q", ct)
 	}
+	resp.Body = newIdleBody(resp.Body, streamIdleTimeout)
 	return resp, nil
+}
+
+// streamIdleTimeout is how long a stream may send nothing, not even a heartbeat (the server
+// sends one every 15 s), before it counts as dropped: its body is closed and the reader resumes.
+const streamIdleTimeout = time.Minute
+
+// idleBody closes a response body that has not delivered a byte for the timeout, so a
+// connection that died silently ends the read instead of hanging it.
+type idleBody struct {
+	io.ReadCloser
+	timer   *time.Timer
+	timeout time.Duration
+}
+
+func newIdleBody(rc io.ReadCloser, timeout time.Duration) *idleBody {
+	b := &idleBody{ReadCloser: rc, timeout: timeout}
+	b.timer = time.AfterFunc(timeout, func() { rc.Close() })
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.timer.Reset(b.timeout)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
 }
 
 func readAPIError(resp *http.Response) error {
