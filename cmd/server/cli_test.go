@@ -332,6 +332,9 @@ func TestCLITailResumesAcrossDroppedConnection(t *testing.T) {
 		t.Fatalf("tail --from 3 printed %d lines from %q, want %d from seq 3", len(all), all[0], len(got)-3)
 	}
 	text := strings.Join(all, "\n")
+	if testing.Verbose() {
+		t.Logf("dshd tail --from 3:\n%s", text)
+	}
 	for _, want := range []string{"tool/call", "call_1_1 echo", "tool/result", "call_1_1 ok: step 1 call 1", "turn 1 completed"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("tail's lines lack %q:\n%s", want, text)

@@ -102,6 +102,11 @@ func summary(ev Event) string {
 			return ch.Type + " " + ch.Name + " " + short(deref(ch.ArgumentsDelta), 80)
 		case "block-start":
 			return ch.Type + " " + ch.BlockType
+		case "usage":
+			if ch.Usage == nil {
+				return ch.Type
+			}
+			return fmt.Sprintf("usage in %d out %d", ch.Usage.InputTokens, ch.Usage.OutputTokens)
 		case "finish":
 			if ch.Reason == nil {
 				return ch.Type
@@ -121,6 +126,9 @@ func summary(ev Event) string {
 			s = strings.TrimSpace(s + " [calls " + strings.Join(calls, ", ") + "]")
 		}
 		return s
+	case eventlog.TypeRequestHeader:
+		h, _ := eventlog.Decode[eventlog.RequestHeader](ev.Event)
+		return fmt.Sprintf("%s %s/%s, %d tools", h.Reason, h.Header.Config.Provider, h.Header.Config.Model, len(h.Header.Tools))
 	case eventlog.TypeToolCall:
 		c, _ := eventlog.Decode[eventlog.ToolCall](ev.Event)
 		return c.CallID + " " + c.Name + " " + short(c.Arguments, 100)
