@@ -526,3 +526,26 @@ func TestCLIChatResumesADroppedStream(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIChatFromAPipe: lines piped into chat are posted one turn after the other (what is read
+// during a turn waits for it, except an approval's answer), and the end of input exits.
+func TestCLIChatFromAPipe(t *testing.T) {
+	t.Parallel()
+	s := newCLIServer(t)
+	preset := s.preset(t, `{"name":"ask","model":{"provider":"scripted","model":"m"},"approval":{"policy":"ask","ask":["echo"],"timeoutMs":600000}}`)
+	cmd := exec.Command(os.Args[0], "chat", "--preset", preset)
+	cmd.Env = append(os.Environ(), "DSHD_TEST_RUN_MAIN=1", "DSHD_URL="+s.m.URL(), "DSHD_API_KEY="+s.key)
+	cmd.Stdin = strings.NewReader("tools:1\ny\nsay:bye%20now\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dshd chat: %v\n%s", err, out)
+	}
+	for _, want := range []string{`approve echo {"text":"step 1 call 1"}? [y/N]`, "<- echo: step 1 call 1", "Done after 1 steps and 1 tool results.", "bye now"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the chat's output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "cancelling") || strings.Contains(string(out), "[turn cancelled]") {
+		t.Fatalf("a turn was cancelled:\n%s", out)
+	}
+}

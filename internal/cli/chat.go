@@ -148,7 +148,6 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 	var queue []eventlog.ApprovalAsked // approvals asked and not answered yet, in order
 	asking := false
 	cancelled := false
-	lines := ch.lines
 	for {
 		if len(queue) > 0 && !asking {
 			a := queue[0]
@@ -156,6 +155,12 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 			p.endLine()
 			fmt.Fprintf(ch.out, "approve %s %s? [y/N] ", a.ToolName, short(args, 160))
 			asking = true
+		}
+		// Lines are read only to answer an approval: what is typed during a turn waits for the
+		// next prompt (and an end of input, for the prompt to exit at).
+		var lines <-chan string
+		if asking {
+			lines = ch.lines
 		}
 		select {
 		case <-ctx.Done():
@@ -188,21 +193,8 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 			p.Show(it.ev)
 		case line, ok := <-lines:
 			if !ok {
-				// Ctrl-D during the turn: reject what is asked, cancel the turn, then leave.
-				lines, exit = nil, true
-				line = "n"
-				if !cancelled {
-					cancelled = true
-					if err := ch.cancel(ctx); err != nil {
-						return true, err
-					}
-				}
-			}
-			if !asking {
-				if ok {
-					p.line("(a turn is running: wait for it, or Ctrl-C to cancel it)")
-				}
-				continue
+				fmt.Fprintln(ch.out)
+				line = "n" // the end of input: nobody is left to approve
 			}
 			a := queue[0]
 			queue, asking = queue[1:], false
