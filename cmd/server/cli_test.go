@@ -18,13 +18,27 @@ import (
 	"github.com/creack/pty"
 )
 
-// The chat test runs this test binary as `dshd` under a pseudo-terminal: with
-// DSHD_TEST_RUN_MAIN set, the binary is the program itself.
-func init() {
-	if os.Getenv("DSHD_TEST_RUN_MAIN") == "1" {
-		main()
-		os.Exit(0)
+// TestCLIHelperProcess is not a test: the chat tests run this test binary as dshd with
+// -test.run=^TestCLIHelperProcess$ and DSHD_TEST_RUN_MAIN=1, the program's arguments after "--".
+func TestCLIHelperProcess(t *testing.T) {
+	if os.Getenv("DSHD_TEST_RUN_MAIN") != "1" {
+		return
 	}
+	for i, a := range os.Args {
+		if a == "--" {
+			os.Args = append([]string{os.Args[0]}, os.Args[i+1:]...)
+			break
+		}
+	}
+	main() // exits 1 on an error
+	os.Exit(0)
+}
+
+// dshdCommand is the command that runs this test binary as dshd with args.
+func dshdCommand(env func(string) string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestCLIHelperProcess$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), "DSHD_TEST_RUN_MAIN=1", "DSHD_URL="+env("DSHD_URL"), "DSHD_API_KEY="+env("DSHD_API_KEY"))
+	return cmd
 }
 
 // cliServer is a real server over a fresh database, with a tenant whose key the client uses.
@@ -359,8 +373,7 @@ type terminal struct {
 // controlling terminal: a Ctrl-C typed is a SIGINT), with the client's environment of env.
 func startTerminal(t *testing.T, env func(string) string, args ...string) *terminal {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "DSHD_TEST_RUN_MAIN=1", "DSHD_URL="+env("DSHD_URL"), "DSHD_API_KEY="+env("DSHD_API_KEY"))
+	cmd := dshdCommand(env, args...)
 	f, err := pty.Start(cmd)
 	if err != nil {
 		t.Fatal(err)
@@ -533,8 +546,7 @@ func TestCLIChatFromAPipe(t *testing.T) {
 	t.Parallel()
 	s := newCLIServer(t)
 	preset := s.preset(t, `{"name":"ask","model":{"provider":"scripted","model":"m"},"approval":{"policy":"ask","ask":["echo"],"timeoutMs":600000}}`)
-	cmd := exec.Command(os.Args[0], "chat", "--preset", preset)
-	cmd.Env = append(os.Environ(), "DSHD_TEST_RUN_MAIN=1", "DSHD_URL="+s.m.URL(), "DSHD_API_KEY="+s.key)
+	cmd := dshdCommand(s.env(s.m.URL()), "chat", "--preset", preset)
 	cmd.Stdin = strings.NewReader("tools:1\ny\nsay:bye%20now\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
