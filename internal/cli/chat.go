@@ -9,9 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 )
@@ -168,9 +166,9 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 		case it := <-items:
 			if it.err != nil {
 				if errors.Is(it.err, io.EOF) {
-					return exit, nil
+					return false, nil
 				}
-				return exit, it.err
+				return false, it.err
 			}
 			switch it.ev.Type {
 			case eventlog.TypeApprovalAsked:
@@ -179,15 +177,10 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 				}
 			case eventlog.TypeApprovalDecided:
 				d, _ := eventlog.Decode[eventlog.ApprovalDecided](it.ev.Event)
-				for i, a := range queue {
-					if a.ID == d.ID {
-						if i == 0 && asking {
-							asking = false
-							fmt.Fprintln(ch.out)
-						}
-						queue = append(queue[:i], queue[i+1:]...)
-						break
-					}
+				var first bool
+				if queue, first = removeApproval(queue, d.ID); first && asking {
+					asking = false // answered elsewhere, or timed out
+					fmt.Fprintln(ch.out)
 				}
 			}
 			p.Show(it.ev)
@@ -196,16 +189,8 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 				fmt.Fprintln(ch.out)
 				line = "n" // the end of input: nobody is left to approve
 			}
-			a := queue[0]
+			ch.answer(ctx, p, queue[0].ID, line)
 			queue, asking = queue[1:], false
-			outcome := "rejected"
-			if s := strings.ToLower(strings.TrimSpace(line)); s == "y" || s == "yes" {
-				outcome = "allowed-once"
-			}
-			if err := ch.c.Do(ctx, "POST", "/v1/sessions/"+url.PathEscape(ch.session)+"/approvals/"+url.PathEscape(a.ID),
-				map[string]string{"outcome": outcome}, nil); err != nil {
-				p.line("approval not recorded: %v", err)
-			}
 		case <-ch.interrupts:
 			if cancelled {
 				return true, nil // a second Ctrl-C: leave at once
@@ -223,74 +208,25 @@ func (ch *chat) cancel(ctx context.Context) error {
 	return ch.c.Do(ctx, "POST", "/v1/sessions/"+url.PathEscape(ch.session)+"/cancel", nil, nil)
 }
 
-// read hands the events of the turn's stream to items until its turn ended. A stream that drops
-// before then is resumed from the session's event stream with Last-Event-ID, until a turn/end
-// (or a cancel that cleared the message from the inbox).
-func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item) {
-	send := func(it item) bool {
-		select {
-		case items <- it:
-			return true
-		case <-ctx.Done():
-			return false
-		}
+// answer records the person's answer to approval id: y or yes allows the one call, anything
+// else rejects it.
+func (ch *chat) answer(ctx context.Context, p *streamPrinter, id, line string) {
+	outcome := "rejected"
+	if s := strings.ToLower(strings.TrimSpace(line)); s == "y" || s == "yes" {
+		outcome = "allowed-once"
 	}
-	last := int64(-1)
-	ended := false
-	resumed := false // reading the session's stream, which does not end with the turn
-	for attempt := 0; ; attempt++ {
-		rd := newSSEReader(body)
-		var err error
-		for {
-			var ev Event
-			if ev, err = rd.NextEvent(); err != nil {
-				break
-			}
-			if ev.Seq <= last {
-				continue
-			}
-			last, attempt = ev.Seq, 0
-			ended = ended || endsTurnStream(ev)
-			if !send(item{ev: ev}) {
-				body.Close()
-				return
-			}
-			if ended && resumed {
-				break // the session's stream goes on: the turn's part of it is over
-			}
-		}
-		body.Close()
-		if ended || ctx.Err() != nil {
-			send(item{err: io.EOF})
-			return
-		}
-		if attempt >= 5 {
-			send(item{err: fmt.Errorf("the stream dropped: %w", err)})
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
-		}
-		resp, serr := ch.c.Stream(ctx, "GET", "/v1/sessions/"+url.PathEscape(ch.session)+"/events", nil, strconv.FormatInt(last, 10))
-		if serr != nil {
-			body = io.NopCloser(strings.NewReader(""))
-			continue
-		}
-		body, resumed = resp.Body, true
+	if err := ch.c.Do(ctx, "POST", "/v1/sessions/"+url.PathEscape(ch.session)+"/approvals/"+url.PathEscape(id),
+		map[string]string{"outcome": outcome}, nil); err != nil {
+		p.line("approval not recorded: %v", err)
 	}
 }
 
-// endsTurnStream tells the events after which a message's stream ends: a turn's end, or a
-// cancel's splice that cleared the message from the inbox before a turn took it.
-func endsTurnStream(ev Event) bool {
-	switch ev.Type {
-	case eventlog.TypeTurnEnd:
-		return true
-	case eventlog.TypeInboxSpliced:
-		s, err := eventlog.Decode[eventlog.InboxSpliced](ev.Event)
-		return err == nil && s.Outcome == eventlog.OutcomeCanceled
+// removeApproval removes approval id from queue; first tells whether it was the first one.
+func removeApproval(queue []eventlog.ApprovalAsked, id string) (_ []eventlog.ApprovalAsked, first bool) {
+	for i, a := range queue {
+		if a.ID == id {
+			return append(queue[:i], queue[i+1:]...), i == 0
+		}
 	}
-	return false
+	return queue, false
 }
