@@ -40,7 +40,7 @@ func runChat(ctx context.Context, args []string, env Env) error {
 		if err := c.Do(ctx, "GET", "/v1/sessions/"+url.PathEscape(*sessionID), nil, &s); err != nil {
 			return err
 		}
-		ch.session = s.ID
+		ch.session, ch.lastSeq = s.ID, s.LastSeq
 		fmt.Fprintf(env.Stdout, "continuing session %s\n", s.ID)
 	} else {
 		p := *presetID
@@ -54,7 +54,7 @@ func runChat(ctx context.Context, args []string, env Env) error {
 		if err := c.Do(ctx, "POST", "/v1/sessions", map[string]string{"presetId": p}, &s); err != nil {
 			return err
 		}
-		ch.session = s.ID
+		ch.session, ch.lastSeq = s.ID, s.LastSeq
 		fmt.Fprintf(env.Stdout, "session %s\n", s.ID)
 	}
 	fmt.Fprintln(env.Stdout, "Type a message. Ctrl-C cancels a running turn; Ctrl-D (or Ctrl-C twice) at the prompt exits.")
@@ -85,6 +85,9 @@ type chat struct {
 	out        io.Writer
 	lines      <-chan string
 	interrupts <-chan os.Signal
+	// lastSeq is the last event of the session the chat knows of: a turn's stream that drops
+	// before its first event resumes after it.
+	lastSeq int64
 }
 
 const prompt = "> "
@@ -140,7 +143,7 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 		return false, err
 	}
 	items := make(chan item, 64)
-	go ch.read(tctx, resp.Body, items)
+	go ch.read(tctx, resp.Body, ch.lastSeq, items)
 	p := newStreamPrinter(ch.out)
 	defer p.endLine()
 	var queue []eventlog.ApprovalAsked // approvals asked and not answered yet, in order
@@ -183,6 +186,7 @@ func (ch *chat) turn(ctx context.Context, line string) (exit bool, err error) {
 					fmt.Fprintln(ch.out)
 				}
 			}
+			ch.lastSeq = it.ev.Seq
 			p.Show(it.ev)
 		case line, ok := <-lines:
 			if !ok {

@@ -15,7 +15,7 @@ import (
 // read hands the events of the turn's stream to items until its turn ended. A stream that drops
 // before then is resumed from the session's event stream with Last-Event-ID, until a turn/end
 // (or a cancel that cleared the message from the inbox).
-func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item) {
+func (ch *chat) read(ctx context.Context, body io.ReadCloser, after int64, items chan<- item) {
 	send := func(it item) bool {
 		select {
 		case items <- it:
@@ -24,7 +24,7 @@ func (ch *chat) read(ctx context.Context, body io.ReadCloser, items chan<- item)
 			return false
 		}
 	}
-	last := int64(-1)
+	last := after
 	ended := false
 	resumed := false // reading the session's stream, which does not end with the turn
 	for attempt := 0; ; attempt++ {
