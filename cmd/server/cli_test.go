@@ -169,6 +169,9 @@ func TestCLISessionsAndPresets(t *testing.T) {
 	if _, err = s.cli(t, "sessions", "show", "8f6f1c1e-0000-4000-8000-000000000000"); err == nil || !strings.HasPrefix(err.Error(), "not_found: ") {
 		t.Fatalf("sessions show of an unknown session: %v, want not_found: <detail>", err)
 	}
+	if _, err = s.cli(t, "tail", "8f6f1c1e-0000-4000-8000-000000000000"); err == nil || !strings.HasPrefix(err.Error(), "not_found: ") {
+		t.Fatalf("tail of an unknown session: %v, want not_found: <detail>", err)
+	}
 	// A wrong key: the server's problem, and the key is not printed.
 	var errOut bytes.Buffer
 	err = run(t.Context(), []string{"sessions", "--key", "dshd_wrong-key-value"}, s.env(s.m.URL()), io.Discard, &errOut)
