@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/creack/pty"
@@ -13,6 +15,7 @@ import (
 // terminal is the program running under a pseudo-terminal.
 type terminal struct {
 	t      *testing.T
+	cmd    *exec.Cmd
 	pty    *os.File
 	mu     sync.Mutex
 	out    []byte
@@ -32,7 +35,7 @@ func startTerminal(t *testing.T, env func(string) string, args ...string) *termi
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := &terminal{t: t, pty: f, change: make(chan struct{}, 1), exited: make(chan error, 1), readDone: make(chan struct{})}
+	term := &terminal{t: t, cmd: cmd, pty: f, change: make(chan struct{}, 1), exited: make(chan error, 1), readDone: make(chan struct{})}
 	go func() {
 		defer close(term.readDone)
 		buf := make([]byte, 4096)
@@ -213,5 +216,22 @@ func TestCLIChatFromAPipe(t *testing.T) {
 	}
 	if strings.Contains(string(out), "cancelling") || strings.Contains(string(out), "[turn cancelled]") {
 		t.Fatalf("a turn was cancelled:\n%s", out)
+	}
+}
+
+// TestCLIChatEndsOnSIGTERM: the chat answers Ctrl-C itself, but a termination ends it, cleanly.
+func TestCLIChatEndsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs the program under a pseudo-terminal")
+	}
+	s := newCLIServer(t)
+	term := startTerminal(t, s.env(s.m.URL()), "chat", "--preset", s.preset(t, `{"name":"p","model":{"provider":"scripted","model":"m"}}`))
+	term.expect("> ")
+	if err := term.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-term.exited; err != nil {
+		t.Fatalf("dshd chat exited with %v after SIGTERM", err)
 	}
 }

@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runRewrap(ctx, getenv, stdout)
 	case "chat":
 		// The chat answers Ctrl-C itself (it cancels the running turn): main's interrupt must
-		// not end it.
+		// not end it; the chat ends itself on SIGTERM or SIGHUP.
 		return cli.Run(context.WithoutCancel(ctx), cmd, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 	case "version", "tail", "sessions", "presets":
 		return cli.Run(ctx, cmd, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})

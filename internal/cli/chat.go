@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 )
@@ -62,6 +63,10 @@ func runChat(ctx context.Context, args []string, env Env) error {
 	signal.Notify(sigs, os.Interrupt)
 	defer signal.Stop(sigs)
 	ch.interrupts = sigs
+	// The caller's ctx does not end with an interrupt (that is the chat's to answer); a
+	// termination or a closed terminal ends the chat, leaving a running turn to the server.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
 	return ch.run(ctx)
 }
 
