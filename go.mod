@@ -3,6 +3,7 @@ module github.com/dshd/dshd
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/evanw/esbuild v0.28.2
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/uuid v1.6.0

@@ -7,6 +7,8 @@
 //	dshd rewrap-credentials
 //	               wrap the data key of every stored tenant credential with the first key of
 //	               DSHD_CREDENTIAL_KEYS (operator key rotation, docs/credentials-and-keys.md)
+//	dshd version | chat | tail | sessions | presets
+//	               client commands against a running server (internal/cli; README, "CLI")
 //
 // Configuration comes from the environment (config.go). SIGINT or SIGTERM shuts the server down
 // gracefully: new connections are refused, SSE streams end cleanly, requests in flight finish.
@@ -21,10 +23,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dshd/dshd/internal/cli"
 	"github.com/dshd/dshd/migrations"
 	"github.com/dshd/dshd/pkg/pgstore"
 )
@@ -53,11 +57,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runDevDB(ctx, args, getenv, stdout)
 	case "rewrap-credentials":
 		return runRewrap(ctx, getenv, stdout)
+	case "chat":
+		// The chat answers Ctrl-C itself (it cancels the running turn): main's interrupt must
+		// not end it; the chat ends itself on SIGTERM or SIGHUP.
+		return cli.Run(context.WithoutCancel(ctx), cmd, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
+	case "version", "tail", "sessions", "presets":
+		return cli.Run(ctx, cmd, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, "usage: dshd [serve | migrate | devdb [-dir .data] [-port 55432] | rewrap-credentials]")
+		fmt.Fprintln(stdout, "       dshd "+cli.Usage)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want serve, migrate, devdb or rewrap-credentials)", cmd)
+	return fmt.Errorf("unknown command %q (want serve, migrate, devdb, rewrap-credentials, %s)", cmd, strings.Join(cli.Commands, ", "))
 }
 
 func runServe(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
