@@ -50,6 +50,9 @@ func TestEventSchemaDescribesTheLog(t *testing.T) {
 			if errs := c.sv.validate(map[string]any{"$ref": "#/components/schemas/Event"}, v, ev.Type); len(errs) > 0 {
 				t.Errorf("%s event %d does not match Event:\n%s\n%s", name, ev.Seq, strings.Join(errs, "\n"), b)
 			}
+			if err := kinSchema("Event", v); err != nil {
+				t.Errorf("%s event %d does not match Event (kin-openapi): %v\n%s", name, ev.Seq, err, b)
+			}
 			ref, ok := branch[ev.Type]
 			if !ok {
 				t.Errorf("%s event %d: %s has no payload type", name, ev.Seq, ev.Type)

@@ -74,6 +74,9 @@ func (c *contract) check(method, path string, r response) response {
 		if errs := c.sv.validate(media["schema"], v, "body"); len(errs) > 0 {
 			t.Fatalf("%s %s %d does not match openapi.yaml:\n%s\nbody: %s", method, path, r.status, strings.Join(errs, "\n"), r.body)
 		}
+		if err := kinCheck(method, path, r.status, ct, v); err != nil {
+			t.Fatalf("%s %s %d does not match openapi.yaml (kin-openapi):\n%v\nbody: %s", method, path, r.status, err, r.body)
+		}
 	}
 	return r
 }
