@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"go.yaml.in/yaml/v4"
 
 	"github.com/dshd/dshd"
@@ -72,6 +73,9 @@ func (c *contract) check(method, path string, r response) response {
 		}
 		if errs := c.sv.validate(media["schema"], v, "body"); len(errs) > 0 {
 			t.Fatalf("%s %s %d does not match openapi.yaml:\n%s\nbody: %s", method, path, r.status, strings.Join(errs, "\n"), r.body)
+		}
+		if err := kinCheck(method, path, r.status, ct, v); err != nil {
+			t.Fatalf("%s %s %d does not match openapi.yaml (kin-openapi):\n%v\nbody: %s", method, path, r.status, err, r.body)
 		}
 	}
 	return r
@@ -145,10 +149,16 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?limit=3", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events?after=z", e.keyA, nil).want(t, 400))
 	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyB, nil).want(t, 404))
+	// The Accept form of GET .../events is an alias of streamSessionEvents, which documents it.
 	stream := openStream(t, streamURL(e.replica, sid), e.keyA)
 	stream.next(t)
-	c.check("GET", "/v1/sessions/{id}/events", response{status: stream.resp.StatusCode, header: stream.resp.Header})
-	c.check("GET", "/v1/sessions/{id}/events", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyA, nil, "Accept", "text/event-stream").want(t, 429))
+	c.check("GET", "/v1/sessions/{id}/events/stream", response{status: stream.resp.StatusCode, header: stream.resp.Header})
+	c.check("GET", "/v1/sessions/{id}/events/stream", e.do(t, "GET", "/v1/sessions/"+s.ID+"/events", e.keyA, nil, "Accept", "text/event-stream").want(t, 429))
+	stream = openStream(t, streamURL(e.replica, hs)+"/stream", e.keyA, "Accept", "*/*")
+	stream.next(t)
+	c.check("GET", "/v1/sessions/{id}/events/stream", response{status: stream.resp.StatusCode, header: stream.resp.Header})
+	c.check("GET", "/v1/sessions/{id}/events/stream", e.do(t, "GET", "/v1/sessions/"+hs.String()+"/events/stream", e.keyA, nil).want(t, 429))
+	c.check("GET", "/v1/sessions/{id}/events/stream", e.do(t, "GET", "/v1/sessions/"+uuid.NewString()+"/events/stream", e.keyA, nil).want(t, 404))
 
 	// The agent loop's endpoints, on a session of a scripted preset.
 	var sp struct{ ID string }
@@ -161,6 +171,13 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("POST", "/v1/sessions/{id}/messages", e.do(t, "POST", msgs, e.keyB, `{"content":"text"}`).want(t, 404))
 	c.check("POST", "/v1/sessions/{id}/messages", e.do(t, "POST", msgs, e.keyA, `{"content":"a"}`, "Idempotency-Key", "k1").want(t, 202))
 	c.check("POST", "/v1/sessions/{id}/messages", e.do(t, "POST", msgs, e.keyA, `{"content":"b"}`, "Idempotency-Key", "k1").want(t, 409))
+	var ms1 struct{ ID string } // a session of its own: the stream's place is given back as it ends
+	c.check("POST", "/v1/sessions", e.do(t, "POST", "/v1/sessions", e.keyA, `{"presetId":"`+sp.ID+`"}`).want(t, 201)).json(t, &ms1)
+	ms := postStreamTo(t, e.replica, "/v1/sessions/"+ms1.ID+"/messages/stream", e.keyA, `{"content":"note","mode":"inject"}`)
+	c.check("POST", "/v1/sessions/{id}/messages/stream", response{status: ms.resp.StatusCode, header: ms.resp.Header})
+	ms.untilEnd(t)
+	c.check("POST", "/v1/sessions/{id}/messages/stream", e.do(t, "POST", msgs+"/stream", e.keyA, `{"content":"x","mode":"later"}`).want(t, 400))
+	c.check("POST", "/v1/sessions/{id}/messages/stream", e.do(t, "POST", msgs+"/stream", e.keyB, `{"content":"text"}`).want(t, 404))
 	c.check("POST", "/v1/sessions/{id}/cancel", e.do(t, "POST", "/v1/sessions/"+ss.ID+"/cancel", e.keyA, `{"keepInbox":true}`).want(t, 200))
 	c.check("POST", "/v1/sessions/{id}/cancel", e.do(t, "POST", "/v1/sessions/"+ss.ID+"/cancel", e.keyB, `{}`).want(t, 404))
 	c.check("GET", "/v1/sessions/{id}/prompt", e.do(t, "GET", "/v1/sessions/"+ss.ID+"/prompt", e.keyA, nil).want(t, 200))

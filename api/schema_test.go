@@ -3,6 +3,7 @@ package api_test
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -11,8 +12,9 @@ import (
 )
 
 // schemaValidator checks decoded JSON values against the JSON Schema subset openapi.yaml uses:
-// $ref, type (also a list, for null), enum, properties, required, additionalProperties, items,
-// allOf, oneOf, minimum, maximum, minLength, maxLength, and the uuid and date-time formats.
+// $ref, type (also a list, for null), enum, const, properties, required, additionalProperties,
+// items, allOf, anyOf, oneOf, not, minimum, maximum, minLength, maxLength, pattern, and the uuid
+// and date-time formats.
 type schemaValidator struct {
 	spec map[string]any // the whole OpenAPI document, for $ref
 }
@@ -35,18 +37,34 @@ func (sv schemaValidator) validate(schema any, v any, path string) []string {
 	if enum, ok := s["enum"].([]any); ok && !slices.ContainsFunc(enum, func(e any) bool { return fmt.Sprint(e) == fmt.Sprint(v) }) {
 		fail("%v is not one of %v", short(v), enum)
 	}
+	if c, ok := s["const"]; ok && fmt.Sprint(c) != fmt.Sprint(v) {
+		fail("%v is not %v", short(v), c)
+	}
 	for _, sub := range list(s["allOf"]) {
 		errs = append(errs, sv.validate(sub, v, path)...)
 	}
+	if anyOf := list(s["anyOf"]); len(anyOf) > 0 && !slices.ContainsFunc(anyOf, func(sub any) bool { return len(sv.validate(sub, v, path)) == 0 }) {
+		fail("%v matches none of the anyOf schemas", short(v))
+	}
+	if not, ok := s["not"]; ok && len(sv.validate(not, v, path)) == 0 {
+		fail("%v matches the schema of not", short(v))
+	}
 	if one := list(s["oneOf"]); len(one) > 0 {
 		matched := 0
+		var closest []string // the errors of the branch v misses least, to say why it matches none
 		for _, sub := range one {
-			if len(sv.validate(sub, v, path)) == 0 {
+			e := sv.validate(sub, v, path)
+			if len(e) == 0 {
 				matched++
+			} else if closest == nil || len(e) < len(closest) {
+				closest = e
 			}
 		}
 		if matched != 1 {
 			fail("%v matches %d of the oneOf schemas, want 1", short(v), matched)
+		}
+		if matched == 0 {
+			errs = append(errs, closest...)
 		}
 	}
 	switch x := v.(type) {
@@ -103,6 +121,9 @@ func stringChecks(s map[string]any, x, path string) []string {
 	}
 	if n, ok := number(s["maxLength"]); ok && float64(len(x)) > n {
 		errs = append(errs, fmt.Sprintf("%s: %q is longer than %v", path, x, n))
+	}
+	if p, ok := s["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(x) {
+		errs = append(errs, fmt.Sprintf("%s: %q does not match %s", path, short(x), p))
 	}
 	switch s["format"] {
 	case "uuid":

@@ -31,7 +31,9 @@ func (rs sessionResource) routes() chi.Router {
 	r.Delete("/{id}", rs.handleSessionDelete)
 	r.Get("/{id}/history", rs.handleSessionHistory)
 	r.Get("/{id}/events", rs.handleEventList)
+	r.Get("/{id}/events/stream", asEventStream(rs.handleEventList)) // streamops.go
 	r.Post("/{id}/messages", rs.handleMessageCreate)
+	r.Post("/{id}/messages/stream", asEventStream(rs.handleMessageCreate))
 	r.Post("/{id}/cancel", rs.handleSessionCancel)
 	r.Get("/{id}/prompt", rs.handleSessionPrompt)
 	r.Get("/{id}/approvals", rs.handleApprovalList)

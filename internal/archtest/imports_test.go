@@ -49,6 +49,7 @@ var layers = []struct {
 	{70, []string{"api"}},                                            // HTTP and SSE
 	{80, []string{"internal/mockllm", "internal/pgtest"}},            // test infrastructure
 	{85, []string{"internal/cli"}},                                   // the client commands of the binary
+	{90, []string{"internal/openapigen"}},                            // the generator of openapi.yaml's event schemas
 	{90, []string{"cmd/..."}},                                        // programs
 	{100, []string{"internal/e2e", "internal/archtest"}},             // test-only packages
 	{5, []string{"pkg/secretbox"}},                                   // envelope encryption of stored secrets

@@ -3,6 +3,8 @@ package eventlog
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/dshd/dshd/pkg/fault"
 	"github.com/dshd/dshd/pkg/llm"
@@ -39,6 +41,18 @@ func init() {
 	} {
 		kinds[f().Type()] = f
 	}
+}
+
+// Payloads returns an empty payload of every kind that has a payload type, sorted by kind: the
+// data shapes of the vocabulary, for generators of their schemas (internal/openapigen writes
+// openapi.yaml's event schemas from them).
+func Payloads() []Payload {
+	out := make([]Payload, 0, len(kinds))
+	for _, f := range kinds {
+		out = append(out, f())
+	}
+	slices.SortFunc(out, func(a, b Payload) int { return strings.Compare(a.Type(), b.Type()) })
+	return out
 }
 
 // DecodePayload decodes the data of a known kind into its payload. It does not validate.

@@ -1,0 +1,105 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/dshd/dshd/internal/mockllm"
+	"github.com/dshd/dshd/pkg/eventlog"
+)
+
+// TestEventSchemaDescribesTheLog: every event of a real turn (a model call, a tool call and its
+// result, the streamed chunks), as the SSE stream sends it and as the log holds it, matches
+// openapi.yaml's Event (generated from pkg/eventlog by internal/openapigen), and an event of a
+// kind with a payload type matches that kind's own branch, not the catch-alls.
+func TestEventSchemaDescribesTheLog(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	m := mockllm.New(mockllm.Config{})
+	ms := httptest.NewServer(m.Handler())
+	t.Cleanup(func() { m.Close(); ms.Close() })
+	u, _ := url.Parse(ms.URL)
+	e := newEnvHosts(t, u.Host)
+	sid := e.sessionOfPreset(t, e.keyA, `{"name":"mock","model":{"provider":"openai","model":"mock","baseUrl":"`+ms.URL+`"}}`)
+	streamed := postStreamTo(t, e.replica, "/v1/sessions/"+sid+"/messages/stream", e.keyA,
+		`{"content":"tool:echo args:{\"text\":\"hi\"}"}`).untilEnd(t)
+	_ = postStreamTo(t, e.replica, "/v1/sessions/"+sid+"/messages/stream", e.keyA, `{"content":"note","mode":"inject"}`).untilEnd(t)
+	logged := e.allEvents(t, sid)
+	if len(streamed) < 10 || len(logged) <= len(streamed) {
+		t.Fatalf("%d events streamed, %d logged", len(streamed), len(logged))
+	}
+	branch := map[string]string{}
+	for _, p := range eventlog.Payloads() {
+		branch[p.Type()] = "#/components/schemas/Event" + reflect.TypeOf(p).Elem().Name()
+	}
+	seen := map[string]bool{}
+	for name, evs := range map[string][]eventlog.Event{"streamed": streamed, "logged": logged} {
+		for _, ev := range evs {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v any
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatal(err)
+			}
+			if errs := c.sv.validate(map[string]any{"$ref": "#/components/schemas/Event"}, v, ev.Type); len(errs) > 0 {
+				t.Errorf("%s event %d does not match Event:\n%s\n%s", name, ev.Seq, strings.Join(errs, "\n"), b)
+			}
+			if err := kinSchema("Event", v); err != nil {
+				t.Errorf("%s event %d does not match Event (kin-openapi): %v\n%s", name, ev.Seq, err, b)
+			}
+			ref, ok := branch[ev.Type]
+			if !ok {
+				t.Errorf("%s event %d: %s has no payload type", name, ev.Seq, ev.Type)
+				continue
+			}
+			if errs := c.sv.validate(map[string]any{"$ref": ref}, v, ev.Type); len(errs) > 0 {
+				t.Errorf("%s event %d does not match %s:\n%s", name, ev.Seq, ref, strings.Join(errs, "\n"))
+			}
+			seen[ev.Type] = true
+		}
+	}
+	for _, typ := range []string{"agent/inbox/spliced", "turn/start", "request/header", "assistant/chunk",
+		"assistant/message", "tool/call", "tool/result", "step/end", "turn/end"} {
+		if !seen[typ] {
+			t.Errorf("the turn wrote no %s", typ)
+		}
+	}
+}
+
+// TestEventSchemaBranches: the Event schema takes a known kind only with its payload, a kind of
+// the vocabulary without a payload type with any data, and a kind it does not know only when the
+// event is ignorable (SES-9).
+func TestEventSchemaBranches(t *testing.T) {
+	t.Parallel()
+	c := loadContract(t)
+	event := map[string]any{"$ref": "#/components/schemas/Event"}
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}`, true},
+		{`{"type":"turn/start","seq":0,"time":1,"data":{"turn":"one"}}`, false},
+		{`{"type":"turn/start","seq":0,"time":1,"data":{}}`, false},
+		{`{"type":"tool/call","seq":3,"time":1,"data":{"turn":1,"step":1,"callId":"c","name":"echo","arguments":"{}"}}`, true},
+		{`{"type":"session/title","seq":0,"time":1,"data":{"title":"x"}}`, true},
+		{`{"type":"compaction/anything","seq":0,"time":1,"data":[1,2]}`, true},
+		{`{"type":"vendor/new-kind","seq":0,"time":1,"data":{"x":1},"ignorable":true}`, true},
+		{`{"type":"vendor/new-kind","seq":0,"time":1,"data":{"x":1}}`, false},
+		{`{"type":"turn/start","seq":0,"time":1,"data":{"turn":1},"extra":1}`, false},
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(tc.body), &v); err != nil {
+			t.Fatal(err)
+		}
+		errs := c.sv.validate(event, v, "body")
+		if (len(errs) == 0) != tc.ok {
+			t.Errorf("%s: errors %q, want valid %v", tc.body, errs, tc.ok)
+		}
+	}
+}
