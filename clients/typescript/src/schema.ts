@@ -12,26 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Liveness */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The process serves requests. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Status"];
-                    };
-                };
-            };
-        };
+        get: operations["getHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -48,27 +29,7 @@ export interface paths {
             cookie?: never;
         };
         /** Readiness (database reachable, migrations applied) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Ready. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Status"];
-                    };
-                };
-                503: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getReadiness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -92,27 +53,7 @@ export interface paths {
          *     server has a DSHD_METRICS_TOKEN: it then requires `Authorization: Bearer <token>` and
          *     answers 401 otherwise.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Prometheus text exposition format. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain": string;
-                    };
-                };
-                401: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getMetrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -129,26 +70,7 @@ export interface paths {
             cookie?: never;
         };
         /** This document */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The OpenAPI document. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/yaml": string;
-                    };
-                };
-            };
-        };
+        get: operations["getOpenAPI"];
         put?: never;
         post?: never;
         delete?: never;
@@ -165,26 +87,7 @@ export interface paths {
             cookie?: never;
         };
         /** The dashboard */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description HTML page. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/html": string;
-                    };
-                };
-            };
-        };
+        get: operations["getDashboard"];
         put?: never;
         post?: never;
         delete?: never;
@@ -203,35 +106,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Create a tenant and its first API key (admin token only) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TenantCreateRequest"];
-                };
-            };
-            responses: {
-                /** @description The tenant. `apiKey` is shown only here, once. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["TenantCreated"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["createTenant"];
         delete?: never;
         options?: never;
         head?: never;
@@ -246,63 +121,10 @@ export interface paths {
             cookie?: never;
         };
         /** List presets (current versions), oldest first */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The nextCursor of the previous page. */
-                    cursor?: components["parameters"]["Cursor"];
-                    limit?: components["parameters"]["Limit"];
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of presets. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["PresetPage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listPresets"];
         put?: never;
         /** Create a preset (version 1) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["PresetBody"];
-                };
-            };
-            responses: {
-                /** @description The preset with every default filled in. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Preset"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["createPreset"];
         delete?: never;
         options?: never;
         head?: never;
@@ -319,93 +141,18 @@ export interface paths {
             cookie?: never;
         };
         /** The current version of a preset */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The preset. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Preset"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getPreset"];
         /**
          * Replace a preset, writing a new version
          * @description Sessions created before keep the version they pinned.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["PresetBody"];
-                };
-            };
-            responses: {
-                /** @description The new version. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Preset"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        put: operations["replacePreset"];
         post?: never;
         /**
          * Delete a preset
          * @description Sessions that pinned one of its versions keep working; new sessions cannot use it.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted. */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        delete: operations["deletePreset"];
         options?: never;
         head?: never;
         patch?: never;
@@ -424,39 +171,7 @@ export interface paths {
          * The signing secret of the preset's policy webhooks
          * @description Derived from the server's DSHD_POLICY_WEBHOOK_KEY and the preset id: the same for every version of the preset and on every replica. A webhook verifies X-Dshd-Signature with it (policies.webhooks). It needs the write scope: a read-only key does not read it (it would let its holder forge the preset's webhook calls).
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The secret. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookSecret"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                403: components["responses"]["Problem"];
-                /** @description `not_found`: an unknown preset, or policy webhooks are disabled on this server. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-            };
-        };
+        get: operations["getPresetWebhookSecret"];
         put?: never;
         post?: never;
         delete?: never;
@@ -473,90 +188,10 @@ export interface paths {
             cookie?: never;
         };
         /** List sessions, newest first */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The nextCursor of the previous page. */
-                    cursor?: components["parameters"]["Cursor"];
-                    limit?: components["parameters"]["Limit"];
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of sessions. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["SessionPage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listSessions"];
         put?: never;
         /** Create a session of a preset, or fork a session (SES-15) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["SessionCreateRequest"];
-                };
-            };
-            responses: {
-                /** @description The session; it pins the preset's current version (a fork keeps its source's). */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Session"];
-                    };
-                };
-                /** @description `invalid_request`, or `invalid_boundary` for a fork boundary that is not a seq of the source. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                /** @description `open_turn` (the fork prefix ends inside an open turn), `session_not_live` (the source was deleted) or `conflict`. With workspaces: `session_busy` (the source's run lease is held: a turn of the source runs or is being recovered after a crash, or another fork of it is copying; the fork holds the source's run lease while it copies the workspace, as it is at the fork, and creates the child only after the copy; fork once that is over. Also when the fork lost the lease during its copy: the copy is removed and nothing is created) or `workspace_quota_exceeded` (the copy of the source's workspace would take the tenant's workspaces over `DSHD_TENANT_WORKSPACE_BYTES`; nothing is written and no child is created; docs/sandbox.md). */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-                /** @description `quota_exceeded`: the tenant has its most live sessions, or its sessions' logs hold its most stored bytes (docs/usage-and-quotas.md); or `rate_limited`. */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-            };
-        };
+        post: operations["createSession"];
         delete?: never;
         options?: never;
         head?: never;
@@ -573,58 +208,14 @@ export interface paths {
             cookie?: never;
         };
         /** A session, with its status and the usage totals of its turns */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The session, with `status`, `turn`, `lastTurn` and `usage`. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Session"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getSession"];
         put?: never;
         post?: never;
         /**
          * Delete a session
          * @description Afterwards the session and its log answer 404; open streams of it end.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted. */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        delete: operations["deleteSession"];
         options?: never;
         head?: never;
         patch?: never;
@@ -647,36 +238,7 @@ export interface paths {
          *     is a single `{messages}` page. The pages of one walk are cut from the history as it was
          *     at its first page, even while the session runs on.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The nextCursor of the previous page; a cursor that is not one answers 400. */
-                    cursor?: string;
-                    /** @description Messages per page. */
-                    limit?: number;
-                };
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The messages, in order. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["History"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getSessionHistory"];
         put?: never;
         post?: never;
         delete?: never;
@@ -695,10 +257,37 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The session log, as JSON pages or a live SSE stream
-         * @description Without `Accept: text/event-stream`: a page of the events with `seq > after`.
+         * The session log, a JSON page at a time
+         * @description A page of the events with `seq > after`.
          *
-         *     With `Accept: text/event-stream`: every event with `seq > N`, in order, then live, where N
+         *     With `Accept: text/event-stream` this path is an alias of `streamSessionEvents`
+         *     (`GET /v1/sessions/{id}/events/stream`), which documents the stream it answers: the same
+         *     frames, resumption and limits. The parameters `token` and `Last-Event-ID` and the 429
+         *     `too_many_streams` belong to that alias form, and a stream token opens the stream only
+         *     through this alias (`?token=`, as a browser's EventSource sends `Accept:
+         *     text/event-stream` itself).
+         */
+        get: operations["listSessionEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/events/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The session log as a live SSE stream
+         * @description Every event with `seq > N`, in order, then live, where N
          *     is the `Last-Event-ID` header if present (it wins), else `after`. Each frame is
          *     `id: <seq>`, `event: <type>`, `data: <the event as JSON>`; a comment line (`: heartbeat`)
          *     comes every 15 s. The stream ends when the client leaves, the session is deleted (at once,
@@ -713,53 +302,16 @@ export interface paths {
          *     (`DSHD_SSE_MAX_PER_SESSION`, `DSHD_SSE_MAX_PER_TENANT`; message streams count too): beyond
          *     them a stream answers 429 `too_many_streams` with `Retry-After`.
          *
-         *     A stream takes an API key, or a stream token of this session as `?token=` (a browser's
-         *     EventSource cannot send headers). The token opens only this stream; anything else with a
-         *     token, an expired token or one of another session answers 401. The token is removed from
-         *     the request before it is logged.
+         *     It answers the stream whatever the request's `Accept` says; `GET /v1/sessions/{id}/events`
+         *     with `Accept: text/event-stream` is an alias of it.
+         *
+         *     A stream token of this session (a browser's EventSource cannot send headers) opens the
+         *     stream through that alias only, as `GET /v1/sessions/{id}/events?token=<token>`; this path
+         *     takes an API key. The token opens nothing else: anything else with a token, an expired
+         *     token or one of another session answers 401. The token is removed from the request before
+         *     it is logged.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Return events with seq greater than this; -1 (the default) is the start. */
-                    after?: number;
-                    /** @description Page size (JSON pages only). */
-                    limit?: number;
-                    /**
-                     * @description Comma-separated event types to include (default all).
-                     * @example assistant/chunk,turn/end
-                     */
-                    types?: string;
-                    /** @description A stream token of this session (streams only), instead of an API key. */
-                    token?: string;
-                };
-                header?: {
-                    /** @description The seq of the last event received (streams only); must be an integer. */
-                    "Last-Event-ID"?: string;
-                };
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page, or a stream. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["EventPage"];
-                        "text/event-stream": string;
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                429: components["responses"]["Problem"];
-            };
-        };
+        get: operations["streamSessionEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -786,16 +338,13 @@ export interface paths {
          *     `inject` adds it to the next step without waking the agent. The message and the work that
          *     serves it are committed in one transaction.
          *
-         *     Without `Accept: text/event-stream`: 202 with the message id, the seq of its
+         *     It answers 202 with the message id, the seq of its
          *     `agent/inbox/spliced` event, the URL of the session's stream from that event on, and,
-         *     when it can be told, the number of the turn that will serve it. With it: the session's
-         *     events from that splice on, as on `GET /v1/sessions/{id}/events`, until the `turn/end`
-         *     of the turn that served the message,
-         *     or of the turn that took it from the inbox but could not take a step (`turn/end` of kind
-         *     `error`, say when the prompt does not assemble), or until a cancel clears it from the
-         *     inbox, or the session is deleted. An `inject` wakes no turn: its stream is the splice
-         *     alone. A stream beyond the limits of `GET /v1/sessions/{id}/events` answers 429
-         *     `too_many_streams` before the message is posted.
+         *     when it can be told, the number of the turn that will serve it.
+         *
+         *     With `Accept: text/event-stream` this path is an alias of `postMessageStream`
+         *     (`POST /v1/sessions/{id}/messages/stream`), which documents the stream it answers
+         *     instead of the 202.
          *
          *     With an `Idempotency-Key`, a retry with the same key and body returns the original answer
          *     and creates nothing; the same key with another body answers 409 `idempotency_conflict`.
@@ -807,62 +356,51 @@ export interface paths {
          *     beyond it answers 429 `inbox_full` and appends nothing, except a waking post to an idle
          *     session (it serves the inbox).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: {
-                    /** @description Makes a retry safe (kept for a day). Printable text (no control characters) of at most 255 bytes in UTF-8. */
-                    "Idempotency-Key"?: string;
-                };
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
+        post: operations["postMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/messages/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
             };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["MessageRequest"];
-                };
-            };
-            responses: {
-                /** @description The stream of the turn that serves the message (Accept `text/event-stream`). */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/event-stream": string;
-                    };
-                };
-                /** @description Accepted; a turn will serve the message. */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["MessageAccepted"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-                /** @description `rate_limited`: too many posts to the session or by the tenant; retry after `Retry-After`. `inbox_full`: too many messages wait in the session's inbox; retry once its turns have taken some. `quota_exceeded`: the tenant's tokens of the day (with `Retry-After` until the next UTC day) or stored log bytes are spent. */
-                429: {
-                    headers: {
-                        /** @description Seconds until a post may succeed (`rate_limited`). */
-                        "Retry-After"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-            };
+            cookie?: never;
         };
+        get?: never;
+        put?: never;
+        /**
+         * Post a message as postMessage does and stream the turn that serves it, as SSE
+         * @description `followup` (the default) queues the message for the next turn and wakes the agent;
+         *     `steer` adds it to the next step of the running turn (or opens a turn) and wakes the agent;
+         *     `inject` adds it to the next step without waking the agent. The message and the work that
+         *     serves it are committed in one transaction.
+         *
+         *     It answers the session's events from the message's `agent/inbox/spliced` event on, as
+         *     `streamSessionEvents` frames them, until the `turn/end` of the turn that served the
+         *     message, or of the turn that took it from the inbox but could not take a step (`turn/end`
+         *     of kind `error`, say when the prompt does not assemble), or until a cancel clears it from
+         *     the inbox, or the session is deleted. An `inject` wakes no turn: its stream is the splice
+         *     alone. A stream beyond the limits of `streamSessionEvents` answers 429 `too_many_streams`
+         *     before the message is posted. It streams whatever the request's `Accept` says;
+         *     `POST /v1/sessions/{id}/messages` with `Accept: text/event-stream` is an alias of it.
+         *
+         *     With an `Idempotency-Key`, a retry with the same key and body returns the original answer
+         *     and creates nothing; the same key with another body answers 409 `idempotency_conflict`.
+         *
+         *     Posts to one session and by one tenant are rate limited (token buckets per replica,
+         *     `DSHD_SESSION_POST_RATE`, `DSHD_TENANT_POST_RATE`): a post beyond them answers 429
+         *     `rate_limited` with `Retry-After` (seconds) and appends nothing. A session's pending inbox
+         *     is bounded (`DSHD_INBOX_MAX_MESSAGES`, `DSHD_INBOX_MAX_BYTES`, both lists together): a post
+         *     beyond it answers 429 `inbox_full` and appends nothing, except a waking post to an idle
+         *     session (it serves the inbox).
+         */
+        post: operations["postMessageStream"];
         delete?: never;
         options?: never;
         head?: never;
@@ -887,38 +425,7 @@ export interface paths {
          *     `ABORTED_BEFORE_DISPATCH` results, and the turn ends `aborted` with reason `user`. On an
          *     idle session it does nothing and answers `cancelled: false`.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": components["schemas"]["CancelRequest"];
-                };
-            };
-            responses: {
-                /** @description Whether a cancel was recorded. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["CancelResult"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["cancelTurn"];
         delete?: never;
         options?: never;
         head?: never;
@@ -935,32 +442,7 @@ export interface paths {
             cookie?: never;
         };
         /** The system prompt and wire tools the session's model would get now */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The assembled prompt. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["PromptView"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-                422: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getSessionPrompt"];
         put?: never;
         post?: never;
         delete?: never;
@@ -986,30 +468,7 @@ export interface paths {
          *     client sees the same list. The lookup reads the pending asks only, whatever the number of
          *     decided ones.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The pending approvals, oldest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ApprovalList"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listApprovals"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1039,37 +498,7 @@ export interface paths {
          *     it waits for is missing. A second answer, or one after the approval timed out or its turn
          *     ended, answers 409; an id that was never asked in this session answers 404.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                    approvalId: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ApprovalAnswer"];
-                };
-            };
-            responses: {
-                /** @description The decision was recorded. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ApprovalDecided"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-            };
-        };
+        post: operations["answerApproval"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1094,30 +523,7 @@ export interface paths {
          *     and its `turn/parked`; both are null, and there are no items, unless the open turn is
          *     parked. A cancelled parked turn waits for nothing.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The pending client calls. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["PendingClientCalls"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listPendingToolCalls"];
         put?: never;
         /**
          * Post the result of a client-executed call
@@ -1129,38 +535,7 @@ export interface paths {
          *     of that id waits for a result in the session; 409 when the call has a result already (a
          *     second post, or its deadline passed).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ToolResultPost"];
-                };
-            };
-            responses: {
-                /** @description The result was recorded. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ToolResultPosted"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["postToolResult"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1189,30 +564,7 @@ export interface paths {
          *     token is tied to the key that minted it: once that key is revoked, rotated or expired the
          *     token opens nothing, and its open streams end within a heartbeat.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The token. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["StreamToken"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        post: operations["createStreamToken"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1229,35 +581,7 @@ export interface paths {
             cookie?: never;
         };
         /** The session's turns, oldest first, derived from the log */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The nextCursor of the previous page (the number of its last turn). */
-                    cursor?: string;
-                    limit?: components["parameters"]["Limit"];
-                };
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of turns. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["TurnPage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listTurns"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1278,32 +602,7 @@ export interface paths {
             cookie?: never;
         };
         /** One turn of the session, derived from the log */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                    /** @description The turn number, from 1. */
-                    n: number;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The turn. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Turn"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getTurn"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1320,27 +619,7 @@ export interface paths {
             cookie?: never;
         };
         /** The catalogue of built-in tools */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Every built-in tool with its parameters schema. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ToolCatalogue"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listTools"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1357,71 +636,13 @@ export interface paths {
             cookie?: never;
         };
         /** List the tenant's API keys (revoked ones included), oldest first; never their secrets */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The keys. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["APIKeyList"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listAPIKeys"];
         put?: never;
         /**
          * Create an API key of the tenant (needs the keys scope)
          * @description The answer carries the key's secret, shown only here (and in a rotation's answer). Scopes: read (GET and HEAD, and stream tokens; every key has it), write (every other request except managing API keys) and keys (creating, rotating and revoking API keys). Default read and write. A key may expire (expiresAt, or expiresInSeconds from now; at most ten years); an expired key answers 401. The new key gets no scope the creating key lacks and no expiry after its (by default the creating key's expiry). A tenant has at most 100 keys, revoked ones included.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["APIKeyCreateRequest"];
-                };
-            };
-            responses: {
-                /** @description The key with its secret. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["APIKeyCreated"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                /** @description `insufficient_scope`: the key has no keys scope, or asked for a scope or an expiry beyond its own. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-                408: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["createAPIKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1438,59 +659,14 @@ export interface paths {
             cookie?: never;
         };
         /** One API key's record */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The key, without its secret. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["APIKey"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getAPIKey"];
         put?: never;
         post?: never;
         /**
          * Revoke an API key (needs the keys scope)
          * @description Requests with the key answer 401 from then on, on every replica (every request reads the key from the database), and so do requests with every key it created, and the keys those created (parentId, recursively). Revoking a revoked key answers 204 again.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Revoked. */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                401: components["responses"]["Problem"];
-                403: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        delete: operations["revokeAPIKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1511,32 +687,7 @@ export interface paths {
          * Give an API key a new secret (needs the keys scope)
          * @description The record keeps its id, name, scopes and expiry; the old secret answers 401 at once, on every replica (no grace period), and event streams opened with it end within a heartbeat; the keys it created (parentId, recursively) are revoked with the old secret. A revoked key is not found; an expired one answers 409 (create a new key instead). A key may rotate only keys whose scopes it has and that expire no later than it does (else 403 insufficient_scope).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The key with its new secret, shown only here. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["APIKeyCreated"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                403: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-            };
-        };
+        post: operations["rotateAPIKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1551,72 +702,13 @@ export interface paths {
             cookie?: never;
         };
         /** List the tenant's credentials by name, without their keys */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The credentials. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["CredentialList"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listCredentials"];
         put?: never;
         /**
          * Store a model provider key of the tenant, encrypted (needs the write scope)
          * @description The key is envelope-encrypted with the operator's DSHD_CREDENTIAL_KEYS and never returned: responses show the credential's id, name, provider and creation time only. A preset names it in model.credential (by name or id). Names are unique in the tenant; at most 100 credentials a tenant.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["CredentialCreateRequest"];
-                };
-            };
-            responses: {
-                /** @description The credential, without its key. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Credential"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                403: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                /** @description `conflict` (the name is taken, or the tenant has 100 credentials) or `credentials_disabled` (the server has no DSHD_CREDENTIAL_KEYS). */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["createCredential"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1633,61 +725,14 @@ export interface paths {
             cookie?: never;
         };
         /** One credential, without its key */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The credential. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Credential"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getCredential"];
         put?: never;
         post?: never;
         /**
          * Delete a credential (needs the write scope)
          * @description Its key is gone; the next model call of a preset naming it fails with INVALID_CREDENTIAL.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted. */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                401: components["responses"]["Problem"];
-                403: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-            };
-        };
+        delete: operations["deleteCredential"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1701,66 +746,13 @@ export interface paths {
             cookie?: never;
         };
         /** List webhook endpoints, oldest first */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The nextCursor of the previous page. */
-                    cursor?: components["parameters"]["Cursor"];
-                    limit?: components["parameters"]["Limit"];
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of endpoints (never their secrets). */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookEndpointPage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listWebhooks"];
         put?: never;
         /**
          * Register a webhook endpoint
          * @description The answer shows the endpoint's signing secret (whsec_ and base64), this once. url must be https on a public host (http and private hosts only when the operator allows them: DSHD_WEBHOOK_ALLOW_HTTP, DSHD_WEBHOOK_ALLOW_PRIVATE); a tenant has at most DSHD_WEBHOOK_MAX_ENDPOINTS endpoints (20).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["WebhookCreateRequest"];
-                };
-            };
-            responses: {
-                /** @description The endpoint and its signing secret. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookEndpointCreated"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                409: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        post: operations["createWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1777,91 +769,18 @@ export interface paths {
             cookie?: never;
         };
         /** A webhook endpoint */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The endpoint (never its secret). */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookEndpoint"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getWebhook"];
         put?: never;
         post?: never;
         /** Delete a webhook endpoint and its delivery log */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted; its pending deliveries are not attempted again. */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        delete: operations["deleteWebhook"];
         options?: never;
         head?: never;
         /**
          * Change a webhook endpoint
          * @description Sets the fields the body has. disabled true stops deliveries and gives up the pending ones (they fail with "the endpoint was disabled"); false delivers the events that happen from then on.
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["WebhookUpdateRequest"];
-                };
-            };
-            responses: {
-                /** @description The endpoint. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookEndpoint"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        patch: operations["updateWebhook"];
         trace?: never;
     };
     "/v1/webhooks/{id}/rotate-secret": {
@@ -1879,30 +798,7 @@ export interface paths {
          * Give a webhook endpoint a new signing secret
          * @description The new secret is shown this once; attempts from now on are signed with it.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The endpoint and its new signing secret. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookEndpointCreated"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        post: operations["rotateWebhookSecret"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1922,35 +818,7 @@ export interface paths {
          * The delivery log of a webhook endpoint, newest first
          * @description Delivered and failed deliveries are kept for DSHD_WEBHOOK_RETENTION (7 days).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description The nextCursor of the previous page. */
-                    cursor?: components["parameters"]["Cursor"];
-                    limit?: components["parameters"]["Limit"];
-                };
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of deliveries. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookDeliveryPage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["listWebhookDeliveries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1975,40 +843,7 @@ export interface paths {
          * Deliver a delivered or failed delivery again
          * @description It is attempted at once with a fresh retry schedule (attempts start again from 0).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                    deliveryId: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The delivery, pending. */
-                202: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["WebhookDelivery"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                /** @description `conflict`: the delivery is still pending (it is retried on its schedule), or the endpoint is disabled. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-            };
-        };
+        post: operations["retryWebhookDelivery"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2032,51 +867,7 @@ export interface paths {
          *     turn and preset are paged (`cursor`, `limit`); by day and in total (`none`) they are one
          *     page.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description An RFC 3339 time, or a date (its start, UTC). Default the start of the UTC day 29 days ago (with to, 30 days before to). */
-                    from?: components["parameters"]["UsageFrom"];
-                    /** @description An RFC 3339 time (exclusive), or a date (through its end, UTC). Default the end of today (with from, 30 days after from). At most 366 days after from. */
-                    to?: components["parameters"]["UsageTo"];
-                    groupBy?: components["parameters"]["UsageGroupBy"];
-                    /** @description The nextCursor of the previous page. */
-                    cursor?: components["parameters"]["Cursor"];
-                    /** @description Rows of a page by session, turn or preset. */
-                    limit?: components["parameters"]["UsageLimit"];
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of usage rows. */
-                200: {
-                    headers: {
-                        /** @description With a request rate, the requests allowed right now (likewise RateLimit-Limit, RateLimit-Reset, RateLimit-Policy on every authenticated route). */
-                        "RateLimit-Remaining"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["UsagePage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                /** @description `rate_limited`: the tenant's request rate is spent; retry after `Retry-After`. */
-                429: {
-                    headers: {
-                        /** @description Seconds until a request may be allowed. */
-                        "Retry-After"?: number;
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/problem+json": components["schemas"]["Problem"];
-                    };
-                };
-            };
-        };
+        get: operations["getUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2095,41 +886,7 @@ export interface paths {
             cookie?: never;
         };
         /** A tenant's usage, as GET /v1/usage answers it (admin token only) */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description An RFC 3339 time, or a date (its start, UTC). Default the start of the UTC day 29 days ago (with to, 30 days before to). */
-                    from?: components["parameters"]["UsageFrom"];
-                    /** @description An RFC 3339 time (exclusive), or a date (through its end, UTC). Default the end of today (with from, 30 days after from). At most 366 days after from. */
-                    to?: components["parameters"]["UsageTo"];
-                    groupBy?: components["parameters"]["UsageGroupBy"];
-                    /** @description The nextCursor of the previous page. */
-                    cursor?: components["parameters"]["Cursor"];
-                    /** @description Rows of a page by session, turn or preset. */
-                    limit?: components["parameters"]["UsageLimit"];
-                };
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of usage rows. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["UsagePage"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getTenantUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2148,68 +905,14 @@ export interface paths {
             cookie?: never;
         };
         /** A tenant's limits (admin token only) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description The limits as set, and as they apply. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["TenantLimitsView"];
-                    };
-                };
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-            };
-        };
+        get: operations["getTenantLimits"];
         /**
          * Replace a tenant's limits (admin token only)
          * @description Every field is replaced; an absent or null field takes the server's default
          *     (`DSHD_TENANT_*`, no limit unless configured). Every replica applies the new limits within a
          *     second (at once on the one that answered).
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["TenantLimits"];
-                };
-            };
-            responses: {
-                /** @description The limits as set, and as they apply. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["TenantLimitsView"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                408: components["responses"]["Problem"];
-                413: components["responses"]["Problem"];
-                415: components["responses"]["Problem"];
-            };
-        };
+        put: operations["replaceTenantLimits"];
         post?: never;
         delete?: never;
         options?: never;
@@ -2243,37 +946,7 @@ export interface paths {
          *     inject is: the session's and the tenant's post rates (429 `rate_limited`, with
          *     Retry-After) and the inbox bound (429 `inbox_full`) apply to it. Needs the write scope.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    id: components["parameters"]["ID"];
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": components["schemas"]["ApprovalPolicy"];
-                };
-            };
-            responses: {
-                /** @description The policy was set. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ApprovalPolicySet"];
-                    };
-                };
-                400: components["responses"]["Problem"];
-                401: components["responses"]["Problem"];
-                403: components["responses"]["Problem"];
-                404: components["responses"]["Problem"];
-                429: components["responses"]["Problem"];
-            };
-        };
+        put: operations["setApprovalPolicy"];
         post?: never;
         delete?: never;
         options?: never;
@@ -2630,7 +1303,7 @@ export interface components {
             /** @description The turn failed: it ended on an error (status failed) or crash repair closed it (status interrupted), the turns a turn.failed webhook reports; false while open. */
             failed: boolean;
             /** @description turn/end's reason ({kind, reason?, error?}); null while open. */
-            endReason: unknown;
+            endReason: components["schemas"]["eventlog.TurnReason"] | null;
             /** @description The seq of turn/start. */
             firstSeq: number;
             /** @description The seq of turn/end, or of the log's last event while open. */
@@ -2639,7 +1312,7 @@ export interface components {
             startedAt: string;
             /** Format: date-time */
             endedAt: string | null;
-            /** @description To turn/end */
+            /** @description To turn/end, or to now while open. */
             durationMs: number;
             steps: number;
             /** @description The posted messages the turn entered. */
@@ -2667,8 +1340,8 @@ export interface components {
             id: string;
             /** @enum {string} */
             role: "user" | "assistant";
-            content: Record<string, never>[];
-            source: Record<string, never>;
+            content: components["schemas"]["llm.Block"][];
+            source: components["schemas"]["llm.Source"];
         };
         History: {
             messages: components["schemas"]["Message"][];
@@ -2719,12 +1392,11 @@ export interface components {
         ToolCatalogue: {
             items: components["schemas"]["ToolInfo"][];
         };
-        /** @description One log event (docs/rules.md SES-1); seq is its index in the log. */
-        Event: {
-            /**
-             * @description The event's kind (docs/events.md lists them all), among them the parked-turn kinds of extension E6, written ignorable: turn/parked (what a parked turn waits for), turn/resumed (the first event of the loop instance that resumes it) and tool/client-result (a client-executed call's result).
-             * @example turn/start
-             */
+        /** @description One log event (docs/rules.md SES-1); seq is its index in the log. Its type selects the branch: one per kind with a payload schema (data is that payload), one for the other kinds this build knows, and one for kinds added later, which are always ignorable: a client treats an event whose type it does not know as that last branch and skips it. */
+        Event: components["schemas"]["EventAgentCancel"] | components["schemas"]["EventInboxSpliced"] | components["schemas"]["EventApprovalAsked"] | components["schemas"]["EventApprovalDecided"] | components["schemas"]["EventApprovalPolicy"] | components["schemas"]["EventAssistantChunk"] | components["schemas"]["EventAssistantMessage"] | components["schemas"]["EventAssistantUsage"] | components["schemas"]["EventLLMRetry"] | components["schemas"]["EventRequestContext"] | components["schemas"]["EventRequestHeader"] | components["schemas"]["EventSessionEndSeed"] | components["schemas"]["EventStepEnd"] | components["schemas"]["EventStepStart"] | components["schemas"]["EventTodoWrite"] | components["schemas"]["EventToolCall"] | components["schemas"]["EventClientResult"] | components["schemas"]["EventCodeDispatch"] | components["schemas"]["EventCodeDispatchStart"] | components["schemas"]["EventToolResult"] | components["schemas"]["EventTurnEnd"] | components["schemas"]["EventTurnParked"] | components["schemas"]["EventTurnResumed"] | components["schemas"]["EventTurnStart"] | components["schemas"]["EventTurnTrace"] | components["schemas"]["EventUserMessage"] | components["schemas"]["EventOfOtherKnownKind"] | components["schemas"]["EventOfLaterKind"];
+        /** @description The fields of every event (SES-1). */
+        EventEnvelope: {
+            /** @description The event's kind (docs/events.md lists them all). */
             type: string;
             seq: number;
             /** @description Epoch milliseconds. */
@@ -2739,8 +1411,489 @@ export interface components {
                 end: number;
             };
             sourceEventSeqs?: number[];
-            /** @enum {boolean} */
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
             ignorable?: true;
+        };
+        /** @description An event of kind agent/cancel. */
+        EventAgentCancel: {
+            /** @constant */
+            type?: "agent/cancel";
+            data?: components["schemas"]["eventlog.AgentCancel"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind agent/inbox/spliced. */
+        EventInboxSpliced: {
+            /** @constant */
+            type?: "agent/inbox/spliced";
+            data?: components["schemas"]["eventlog.InboxSpliced"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind approval/asked. */
+        EventApprovalAsked: {
+            /** @constant */
+            type?: "approval/asked";
+            data?: components["schemas"]["eventlog.ApprovalAsked"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind approval/decided. */
+        EventApprovalDecided: {
+            /** @constant */
+            type?: "approval/decided";
+            data?: components["schemas"]["eventlog.ApprovalDecided"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind approval/policy. */
+        EventApprovalPolicy: {
+            /** @constant */
+            type?: "approval/policy";
+            data?: components["schemas"]["eventlog.ApprovalPolicy"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind assistant/chunk. */
+        EventAssistantChunk: {
+            /** @constant */
+            type?: "assistant/chunk";
+            data?: components["schemas"]["eventlog.AssistantChunk"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind assistant/message. */
+        EventAssistantMessage: {
+            /** @constant */
+            type?: "assistant/message";
+            data?: components["schemas"]["eventlog.AssistantMessage"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind assistant/usage. */
+        EventAssistantUsage: {
+            /** @constant */
+            type?: "assistant/usage";
+            data?: components["schemas"]["eventlog.AssistantUsage"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind llm/retry. */
+        EventLLMRetry: {
+            /** @constant */
+            type?: "llm/retry";
+            data?: components["schemas"]["eventlog.LLMRetry"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind request/context. */
+        EventRequestContext: {
+            /** @constant */
+            type?: "request/context";
+            data?: components["schemas"]["eventlog.RequestContext"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind request/header. */
+        EventRequestHeader: {
+            /** @constant */
+            type?: "request/header";
+            data?: components["schemas"]["eventlog.RequestHeader"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind session/end-seed. */
+        EventSessionEndSeed: {
+            /** @constant */
+            type?: "session/end-seed";
+            data?: components["schemas"]["eventlog.SessionEndSeed"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind step/end. */
+        EventStepEnd: {
+            /** @constant */
+            type?: "step/end";
+            data?: components["schemas"]["eventlog.StepEnd"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind step/start. */
+        EventStepStart: {
+            /** @constant */
+            type?: "step/start";
+            data?: components["schemas"]["eventlog.StepStart"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind todo/write. */
+        EventTodoWrite: {
+            /** @constant */
+            type?: "todo/write";
+            data?: components["schemas"]["eventlog.TodoWrite"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind tool/call. */
+        EventToolCall: {
+            /** @constant */
+            type?: "tool/call";
+            data?: components["schemas"]["eventlog.ToolCall"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind tool/client-result. */
+        EventClientResult: {
+            /** @constant */
+            type?: "tool/client-result";
+            data?: components["schemas"]["eventlog.ClientResult"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind tool/code-dispatch. */
+        EventCodeDispatch: {
+            /** @constant */
+            type?: "tool/code-dispatch";
+            data?: components["schemas"]["eventlog.CodeDispatch"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind tool/code-dispatch-start. */
+        EventCodeDispatchStart: {
+            /** @constant */
+            type?: "tool/code-dispatch-start";
+            data?: components["schemas"]["eventlog.CodeDispatchStart"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind tool/result. */
+        EventToolResult: {
+            /** @constant */
+            type?: "tool/result";
+            data?: components["schemas"]["eventlog.ToolResult"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind turn/end. */
+        EventTurnEnd: {
+            /** @constant */
+            type?: "turn/end";
+            data?: components["schemas"]["eventlog.TurnEnd"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind turn/parked. */
+        EventTurnParked: {
+            /** @constant */
+            type?: "turn/parked";
+            data?: components["schemas"]["eventlog.TurnParked"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind turn/resumed. */
+        EventTurnResumed: {
+            /** @constant */
+            type?: "turn/resumed";
+            data?: components["schemas"]["eventlog.TurnResumed"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind turn/start. */
+        EventTurnStart: {
+            /** @constant */
+            type?: "turn/start";
+            data?: components["schemas"]["eventlog.TurnStart"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind turn/trace. */
+        EventTurnTrace: {
+            /** @constant */
+            type?: "turn/trace";
+            data?: components["schemas"]["eventlog.TurnTrace"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of kind user/message. */
+        EventUserMessage: {
+            /** @constant */
+            type?: "user/message";
+            data?: components["schemas"]["eventlog.UserMessage"];
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of a kind this build knows (SES-8) that has no payload schema here: the plugin-owned kinds of the reference's vocabulary and the families compaction/, team/ (docs/events.md). Its data is any JSON value. */
+        EventOfOtherKnownKind: {
+            type?: ("agent-preset/selected" | "command/done" | "command/run" | "compact/end" | "compact/prune" | "compact/start" | "compact/summary" | "feedback/record" | "goal/change" | "hook/invoked" | "hook/result" | "llm/retry-started" | "permission/preset" | "plan/mode" | "sandbox/mode" | "schedule/change" | "session/title" | "session/title-llm-request" | "subagent/descriptor" | "tool-workflow/agent-end" | "tool-workflow/agent-start" | "tool-workflow/run-end" | "tool-workflow/run-start" | "web/deepseek-search-llm-request") | unknown;
+            data?: unknown;
+        } & components["schemas"]["EventEnvelope"];
+        /** @description An event of a kind added after this document (SES-9): always ignorable, so a client that does not know its type skips it. Its data is any JSON value. */
+        EventOfLaterKind: {
+            type?: string;
+            /** @constant */
+            ignorable: true;
+            data?: unknown;
+        } & WithRequired<components["schemas"]["EventEnvelope"], "ignorable">;
+        /** @description AgentCancel is dshd's durable cancel request (LOOP-7), written ignorable so that readers that do not know it still accept the log (SES-9). */
+        "eventlog.AgentCancel": {
+            reason: components["schemas"]["eventlog.Cause"];
+            keepInbox?: boolean;
+        };
+        /** @description ApprovalAsked is a pending approval of a call (APR-3, E1): its id, the tool, the call, the reason, and the call's arguments so that a remote person can decide. */
+        "eventlog.ApprovalAsked": {
+            id: string;
+            toolName: string;
+            callId?: string;
+            reason?: string;
+            arguments?: unknown;
+        };
+        /** @description ApprovalDecided answers approval ID (APR-3): allowed-once, rejected, cancelled or unavailable. */
+        "eventlog.ApprovalDecided": {
+            id: string;
+            outcome: string;
+            reason?: string;
+        };
+        /** @description ApprovalPolicy sets the session's approval policy (APR-4, APR-6): `ask` or `never`. */
+        "eventlog.ApprovalPolicy": {
+            policy: string;
+        };
+        /** @description AssistantChunk is one streamed piece of the step's model output. */
+        "eventlog.AssistantChunk": {
+            turn: number;
+            step: number;
+            chunk: components["schemas"]["llm.Chunk"];
+        };
+        /** @description AssistantMessage is the assembled model output of a step, citing its chunks. */
+        "eventlog.AssistantMessage": {
+            turn: number;
+            step: number;
+            message: components["schemas"]["llm.Message"];
+            usage?: components["schemas"]["llm.Usage"];
+            interrupted?: boolean;
+        };
+        /** @description AssistantUsage is dshd's extension event, written ignorable right after an interrupted assistant/message (which carries no usage, as in the reference): the usage of the model call a cancel cut off, the provider's when its usage chunk came before the cancel, else an estimate marked Estimated (llm.EstimateUsage). */
+        "eventlog.AssistantUsage": {
+            turn: number;
+            step: number;
+            usage: components["schemas"]["llm.Usage"];
+        };
+        /** @description Cause says why a turn was aborted: `user`, `parent`, `hook` (with Reason) or `disposed`. */
+        "eventlog.Cause": {
+            kind: string;
+            reason?: string;
+        };
+        /** @description ClientResult is the result of a client-executed tool call, appended (ignorable) by whoever received it: the client's POST /v1/sessions/{id}/tool-results, or the call's deadline (TimedOut, no content). */
+        "eventlog.ClientResult": {
+            callId: string;
+            content?: components["schemas"]["llm.Block"][];
+            isError?: boolean;
+            timedOut?: boolean;
+        };
+        /** @description CodeDispatch records that a `run_code` sub-call settled (CODE-7), with its final content. */
+        "eventlog.CodeDispatch": {
+            rootCallId: string;
+            parentCallId: string;
+            subCallId: string;
+            name: string;
+            arguments: unknown;
+            location?: unknown;
+            isError: boolean;
+            content: components["schemas"]["llm.Block"][];
+            mutations?: components["schemas"]["eventlog.FileMutation"][];
+        };
+        /** @description CodeDispatchStart records that a `run_code` sub-call started (CODE-7). */
+        "eventlog.CodeDispatchStart": {
+            rootCallId: string;
+            parentCallId: string;
+            subCallId: string;
+            name: string;
+            arguments: unknown;
+            location?: unknown;
+        };
+        /** @description FileMutation records a committed file change (RES-6). */
+        "eventlog.FileMutation": {
+            version: number;
+            commitOrder: number;
+            path: string;
+            kind?: string;
+            sha1?: string;
+            sha256?: string;
+        };
+        /** @description InboxSpliced is a change of the durable inbox (LOOP-1): at Start in Target, RemovedCount messages are removed and Inserted are inserted. */
+        "eventlog.InboxSpliced": {
+            target: string;
+            start: number;
+            removedCount?: number;
+            inserted: components["schemas"]["llm.Message"][];
+            outcome?: string;
+        };
+        /** @description LLMRetry records that the model request of (turn, step) failed and is sent again after DelayMs: Attempt numbers the failed request from 1 (it is also the number of the retry), MaxRetries is the step's retry budget (the preset's model.retries), and Code, Message and Status are the failure's. */
+        "eventlog.LLMRetry": {
+            turn: number;
+            step: number;
+            provider?: string;
+            attempt: number;
+            maxRetries?: number;
+            delayMs: number;
+            code?: string;
+            message?: string;
+            status?: number;
+            failure?: components["schemas"]["llm.Failure"];
+        };
+        /** @description ModelHeader is a model request header: the effective model configuration (no secrets), which of its fields are the adapter's defaults, the system prompt and the wire tools. */
+        "eventlog.ModelHeader": {
+            config: components["schemas"]["llm.Config"];
+            adapterDefaults?: {
+                [key: string]: boolean;
+            };
+            system?: string;
+            tools?: components["schemas"]["llm.ToolSchema"][];
+        };
+        /** @description ParkWait is one thing a parked turn waits for: an approval (ApprovalID, of the call CallID) or the client's result of call CallID. */
+        "eventlog.ParkWait": {
+            kind: string;
+            callId: string;
+            toolName: string;
+            approvalId?: string;
+            deadlineMs?: number;
+        };
+        /** @description RequestContext records the route of the model call: provider, model and context window. */
+        "eventlog.RequestContext": {
+            provider: string;
+            model: string;
+            contextWindow?: number;
+        };
+        /** @description RequestHeader records the model request's header (SES-12, SES-13) and why it was logged: `initial`, `resume` or `change`. */
+        "eventlog.RequestHeader": {
+            header: components["schemas"]["eventlog.ModelHeader"];
+            reason: string;
+        };
+        /** @description SessionEndSeed marks the end of a seed or a fork's copied prefix (SES-12, SES-15). */
+        "eventlog.SessionEndSeed": Record<string, never>;
+        /** @description StepEnd closes step Step of turn Turn. */
+        "eventlog.StepEnd": {
+            turn: number;
+            step: number;
+        };
+        /** @description StepStart opens step Step of turn Turn. */
+        "eventlog.StepStart": {
+            turn: number;
+            step: number;
+        };
+        /** @description Todo is one entry of a todo list. */
+        "eventlog.Todo": {
+            content: string;
+            status: string;
+        };
+        /** @description TodoWrite replaces the session's todo list. */
+        "eventlog.TodoWrite": {
+            todos: components["schemas"]["eventlog.Todo"][];
+        };
+        /** @description ToolCall records that a call started (SCHED-3); Arguments is the model's raw argument string. */
+        "eventlog.ToolCall": {
+            turn: number;
+            step: number;
+            callId: string;
+            name: string;
+            arguments: string;
+        };
+        /** @description ToolResult is a call's final result (SES-7): the tool-result message, the error info when the failure had a code, the presentation meta and the file mutations. */
+        "eventlog.ToolResult": {
+            turn: number;
+            step: number;
+            message: components["schemas"]["llm.Message"];
+            error?: components["schemas"]["fault.Info"];
+            meta?: unknown;
+            mutations?: components["schemas"]["eventlog.FileMutation"][];
+        };
+        /** @description TurnEnd closes turn Turn with its Reason (LOOP-8). */
+        "eventlog.TurnEnd": {
+            turn: number;
+            reason: components["schemas"]["eventlog.TurnReason"];
+        };
+        /** @description TurnError is the error of a turn that ended with kind `error`. */
+        "eventlog.TurnError": {
+            message: string;
+            code: string;
+            status?: number;
+        };
+        /** @description TurnParked is dshd's marker of a parked turn (E6), written ignorable. */
+        "eventlog.TurnParked": {
+            turn: number;
+            step: number;
+            reason: string;
+            waits?: components["schemas"]["eventlog.ParkWait"][];
+            /**
+             * @description Concludes reports that a result committed before the park concluded the turn (RES-5): the
+             *     resumed step ends the turn after its tools.
+             */
+            concludes?: boolean;
+        };
+        /** @description TurnReason is the `reason` of `turn/end`: a Kind, the Cause of an abort, the Error of a failure. */
+        "eventlog.TurnReason": {
+            kind: string;
+            reason?: components["schemas"]["eventlog.Cause"];
+            error?: components["schemas"]["eventlog.TurnError"];
+        };
+        /** @description TurnResumed is written ignorable by the loop instance that resumes a parked turn, before anything else it writes: from it on, the turn is running again. */
+        "eventlog.TurnResumed": {
+            turn: number;
+            step: number;
+            /** @description ParkedSeq is the seq of the turn/parked it resumes. */
+            parkedSeq: number;
+        };
+        /** @description TurnStart opens turn Turn (SES-8, LOOP-2), in the reference's shape: the trace of the turn's spans is the extension event TurnTrace. */
+        "eventlog.TurnStart": {
+            turn: number;
+        };
+        /** @description TurnTrace is dshd's extension event, written ignorable right after turn/start (the next seq) when the replica that runs the turn traces it: TraceID is the OpenTelemetry trace id (32 lowercase hex digits) of the turn's spans (docs/observability.md). */
+        "eventlog.TurnTrace": {
+            turn: number;
+            traceId: string;
+        };
+        /** @description UserMessage is a user message entering the surface (its data is the message itself). */
+        "eventlog.UserMessage": {
+            id: string;
+            role: string;
+            content: components["schemas"]["llm.Block"][];
+            source: components["schemas"]["llm.Source"];
+        };
+        /** @description Info is the machine-readable part of a tool failure: the error class name and its code. */
+        "fault.Info": {
+            name: string;
+            code: string;
+        };
+        /** @description One content block; type selects its fields: text (text), reasoning (text, signature), tool-call (id, name, arguments: the raw JSON string the model produced), tool-result (toolCallId, content, isError), image (mediaType, data: base64). */
+        "llm.Block": {
+            /** @enum {string} */
+            type: "text" | "reasoning" | "tool-call" | "tool-result" | "image";
+            text?: string;
+            signature?: string;
+            id?: string;
+            name?: string;
+            arguments?: string;
+            toolCallId?: string;
+            content?: components["schemas"]["llm.Block"][];
+            isError?: boolean;
+            mediaType?: string;
+            data?: string;
+        };
+        /** @description Chunk is one streamed piece of an assistant message. */
+        "llm.Chunk": {
+            type: string;
+            index?: number;
+            blockType?: string;
+            text?: string;
+            id?: string;
+            name?: string;
+            argumentsDelta?: string;
+            block?: components["schemas"]["llm.Block"];
+            usage?: components["schemas"]["llm.Usage"];
+            reason?: components["schemas"]["llm.FinishReason"];
+        };
+        /** @description Config is the model configuration of a request. */
+        "llm.Config": {
+            provider: string;
+            model: string;
+            baseUrl?: string;
+            maxTokens?: number;
+            temperature?: number;
+            reasoningEffort?: string;
+        };
+        /** @description Failure is the serializable form of a failed model call, as the failure of a finish chunk records it: the message, the LLM error code and the HTTP status when one was received. */
+        "llm.Failure": {
+            message: string;
+            code: string;
+            status?: number;
+        };
+        /** @description FinishReason ends a stream. */
+        "llm.FinishReason": {
+            kind: string;
+            failure?: components["schemas"]["llm.Failure"];
+        };
+        /** @description Message is one model-visible message: a user message, an assistant message or a tool result message (role user, source kind tool). */
+        "llm.Message": {
+            id: string;
+            role: string;
+            content: components["schemas"]["llm.Block"][];
+            source: components["schemas"]["llm.Source"];
+        };
+        /** @description Source says where a message came from. */
+        "llm.Source": {
+            kind: string;
+            provider?: string;
+            model?: string;
+            replayState?: unknown;
+            callId?: string;
+            plugin?: string;
+            form?: string;
+            sections?: string[];
+        };
+        /** @description ToolSchema is what the model sees of a tool (REG-4): name, description and the JSON Schema of its parameters. */
+        "llm.ToolSchema": {
+            name: string;
+            description: string;
+            parameters: unknown;
+        };
+        /** @description Usage counts tokens of one model call. */
+        "llm.Usage": {
+            inputTokens: number;
+            outputTokens: number;
+            cacheReadTokens?: number;
+            cacheMissTokens?: number;
+            reasoningTokens?: number;
+            estimated?: boolean;
         };
         EventPage: {
             events: components["schemas"]["Event"][];
@@ -2978,6 +2131,15 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description A server-sent event stream (text/event-stream) of the session's log. Each frame is `id: <seq>`, `event: <the event's type>` and `data: <the event as JSON>`, an `Event`; comment lines (`: heartbeat`) keep it alive, and a stream the server ends as it shuts down sends a `retry:` hint first. `x-itemSchema` is the schema of each frame's data (OpenAPI 3.2's `itemSchema`, under an extension name in this 3.1 document). */
+        EventStream: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "text/event-stream": string;
+            };
+        };
     };
     parameters: {
         ID: string;
@@ -2997,4 +2159,1517 @@ export interface components {
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The process serves requests. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Status"];
+                };
+            };
+        };
+    };
+    getReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Ready. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Status"];
+                };
+            };
+            503: components["responses"]["Problem"];
+        };
+    };
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text exposition format. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            401: components["responses"]["Problem"];
+        };
+    };
+    getOpenAPI: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The OpenAPI document. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/yaml": string;
+                };
+            };
+        };
+    };
+    getDashboard: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTML page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    createTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TenantCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description The tenant. `apiKey` is shown only here, once. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantCreated"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    listPresets: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of presets. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PresetPage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+        };
+    };
+    createPreset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PresetBody"];
+            };
+        };
+        responses: {
+            /** @description The preset with every default filled in. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preset"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    getPreset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The preset. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preset"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    replacePreset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PresetBody"];
+            };
+        };
+        responses: {
+            /** @description The new version. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preset"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    deletePreset: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    getPresetWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSecret"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            /** @description `not_found`: an unknown preset, or policy webhooks are disabled on this server. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionPage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+        };
+    };
+    createSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description The session; it pins the preset's current version (a fork keeps its source's). */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description `invalid_request`, or `invalid_boundary` for a fork boundary that is not a seq of the source. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            /** @description `open_turn` (the fork prefix ends inside an open turn), `session_not_live` (the source was deleted) or `conflict`. With workspaces: `session_busy` (the source's run lease is held: a turn of the source runs or is being recovered after a crash, or another fork of it is copying; the fork holds the source's run lease while it copies the workspace, as it is at the fork, and creates the child only after the copy; fork once that is over. Also when the fork lost the lease during its copy: the copy is removed and nothing is created) or `workspace_quota_exceeded` (the copy of the source's workspace would take the tenant's workspaces over `DSHD_TENANT_WORKSPACE_BYTES`; nothing is written and no child is created; docs/sandbox.md). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            /** @description `quota_exceeded`: the tenant has its most live sessions, or its sessions' logs hold its most stored bytes (docs/usage-and-quotas.md); or `rate_limited`. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session, with `status`, `turn`, `lastTurn` and `usage`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    deleteSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    getSessionHistory: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page; a cursor that is not one answers 400. */
+                cursor?: string;
+                /** @description Messages per page. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The messages, in order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["History"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    listSessionEvents: {
+        parameters: {
+            query?: {
+                /** @description Return events with seq greater than this; -1 (the default) is the start. */
+                after?: number;
+                /** @description Page size (JSON pages only). */
+                limit?: number;
+                /**
+                 * @description Comma-separated event types to include (default all).
+                 * @example assistant/chunk,turn/end
+                 */
+                types?: string;
+                /** @description A stream token of this session (streams only), instead of an API key. */
+                token?: string;
+            };
+            header?: {
+                /** @description The seq of the last event received (streams only); must be an integer. */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page. The `text/event-stream` answer is the alias form (`Accept: text/event-stream`, the only form a stream token opens), the stream `streamSessionEvents` documents. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventPage"];
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+        };
+    };
+    streamSessionEvents: {
+        parameters: {
+            query?: {
+                /** @description Stream the events with seq greater than this; -1 (the default) is the start. */
+                after?: number;
+                /**
+                 * @description Comma-separated event types to include (default all).
+                 * @example assistant/chunk,turn/end
+                 */
+                types?: string;
+            };
+            header?: {
+                /** @description The seq of the last event received, to resume after it (it wins over `after`); must be an integer. */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["EventStream"];
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+        };
+    };
+    postMessage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe (kept for a day). Printable text (no control characters) of at most 255 bytes in UTF-8. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MessageRequest"];
+            };
+        };
+        responses: {
+            /** @description Accepted; a turn will serve the message. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessageAccepted"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            /** @description `rate_limited`: too many posts to the session or by the tenant; retry after `Retry-After`. `inbox_full`: too many messages wait in the session's inbox; retry once its turns have taken some. `quota_exceeded`: the tenant's tokens of the day (with `Retry-After` until the next UTC day) or stored log bytes are spent. */
+            429: {
+                headers: {
+                    /** @description Seconds until a post may succeed (`rate_limited`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    postMessageStream: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry safe (kept for a day). Printable text (no control characters) of at most 255 bytes in UTF-8. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MessageRequest"];
+            };
+        };
+        responses: {
+            200: components["responses"]["EventStream"];
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            /** @description `too_many_streams`: the stream limits are reached (nothing was posted). `rate_limited`: too many posts to the session or by the tenant; retry after `Retry-After`. `inbox_full`: too many messages wait in the session's inbox; retry once its turns have taken some. `quota_exceeded`: the tenant's tokens of the day (with `Retry-After` until the next UTC day) or stored log bytes are spent. */
+            429: {
+                headers: {
+                    /** @description Seconds until a post may succeed (`rate_limited`). */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cancelTurn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CancelRequest"];
+            };
+        };
+        responses: {
+            /** @description Whether a cancel was recorded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CancelResult"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    getSessionPrompt: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The assembled prompt. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PromptView"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            422: components["responses"]["Problem"];
+        };
+    };
+    listApprovals: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pending approvals, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalList"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    answerApproval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+                approvalId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalAnswer"];
+            };
+        };
+        responses: {
+            /** @description The decision was recorded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalDecided"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+        };
+    };
+    listPendingToolCalls: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pending client calls. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PendingClientCalls"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    postToolResult: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolResultPost"];
+            };
+        };
+        responses: {
+            /** @description The result was recorded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolResultPosted"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    createStreamToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The token. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StreamToken"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    listTurns: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page (the number of its last turn). */
+                cursor?: string;
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of turns. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TurnPage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    getTurn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+                /** @description The turn number, from 1. */
+                n: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The turn. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Turn"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    listTools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every built-in tool with its parameters schema. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolCatalogue"];
+                };
+            };
+            401: components["responses"]["Problem"];
+        };
+    };
+    listAPIKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIKeyList"];
+                };
+            };
+            401: components["responses"]["Problem"];
+        };
+    };
+    createAPIKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["APIKeyCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description The key with its secret. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIKeyCreated"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            /** @description `insufficient_scope`: the key has no keys scope, or asked for a scope or an expiry beyond its own. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    getAPIKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key, without its secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIKey"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    revokeAPIKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    rotateAPIKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key with its new secret, shown only here. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIKeyCreated"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+        };
+    };
+    listCredentials: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The credentials. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CredentialList"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+        };
+    };
+    createCredential: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CredentialCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description The credential, without its key. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Credential"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            /** @description `conflict` (the name is taken, or the tenant has 100 credentials) or `credentials_disabled` (the server has no DSHD_CREDENTIAL_KEYS). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    getCredential: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The credential. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Credential"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+        };
+    };
+    deleteCredential: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of endpoints (never their secrets). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointPage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookCreateRequest"];
+            };
+        };
+        responses: {
+            /** @description The endpoint and its signing secret. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointCreated"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint (never its secret). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; its pending deliveries are not attempted again. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    updateWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookUpdateRequest"];
+            };
+        };
+        responses: {
+            /** @description The endpoint. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint and its new signing secret. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointCreated"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description The nextCursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryPage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    retryWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+                deliveryId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery, pending. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            /** @description `conflict`: the delivery is still pending (it is retried on its schedule), or the endpoint is disabled. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description An RFC 3339 time, or a date (its start, UTC). Default the start of the UTC day 29 days ago (with to, 30 days before to). */
+                from?: components["parameters"]["UsageFrom"];
+                /** @description An RFC 3339 time (exclusive), or a date (through its end, UTC). Default the end of today (with from, 30 days after from). At most 366 days after from. */
+                to?: components["parameters"]["UsageTo"];
+                groupBy?: components["parameters"]["UsageGroupBy"];
+                /** @description The nextCursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Rows of a page by session, turn or preset. */
+                limit?: components["parameters"]["UsageLimit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of usage rows. */
+            200: {
+                headers: {
+                    /** @description With a request rate, the requests allowed right now (likewise RateLimit-Limit, RateLimit-Reset, RateLimit-Policy on every authenticated route). */
+                    "RateLimit-Remaining"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsagePage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            /** @description `rate_limited`: the tenant's request rate is spent; retry after `Retry-After`. */
+            429: {
+                headers: {
+                    /** @description Seconds until a request may be allowed. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getTenantUsage: {
+        parameters: {
+            query?: {
+                /** @description An RFC 3339 time, or a date (its start, UTC). Default the start of the UTC day 29 days ago (with to, 30 days before to). */
+                from?: components["parameters"]["UsageFrom"];
+                /** @description An RFC 3339 time (exclusive), or a date (through its end, UTC). Default the end of today (with from, 30 days after from). At most 366 days after from. */
+                to?: components["parameters"]["UsageTo"];
+                groupBy?: components["parameters"]["UsageGroupBy"];
+                /** @description The nextCursor of the previous page. */
+                cursor?: components["parameters"]["Cursor"];
+                /** @description Rows of a page by session, turn or preset. */
+                limit?: components["parameters"]["UsageLimit"];
+            };
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of usage rows. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsagePage"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    getTenantLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The limits as set, and as they apply. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantLimitsView"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+        };
+    };
+    replaceTenantLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TenantLimits"];
+            };
+        };
+        responses: {
+            /** @description The limits as set, and as they apply. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantLimitsView"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+        };
+    };
+    setApprovalPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalPolicy"];
+            };
+        };
+        responses: {
+            /** @description The policy was set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalPolicySet"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+        };
+    };
+}
+type WithRequired<T, K extends keyof T> = T & {
+    [P in K]-?: T[P];
+};
