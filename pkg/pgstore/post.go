@@ -320,10 +320,13 @@ func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.U
 	return Posted{MessageID: *msgID, Seq: *seq, Replayed: true}, true, nil
 }
 
-// IdempotencyExpire forgets idempotency keys older than age.
+// IdempotencyExpire forgets idempotency keys older than age, of posts and of creates.
 func (s *Store) IdempotencyExpire(ctx context.Context, age time.Duration) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
-	return translate(err, "expire idempotency keys")
+	if err != nil {
+		return translate(err, "expire idempotency keys")
+	}
+	return s.Creates().Expire(ctx, age) // the keys of creates (creates.go) expire with them
 }
 
 // ErrNoPreset is returned by a Runnable post to a session that has no preset to run its turns.
