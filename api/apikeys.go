@@ -47,8 +47,13 @@ type apiKeyCreated struct {
 	Secret string `json:"secret"`
 }
 
-// handleKeyCreate creates an API key: 201 with its secret, shown this once.
+// handleKeyCreate creates an API key: 201 with its secret, shown this once. An Idempotency-Key
+// makes it safe to retry; a replay answers the key without its secret (idempotency.go).
 func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.tenants.Creates(), tenantID(r).String(), idemRouteAPIKey, []string{"secret"}, rs.createKey)
+}
+
+func (rs apiKeyResource) createKey(w http.ResponseWriter, r *http.Request) {
 	var req apiKeyCreateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)

@@ -106,8 +106,14 @@ func checkDescription(d string) error {
 	return nil
 }
 
-// handleWebhookCreate registers an endpoint: 201 with its signing secret, shown this once.
+// handleWebhookCreate registers an endpoint: 201 with its signing secret, shown this once. An
+// Idempotency-Key makes it safe to retry; a replay answers the endpoint without its secret
+// (idempotency.go).
 func (rs hookResource) handleWebhookCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.hooks.Creates(), tenantID(r).String(), idemRouteWebhook, []string{"secret"}, rs.createWebhook)
+}
+
+func (rs hookResource) createWebhook(w http.ResponseWriter, r *http.Request) {
 	var body webhookCreateRequest
 	if err := decodeJSON(r, &body); err != nil {
 		writeError(w, r, err)

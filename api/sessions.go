@@ -85,8 +85,12 @@ type forkRequest struct {
 }
 
 // handleSessionCreate creates a session pinned to the preset's current version, or forks one:
-// 201 session.
+// 201 session. An Idempotency-Key makes it safe to retry (idempotency.go).
 func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.s.cfg.Log.Creates(), tenantID(r).String(), idemRouteSession, nil, rs.createSession)
+}
+
+func (rs sessionResource) createSession(w http.ResponseWriter, r *http.Request) {
 	var req sessionCreateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)
