@@ -62,19 +62,21 @@ func (rs apiKeyResource) createKey(w http.ResponseWriter, r *http.Request) {
 	spec := tenant.KeySpec{Name: req.Name, Scopes: req.Scopes, ExpiresAt: req.ExpiresAt}
 	if req.ExpiresInSeconds != nil {
 		if req.ExpiresAt != nil {
-			writeProblem(w, CodeInvalidRequest, "set expiresAt or expiresInSeconds, not both")
+			writeError(w, r, &fieldsError{fault: errorf(CodeInvalidRequest, "set expiresAt or expiresInSeconds, not both"),
+				fields: []FieldError{{Pointer: "/expiresAt", Detail: "set expiresAt or expiresInSeconds, not both"},
+					{Pointer: "/expiresInSeconds", Detail: "set expiresAt or expiresInSeconds, not both"}}})
 			return
 		}
 		n := *req.ExpiresInSeconds
 		if n < 1 || n > int64(maxKeyLifetime/time.Second) {
-			writeProblem(w, CodeInvalidRequest, "expiresInSeconds must be 1 to 315360000 (ten years)")
+			writeError(w, r, fieldError("/expiresInSeconds", "expiresInSeconds must be 1 to 315360000 (ten years)"))
 			return
 		}
 		at := time.Now().Add(time.Duration(n) * time.Second).UTC()
 		spec.ExpiresAt = &at
 	}
 	if spec.ExpiresAt != nil && time.Until(*spec.ExpiresAt) > maxKeyLifetime {
-		writeProblem(w, CodeInvalidRequest, "expiresAt must lie within ten years")
+		writeError(w, r, fieldError("/expiresAt", "expiresAt must lie within ten years"))
 		return
 	}
 	if err := capKey(r, &spec); err != nil {
@@ -88,7 +90,7 @@ func (rs apiKeyResource) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "name", "expiresAt", "unknown scope=/scopes"))
 		return
 	}
 	logger(r).Info("api key created", "key", k.ID, "name", k.Name)

@@ -58,7 +58,7 @@ func (rs credentialResource) createCredential(w http.ResponseWriter, r *http.Req
 	c, err := rs.creds.CredentialCreate(r.Context(), tenantID(r),
 		tenant.CredentialSpec{Name: req.Name, Provider: req.Provider, APIKey: req.APIKey})
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "name", "provider", "apiKey"))
 		return
 	}
 	logger(r).Info("credential created", "credential", c.ID, "name", c.Name, "provider", c.Provider)

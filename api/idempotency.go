@@ -44,7 +44,7 @@ func idempotentCreate(w http.ResponseWriter, r *http.Request, creates *pgstore.C
 		return
 	}
 	if len(key) > 255 || !printable(key) {
-		writeProblem(w, CodeInvalidRequest, "Idempotency-Key must be printable text of at most 255 bytes")
+		writeError(w, r, fieldError(headerPointer("Idempotency-Key"), "Idempotency-Key must be printable text of at most 255 bytes"))
 		return
 	}
 	body, err := io.ReadAll(r.Body)

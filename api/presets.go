@@ -39,7 +39,7 @@ func (rs presetResource) createPreset(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := rs.presets.PresetCreate(r.Context(), tenantID(r), body)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "model.credential"))
 		return
 	}
 	writeJSON(w, http.StatusCreated, p)
@@ -89,7 +89,7 @@ func (rs presetResource) handlePresetUpdate(w http.ResponseWriter, r *http.Reque
 	}
 	p, err := rs.presets.PresetUpdate(r.Context(), tenantID(r), id, body)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "model.credential"))
 		return
 	}
 	writeJSON(w, http.StatusOK, p)

@@ -105,16 +105,16 @@ func (rs sessionResource) createSession(w http.ResponseWriter, r *http.Request) 
 	)
 	switch {
 	case req.Fork != nil && req.PresetID != nil:
-		err = errorf(CodeInvalidRequest, "give presetId or fork, not both: a fork keeps the preset of its source")
+		err = fieldError("/fork", "give presetId or fork, not both: a fork keeps the preset of its source")
 	case req.Fork != nil:
 		sess, err = rs.fork(r, *req.Fork)
 	case req.PresetID != nil:
 		sess, err = rs.create(r, *req.PresetID)
 	default:
-		err = errorf(CodeInvalidRequest, "presetId is required (or fork: {sessionId, boundarySeq})")
+		err = fieldError("/presetId", "presetId is required (or fork: {sessionId, boundarySeq})")
 	}
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "INVALID_BOUNDARY=/fork/boundarySeq"))
 		return
 	}
 	setSession(r, sess.ID)

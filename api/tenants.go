@@ -40,7 +40,7 @@ func (rs tenantResource) createTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	t, key, err := rs.tenants.TenantCreate(r.Context(), req.Name)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "tenant name=/name"))
 		return
 	}
 	info(r).tenant = t.ID
