@@ -47,9 +47,9 @@ func idempotentCreate(w http.ResponseWriter, r *http.Request, creates *pgstore.C
 		writeError(w, r, fieldError(headerPointer("Idempotency-Key"), "Idempotency-Key must be printable text of at most 255 bytes"))
 		return
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body) // bounded by limitBody and guardBody, as decodeJSON's read
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, bodyError(err))
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
