@@ -38,13 +38,13 @@ const headerReplayed = "Idempotent-Replayed"
 // be retried. creates nil (the route is disabled) serves the create without a key.
 func idempotentCreate(w http.ResponseWriter, r *http.Request, creates *pgstore.Creates, scope, route string,
 	secrets []string, create http.HandlerFunc) {
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" || creates == nil {
-		create(w, r)
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
-	if len(key) > 255 || !printable(key) {
-		writeError(w, r, fieldError(headerPointer("Idempotency-Key"), "Idempotency-Key must be printable text of at most 255 bytes"))
+	if key == "" || creates == nil {
+		create(w, r)
 		return
 	}
 	body, err := io.ReadAll(r.Body) // bounded by limitBody and guardBody, as decodeJSON's read
@@ -90,6 +90,16 @@ func idempotentCreate(w http.ResponseWriter, r *http.Request, creates *pgstore.C
 	}
 	w.WriteHeader(rec.status)
 	_, _ = w.Write(rec.body.Bytes())
+}
+
+// idempotencyKey is the request's Idempotency-Key, "" without one; a key that is not printable
+// text of at most 255 bytes is an invalid_request error naming the header.
+func idempotencyKey(r *http.Request) (string, error) {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 255 || !printable(key) {
+		return "", fieldError(headerPointer("Idempotency-Key"), "Idempotency-Key must be printable text of at most 255 bytes")
+	}
+	return key, nil
 }
 
 // withoutSecrets is the JSON object body without its top-level fields named in secrets: what a

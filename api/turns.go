@@ -83,11 +83,12 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		return
 	}
 	var idem *worker.Idempotency
-	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		if len(key) > 255 || !printable(key) {
-			writeError(w, r, fieldError(headerPointer("Idempotency-Key"), "Idempotency-Key must be printable text of at most 255 bytes"))
-			return
-		}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if key != "" {
 		h := sha256.New()
 		h.Write([]byte(id.String() + "\x00" + req.Mode + "\x00" + *req.Content))
 		idem = &worker.Idempotency{Key: key, Hash: h.Sum(nil)}
