@@ -61,7 +61,7 @@ func TestProblemNamesEachField(t *testing.T) {
 			status: 400, code: api.CodeInvalidRequest, pointers: []string{"#/query/limit"}},
 		{name: "header", method: "POST", path: "/v1/presets", bearer: e.keyA, body: minimalPreset,
 			headers: []string{"Idempotency-Key", strings.Repeat("k", 256)},
-			status: 400, code: api.CodeInvalidRequest, pointers: []string{"#/header/Idempotency-Key"}},
+			status:  400, code: api.CodeInvalidRequest, pointers: []string{"#/header/Idempotency-Key"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var body any
