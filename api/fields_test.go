@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +40,11 @@ func TestProblemNamesEachField(t *testing.T) {
 			status: 400, code: api.CodeWebhookURLNotAllowed, pointers: []string{"/url"}},
 		{name: "session without preset", method: "POST", path: "/v1/sessions", bearer: e.keyA, body: `{}`,
 			status: 400, code: api.CodeInvalidRequest, pointers: []string{"/presetId"}},
+		{name: "fork boundary", method: "POST", path: "/v1/sessions", bearer: e.keyA,
+			body:   fmt.Sprintf(`{"fork":{"sessionId":%q,"boundarySeq":99999}}`, sid),
+			status: 400, code: api.CodeInvalidBoundary, pointers: []string{"/fork/boundarySeq"}},
+		{name: "approval outcome", method: "POST", path: "/v1/sessions/" + sid.String() + "/approvals/a1", bearer: e.keyA,
+			body: `{"outcome":"maybe"}`, status: 400, code: api.CodeInvalidRequest, pointers: []string{"/outcome"}},
 		{name: "message mode", method: "POST", path: "/v1/sessions/" + sid.String() + "/messages", bearer: e.keyA,
 			body: `{"content":"hi","mode":"shout"}`, status: 400, code: api.CodeInvalidRequest, pointers: []string{"/mode"}},
 		{name: "api key lifetime", method: "POST", path: "/v1/api-keys", bearer: e.keyA, body: `{"name":"k","expiresInSeconds":0}`,
