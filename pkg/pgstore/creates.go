@@ -18,7 +18,8 @@ import (
 // creates the resource and records its answer (Complete) or gives the claim up (Release); any
 // other request with the key waits until the claim settles, then replays the recorded answer, or
 // claims the key itself when the first request gave it up. So concurrent requests with one key
-// create one resource, and no connection is held while the resource is created.
+// create one resource, and no connection is held while the resource is created. Keys expire with
+// the posts' (Store.IdempotencyExpire).
 type Creates struct {
 	pool *pgxpool.Pool
 	// Stale is how long a claim may stay unsettled before another request with its key takes it
@@ -152,10 +153,4 @@ func (c *Creates) Release(ctx context.Context, k CreateKey, token uuid.UUID) err
 	_, err := c.pool.Exec(ctx, `DELETE FROM idempotent_creates
 		WHERE scope = $1 AND route = $2 AND key = $3 AND claim = $4 AND status IS NULL`, k.Scope, k.Route, k.Key, token)
 	return translate(err, "release idempotency key")
-}
-
-// Expire forgets the keys of creates older than age.
-func (c *Creates) Expire(ctx context.Context, age time.Duration) error {
-	_, err := c.pool.Exec(ctx, `DELETE FROM idempotent_creates WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
-	return translate(err, "expire idempotency keys of creates")
 }

@@ -120,12 +120,13 @@ func TestCreatesClaimWaits(t *testing.T) {
 }
 
 // TestCreatesStaleClaim: a claim left unsettled longer than Stale (its request died) is taken
-// over by the next Claim; Expire forgets old keys.
+// over by the next Claim; Store.IdempotencyExpire forgets old keys.
 func TestCreatesStaleClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
 	c := pgstore.NewCreates(pool)
+	st := pgstore.NewStore(pool, pgstore.StoreConfig{})
 	k := pgstore.CreateKey{Scope: uuid.NewString(), Route: "POST /v1/things", Key: "k", Hash: []byte("h")}
 	dead, err := c.Claim(ctx, k)
 	if err != nil {
@@ -139,7 +140,7 @@ func TestCreatesStaleClaim(t *testing.T) {
 	if err != nil || taken.Token == uuid.Nil || taken.Token == dead.Token {
 		t.Fatalf("claim of a stale key %+v, %v", taken, err)
 	}
-	if err := c.Expire(ctx, 24*time.Hour); err != nil {
+	if err := st.IdempotencyExpire(ctx, 24*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	var left int

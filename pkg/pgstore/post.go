@@ -322,11 +322,10 @@ func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.U
 
 // IdempotencyExpire forgets idempotency keys older than age, of posts and of creates.
 func (s *Store) IdempotencyExpire(ctx context.Context, age time.Duration) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
-	if err != nil {
-		return translate(err, "expire idempotency keys")
-	}
-	return s.Creates().Expire(ctx, age) // the keys of creates (creates.go) expire with them
+	// The keys of creates (creates.go) expire with them, in the same statement.
+	_, err := s.pool.Exec(ctx, `WITH creates AS (DELETE FROM idempotent_creates WHERE created_at < now() - $1 * interval '1 millisecond')
+		DELETE FROM idempotency_keys WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
+	return translate(err, "expire idempotency keys")
 }
 
 // ErrNoPreset is returned by a Runnable post to a session that has no preset to run its turns.
