@@ -47,8 +47,13 @@ type apiKeyCreated struct {
 	Secret string `json:"secret"`
 }
 
-// handleKeyCreate creates an API key: 201 with its secret, shown this once.
+// handleKeyCreate creates an API key: 201 with its secret, shown this once. An Idempotency-Key
+// makes it safe to retry; a replay answers the key without its secret (idempotency.go).
 func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.tenants.Creates(), tenantID(r).String(), idemRouteAPIKey, []string{"secret"}, rs.createKey)
+}
+
+func (rs apiKeyResource) createKey(w http.ResponseWriter, r *http.Request) {
 	var req apiKeyCreateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)
@@ -57,19 +62,21 @@ func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request)
 	spec := tenant.KeySpec{Name: req.Name, Scopes: req.Scopes, ExpiresAt: req.ExpiresAt}
 	if req.ExpiresInSeconds != nil {
 		if req.ExpiresAt != nil {
-			writeProblem(w, CodeInvalidRequest, "set expiresAt or expiresInSeconds, not both")
+			writeError(w, r, &fieldsError{fault: errorf(CodeInvalidRequest, "set expiresAt or expiresInSeconds, not both"),
+				fields: []FieldError{{Pointer: "/expiresAt", Detail: "set expiresAt or expiresInSeconds, not both"},
+					{Pointer: "/expiresInSeconds", Detail: "set expiresAt or expiresInSeconds, not both"}}})
 			return
 		}
 		n := *req.ExpiresInSeconds
 		if n < 1 || n > int64(maxKeyLifetime/time.Second) {
-			writeProblem(w, CodeInvalidRequest, "expiresInSeconds must be 1 to 315360000 (ten years)")
+			writeError(w, r, fieldError("/expiresInSeconds", "expiresInSeconds must be 1 to 315360000 (ten years)"))
 			return
 		}
 		at := time.Now().Add(time.Duration(n) * time.Second).UTC()
 		spec.ExpiresAt = &at
 	}
 	if spec.ExpiresAt != nil && time.Until(*spec.ExpiresAt) > maxKeyLifetime {
-		writeProblem(w, CodeInvalidRequest, "expiresAt must lie within ten years")
+		writeError(w, r, fieldError("/expiresAt", "expiresAt must lie within ten years"))
 		return
 	}
 	if err := capKey(r, &spec); err != nil {
@@ -83,7 +90,7 @@ func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "name", "expiresAt", "unknown scope=/scopes"))
 		return
 	}
 	logger(r).Info("api key created", "key", k.ID, "name", k.Name)

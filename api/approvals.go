@@ -145,7 +145,7 @@ func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Re
 	if aa, ok := rs.s.cfg.Turns.(approvalAnswers); ok {
 		ev, err := aa.AnswerApproval(r.Context(), tenant, id, approvalID, req.Outcome, req.Reason)
 		if err != nil {
-			writeError(w, r, err)
+			writeError(w, r, pointTo(err, "outcome", "reason"))
 			return
 		}
 		writeJSON(w, http.StatusOK, approvalDecided{ID: approvalID, Outcome: req.Outcome, Seq: ev.Seq})
@@ -162,7 +162,7 @@ func (rs sessionResource) handleApprovalAnswer(w http.ResponseWriter, r *http.Re
 	j := rs.s.cfg.Log.Journal(nil, tenant, id, uuid.Nil)
 	ev, err := approval.Answer(r.Context(), j, read, approvalID, req.Outcome, req.Reason)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "outcome", "reason"))
 		return
 	}
 	writeJSON(w, http.StatusOK, approvalDecided{ID: approvalID, Outcome: req.Outcome, Seq: ev.Seq})
@@ -202,7 +202,7 @@ func (rs sessionResource) handleApprovalPolicySet(w http.ResponseWriter, r *http
 		return
 	}
 	if !approval.ValidPolicy(req.Policy) {
-		writeProblem(w, CodeInvalidRequest, `policy must be "ask" or "never"`)
+		writeError(w, r, fieldError("/policy", `policy must be "ask" or "never"`))
 		return
 	}
 	ap, ok := rs.s.cfg.Turns.(approvalPolicies)

@@ -19,9 +19,10 @@ import (
 const (
 	corsMethods = "GET, POST, PUT, PATCH, DELETE"
 	// Last-Event-ID is what an EventSource sends when it reconnects; Idempotency-Key makes a post
-	// retryable; X-Request-Id correlates a request with the server's log.
+	// retryable; X-Request-Id correlates a request with the server's log. Idempotent-Replayed
+	// tells a page that a create's answer is a replay (idempotency.go).
 	corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Cache-Control, X-Request-Id"
-	corsExposed = "X-Request-Id, WWW-Authenticate"
+	corsExposed = "X-Request-Id, WWW-Authenticate, Idempotent-Replayed"
 	corsMaxAge  = "600"
 )
 

@@ -41,10 +41,15 @@ func (rs credentialResource) disabled(w http.ResponseWriter) bool {
 }
 
 // handleCredentialCreate stores a credential, encrypted: 201 with its metadata, never its key.
+// An Idempotency-Key makes it safe to retry (idempotency.go).
 func (rs credentialResource) handleCredentialCreate(w http.ResponseWriter, r *http.Request) {
 	if rs.disabled(w) {
 		return
 	}
+	idempotentCreate(w, r, rs.creds.Creates(), tenantID(r).String(), idemRouteCredential, nil, rs.createCredential)
+}
+
+func (rs credentialResource) createCredential(w http.ResponseWriter, r *http.Request) {
 	var req credentialCreateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)
@@ -53,7 +58,7 @@ func (rs credentialResource) handleCredentialCreate(w http.ResponseWriter, r *ht
 	c, err := rs.creds.CredentialCreate(r.Context(), tenantID(r),
 		tenant.CredentialSpec{Name: req.Name, Provider: req.Provider, APIKey: req.APIKey})
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "name", "provider", "apiKey"))
 		return
 	}
 	logger(r).Info("credential created", "credential", c.ID, "name", c.Name, "provider", c.Provider)

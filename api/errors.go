@@ -108,6 +108,8 @@ type Problem struct {
 	Status int    `json:"status"`
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
+	// Errors, on an invalid request, name each value at fault (fields.go); Detail sums them up.
+	Errors []FieldError `json:"errors,omitempty"`
 }
 
 // retryAfterUnavailable is the Retry-After (seconds) of an unavailable answer: the database is
@@ -143,10 +145,20 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if code != CodeInternal && errors.As(err, &ra) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(ra.RetryAfter().Seconds())))))
 	}
-	writeProblem(w, code, detail)
+	var fields []FieldError
+	if code != CodeInternal {
+		fields = fieldErrors(err)
+	}
+	writeProblemFields(w, code, detail, fields)
 }
 
 func writeProblem(w http.ResponseWriter, code, detail string) {
+	writeProblemFields(w, code, detail, nil)
+}
+
+// writeProblemFields writes the problem document of code, with the values at fault (fields, nil
+// for none).
+func writeProblemFields(w http.ResponseWriter, code, detail string, fields []FieldError) {
 	entry, ok := problemTable[code]
 	if !ok {
 		code, entry = CodeInternal, problemTable[CodeInternal]
@@ -160,5 +172,5 @@ func writeProblem(w http.ResponseWriter, code, detail string) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(Problem{Type: "urn:dshd:problem:" + code, Title: entry.title,
-		Status: entry.status, Code: code, Detail: detail})
+		Status: entry.status, Code: code, Detail: detail, Errors: fields})
 }

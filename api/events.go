@@ -82,7 +82,7 @@ func parseEventQuery(r *http.Request) (eventQuery, error) {
 	if last := strings.TrimSpace(r.Header.Get("Last-Event-ID")); last != "" && acceptsEventStream(r) {
 		after, err = strconv.ParseInt(last, 10, 64)
 		if err != nil || after < -1 {
-			return eventQuery{}, errorf(CodeInvalidRequest, "Last-Event-ID must be the integer seq of the last event received")
+			return eventQuery{}, fieldError(headerPointer("Last-Event-ID"), "Last-Event-ID must be the integer seq of the last event received")
 		}
 	}
 	limit, err := intParam(r, "limit", pgstore.DefaultEventPage, 1, pgstore.MaxEventPage)
@@ -94,7 +94,7 @@ func parseEventQuery(r *http.Request) (eventQuery, error) {
 		for _, t := range strings.Split(raw, ",") {
 			if t = strings.TrimSpace(t); t != "" {
 				if !printable(t) || len(t) > 200 {
-					return eventQuery{}, errorf(CodeInvalidRequest, "types must be a comma-separated list of event types")
+					return eventQuery{}, fieldError(queryPointer("types"), "types must be a comma-separated list of event types")
 				}
 				types = append(types, t)
 			}

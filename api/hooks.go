@@ -71,12 +71,12 @@ type webhookUpdateRequest struct {
 func (rs hookResource) checkURL(u string) error {
 	switch {
 	case u == "":
-		return errorf(CodeInvalidRequest, "url is required")
+		return fieldError("/url", "url is required")
 	case len(u) > maxWebhookURLBytes:
-		return errorf(CodeInvalidRequest, fmt.Sprintf("url must be at most %d bytes", maxWebhookURLBytes))
+		return fieldError("/url", fmt.Sprintf("url must be at most %d bytes", maxWebhookURLBytes))
 	}
 	if err := netguard.CheckURL(u, rs.allowHTTP, rs.allowPrivate); err != nil {
-		return errorf(CodeWebhookURLNotAllowed, "url "+err.Error())
+		return fieldErrorCode(CodeWebhookURLNotAllowed, "/url", "url "+err.Error())
 	}
 	return nil
 }
@@ -85,12 +85,12 @@ func (rs hookResource) checkURL(u string) error {
 // without duplicates.
 func checkEvents(events []string) ([]string, error) {
 	if len(events) == 0 {
-		return nil, errorf(CodeInvalidRequest, "events must name at least one of "+strings.Join(pgstore.WebhookEventTypes, ", "))
+		return nil, fieldError("/events", "events must name at least one of "+strings.Join(pgstore.WebhookEventTypes, ", "))
 	}
 	out := make([]string, 0, len(events))
-	for _, e := range events {
+	for i, e := range events {
 		if !slices.Contains(pgstore.WebhookEventTypes, e) {
-			return nil, errorf(CodeInvalidRequest, fmt.Sprintf("events: unknown event type %q (want %s)",
+			return nil, fieldError(fmt.Sprintf("/events/%d", i), fmt.Sprintf("events: unknown event type %q (want %s)",
 				netguard.Clip(e, 64), strings.Join(pgstore.WebhookEventTypes, ", ")))
 		}
 		out = append(out, e)
@@ -101,25 +101,27 @@ func checkEvents(events []string) ([]string, error) {
 
 func checkDescription(d string) error {
 	if len(d) > maxWebhookDescriptionBytes {
-		return errorf(CodeInvalidRequest, fmt.Sprintf("description must be at most %d bytes", maxWebhookDescriptionBytes))
+		return fieldError("/description", fmt.Sprintf("description must be at most %d bytes", maxWebhookDescriptionBytes))
 	}
 	return nil
 }
 
-// handleWebhookCreate registers an endpoint: 201 with its signing secret, shown this once.
+// handleWebhookCreate registers an endpoint: 201 with its signing secret, shown this once. An
+// Idempotency-Key makes it safe to retry; a replay answers the endpoint without its secret
+// (idempotency.go).
 func (rs hookResource) handleWebhookCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.hooks.Creates(), tenantID(r).String(), idemRouteWebhook, []string{"secret"}, rs.createWebhook)
+}
+
+func (rs hookResource) createWebhook(w http.ResponseWriter, r *http.Request) {
 	var body webhookCreateRequest
 	if err := decodeJSON(r, &body); err != nil {
 		writeError(w, r, err)
 		return
 	}
+	// Every field is checked: the problem names each one at fault.
 	events, err := checkEvents(body.Events)
-	if err == nil {
-		err = rs.checkURL(body.URL)
-	}
-	if err == nil {
-		err = checkDescription(body.Description)
-	}
+	err = joinFields(err, rs.checkURL(body.URL), checkDescription(body.Description))
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -298,7 +298,11 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "the body"
 		}
-		return errorf(CodeInvalidRequest, fmt.Sprintf("%s: must be %s (got %s)", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
+		detail := fmt.Sprintf("%s: must be %s (got %s)", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		if typeErr.Field == "" {
+			return errorf(CodeInvalidRequest, detail)
+		}
+		return fieldError(bodyPointer(typeErr.Field), detail)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return errorf(CodeInvalidRequest, strings.TrimPrefix(err.Error(), "json: "))
 	}

@@ -40,7 +40,7 @@ func intParam(r *http.Request, name string, def, lo, hi int64) (int64, error) {
 		if hi == noMax {
 			want = " must be an integer >= " + strconv.FormatInt(lo, 10)
 		}
-		return 0, errorf(CodeInvalidRequest, name+want)
+		return 0, fieldError(queryPointer(name), name+want)
 	}
 	return n, nil
 }

@@ -26,7 +26,12 @@ func (rs presetResource) routes() chi.Router {
 }
 
 // handlePresetCreate validates the body, fills its defaults and stores version 1: 201 preset.
+// An Idempotency-Key makes it safe to retry (idempotency.go).
 func (rs presetResource) handlePresetCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.presets.Creates(), tenantID(r).String(), idemRoutePreset, nil, rs.createPreset)
+}
+
+func (rs presetResource) createPreset(w http.ResponseWriter, r *http.Request) {
 	var body preset.Body
 	if err := decodeJSON(r, &body); err != nil {
 		writeError(w, r, err)
@@ -34,7 +39,7 @@ func (rs presetResource) handlePresetCreate(w http.ResponseWriter, r *http.Reque
 	}
 	p, err := rs.presets.PresetCreate(r.Context(), tenantID(r), body)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "model.credential"))
 		return
 	}
 	writeJSON(w, http.StatusCreated, p)
@@ -84,7 +89,7 @@ func (rs presetResource) handlePresetUpdate(w http.ResponseWriter, r *http.Reque
 	}
 	p, err := rs.presets.PresetUpdate(r.Context(), tenantID(r), id, body)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "model.credential"))
 		return
 	}
 	writeJSON(w, http.StatusOK, p)

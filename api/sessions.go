@@ -87,8 +87,12 @@ type forkRequest struct {
 }
 
 // handleSessionCreate creates a session pinned to the preset's current version, or forks one:
-// 201 session.
+// 201 session. An Idempotency-Key makes it safe to retry (idempotency.go).
 func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.s.cfg.Log.Creates(), tenantID(r).String(), idemRouteSession, nil, rs.createSession)
+}
+
+func (rs sessionResource) createSession(w http.ResponseWriter, r *http.Request) {
 	var req sessionCreateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)
@@ -103,16 +107,16 @@ func (rs sessionResource) handleSessionCreate(w http.ResponseWriter, r *http.Req
 	)
 	switch {
 	case req.Fork != nil && req.PresetID != nil:
-		err = errorf(CodeInvalidRequest, "give presetId or fork, not both: a fork keeps the preset of its source")
+		err = fieldError("/fork", "give presetId or fork, not both: a fork keeps the preset of its source")
 	case req.Fork != nil:
 		sess, err = rs.fork(r, *req.Fork)
 	case req.PresetID != nil:
 		sess, err = rs.create(r, *req.PresetID)
 	default:
-		err = errorf(CodeInvalidRequest, "presetId is required (or fork: {sessionId, boundarySeq})")
+		err = fieldError("/presetId", "presetId is required (or fork: {sessionId, boundarySeq})")
 	}
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "INVALID_BOUNDARY=/fork/boundarySeq"))
 		return
 	}
 	setSession(r, sess.ID)

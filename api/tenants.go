@@ -26,7 +26,13 @@ type tenantCreated struct {
 }
 
 // handleTenantCreate creates a tenant with its first API key: 201 {id, name, apiKey, createdAt}.
+// An Idempotency-Key (the operator's) makes it safe to retry; a replay answers the tenant
+// without apiKey (idempotency.go).
 func (rs tenantResource) handleTenantCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.tenants.Creates(), idemScopeAdmin, idemRouteTenant, []string{"apiKey"}, rs.createTenant)
+}
+
+func (rs tenantResource) createTenant(w http.ResponseWriter, r *http.Request) {
 	var req tenantCreateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, r, err)
@@ -34,7 +40,7 @@ func (rs tenantResource) handleTenantCreate(w http.ResponseWriter, r *http.Reque
 	}
 	t, key, err := rs.tenants.TenantCreate(r.Context(), req.Name)
 	if err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "tenant name=/name"))
 		return
 	}
 	info(r).tenant = t.ID

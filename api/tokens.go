@@ -196,8 +196,14 @@ type streamTokenJSON struct {
 }
 
 // handleStreamTokenCreate mints a stream token for the session: 201 {token, expiresAt, streamUrl}.
-// It takes an API key (a stream token cannot mint another).
+// It takes an API key (a stream token cannot mint another). An Idempotency-Key makes it safe to
+// retry; a replay answers expiresAt without the token and its streamUrl (idempotency.go).
 func (rs sessionResource) handleStreamTokenCreate(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.s.cfg.Log.Creates(), tenantID(r).String(), idemRouteStreamToken,
+		[]string{"token", "streamUrl"}, rs.createStreamToken)
+}
+
+func (rs sessionResource) createStreamToken(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
 		writeError(w, r, err)

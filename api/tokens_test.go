@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestStreamTokenV1Refused(t *testing.T) {
 	v1 := v1Token(secret, e.tenantA, sid, time.Now().Add(time.Hour))
 	gotHeader, got := tokenProblem(t, e.replica, sid, v1)
 	wantHeader, want := tokenProblem(t, e.replica, sid, "st2.garbage.garbage")
-	if got != want || gotHeader != wantHeader {
+	if !reflect.DeepEqual(got, want) || gotHeader != wantHeader {
 		t.Fatalf("st1 token: %q %+v; an invalid token: %q %+v", gotHeader, got, wantHeader, want)
 	}
 }

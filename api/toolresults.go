@@ -52,9 +52,9 @@ type resultBlock struct {
 func parseResult(req toolResultRequest) (eventlog.ClientResult, error) {
 	switch {
 	case req.CallID == "":
-		return eventlog.ClientResult{}, errorf(CodeInvalidRequest, "callId must be a non-empty string")
+		return eventlog.ClientResult{}, fieldError("/callId", "callId must be a non-empty string")
 	case len(req.CallID) > MaxCallIDBytes || !printable(req.CallID):
-		return eventlog.ClientResult{}, errorf(CodeInvalidRequest, "callId must be printable text of at most 256 bytes")
+		return eventlog.ClientResult{}, fieldError("/callId", "callId must be printable text of at most 256 bytes")
 	}
 	content, err := parseContent(req.Content)
 	if err != nil {
@@ -69,28 +69,28 @@ func parseContent(raw json.RawMessage) ([]llm.Block, error) {
 	const want = "content must be a string or an array of content blocks"
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
-		return nil, errorf(CodeInvalidRequest, "content is required: "+want)
+		return nil, fieldError("/content", "content is required: "+want)
 	}
 	switch raw[0] {
 	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, errorf(CodeInvalidRequest, want)
+			return nil, fieldError("/content", want)
 		}
 		return []llm.Block{llm.TextBlock(s)}, nil
 	case '[':
 	default:
-		return nil, errorf(CodeInvalidRequest, want)
+		return nil, fieldError("/content", want)
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, errorf(CodeInvalidRequest, want)
+		return nil, fieldError("/content", want)
 	}
 	out := make([]llm.Block, 0, len(items))
 	for i, item := range items {
 		b, err := parseBlock(item)
 		if err != nil {
-			return nil, errorf(CodeInvalidRequest, fmt.Sprintf("content[%d]: %s", i, err.Error()))
+			return nil, fieldError(fmt.Sprintf("/content/%d", i), fmt.Sprintf("content[%d]: %s", i, err.Error()))
 		}
 		out = append(out, b)
 	}

@@ -63,13 +63,13 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 	}
 	switch {
 	case req.Content == nil || strings.TrimSpace(*req.Content) == "":
-		writeProblem(w, CodeInvalidRequest, "content must be a non-empty string")
+		writeError(w, r, fieldError("/content", "content must be a non-empty string"))
 		return
 	case len(*req.Content) > MaxMessageBytes:
-		writeProblem(w, CodeInvalidRequest, "content is longer than 256 KiB")
+		writeError(w, r, fieldError("/content", "content is longer than 256 KiB"))
 		return
 	case req.Mode != worker.ModeFollowup && req.Mode != worker.ModeSteer && req.Mode != worker.ModeInject:
-		writeProblem(w, CodeInvalidRequest, `mode must be "followup", "steer" or "inject"`)
+		writeError(w, r, fieldError("/mode", `mode must be "followup", "steer" or "inject"`))
 		return
 	}
 	// The session is not read first: the post reads it with its head (404 for another tenant's
@@ -83,11 +83,12 @@ func (rs sessionResource) handleMessageCreate(w http.ResponseWriter, r *http.Req
 		return
 	}
 	var idem *worker.Idempotency
-	if key := r.Header.Get("Idempotency-Key"); key != "" {
-		if len(key) > 255 || !printable(key) {
-			writeProblem(w, CodeInvalidRequest, "Idempotency-Key must be printable text of at most 255 bytes")
-			return
-		}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if key != "" {
 		h := sha256.New()
 		h.Write([]byte(id.String() + "\x00" + req.Mode + "\x00" + *req.Content))
 		idem = &worker.Idempotency{Key: key, Hash: h.Sum(nil)}

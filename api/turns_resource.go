@@ -256,7 +256,7 @@ func (rs sessionResource) handleTurnList(w http.ResponseWriter, r *http.Request)
 	if c := r.URL.Query().Get("cursor"); c != "" {
 		n, err := strconv.Atoi(c)
 		if err != nil || n < 0 {
-			writeProblem(w, CodeInvalidRequest, "invalid cursor")
+			writeError(w, r, fieldError(queryPointer("cursor"), "invalid cursor"))
 			return
 		}
 		first = n + 1

@@ -61,7 +61,7 @@ func usageTime(r *http.Request, name string, end bool) (time.Time, bool, error) 
 	}
 	d, err := time.Parse(time.DateOnly, raw)
 	if err != nil {
-		return time.Time{}, false, errorf(CodeInvalidRequest, name+" must be an RFC 3339 time (2026-01-02T15:04:05Z) or a date (2026-01-02)")
+		return time.Time{}, false, fieldError(queryPointer(name), name+" must be an RFC 3339 time (2026-01-02T15:04:05Z) or a date (2026-01-02)")
 	}
 	if end {
 		d = d.Add(24 * time.Hour)
@@ -95,9 +95,9 @@ func usageQuery(r *http.Request, tenantID uuid.UUID) (pgstore.UsageQuery, error)
 	case from.Year() < 1970 || to.Year() > 9999:
 		return q, errorf(CodeInvalidRequest, "from and to must be between 1970 and 9999")
 	case !to.After(from):
-		return q, errorf(CodeInvalidRequest, "to must be after from")
+		return q, fieldError(queryPointer("to"), "to must be after from")
 	case to.Sub(from) > time.Duration(maxUsageDays)*24*time.Hour:
-		return q, errorf(CodeInvalidRequest, fmt.Sprintf("the range from from to to must be at most %d days", maxUsageDays))
+		return q, fieldError(queryPointer("to"), fmt.Sprintf("the range from from to to must be at most %d days", maxUsageDays))
 	}
 	q.From, q.To = from, to
 	if q.GroupBy == "" {
@@ -108,7 +108,7 @@ func usageQuery(r *http.Request, tenantID uuid.UUID) (pgstore.UsageQuery, error)
 		valid = valid || q.GroupBy == g
 	}
 	if !valid {
-		return q, errorf(CodeInvalidRequest, "groupBy must be one of "+strings.Join(pgstore.UsageGroupings, ", "))
+		return q, fieldError(queryPointer("groupBy"), "groupBy must be one of "+strings.Join(pgstore.UsageGroupings, ", "))
 	}
 	limit, err := intParam(r, "limit", 100, 1, pgstore.MaxUsageLimit)
 	q.Limit = int(limit)
@@ -225,7 +225,7 @@ func (s *Server) handleLimitsPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.cfg.Quotas.LimitsSet(r.Context(), id, l); err != nil {
-		writeError(w, r, err)
+		writeError(w, r, pointTo(err, "requestsPerSecond", "burst", "maxConcurrentTurns", "tokensPerDay", "maxSessions", "maxLogBytes"))
 		return
 	}
 	info(r).tenant = id

@@ -320,9 +320,11 @@ func idempotencyClaim(ctx context.Context, tx pgx.Tx, tenantID, sessionID uuid.U
 	return Posted{MessageID: *msgID, Seq: *seq, Replayed: true}, true, nil
 }
 
-// IdempotencyExpire forgets idempotency keys older than age.
+// IdempotencyExpire forgets idempotency keys older than age, of posts and of creates.
 func (s *Store) IdempotencyExpire(ctx context.Context, age time.Duration) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
+	// The keys of creates (creates.go) expire with them, in the same statement.
+	_, err := s.pool.Exec(ctx, `WITH creates AS (DELETE FROM idempotent_creates WHERE created_at < now() - $1 * interval '1 millisecond')
+		DELETE FROM idempotency_keys WHERE created_at < now() - $1 * interval '1 millisecond'`, age.Milliseconds())
 	return translate(err, "expire idempotency keys")
 }
 
