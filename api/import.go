@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -131,18 +132,6 @@ func importContentType(ct string) error {
 	return errorf(CodeUnsupportedMedia, fmt.Sprintf("the log must be sent as %s (JSON Lines), not %s", ExportContentType, mt))
 }
 
-// importEvent is an event line as SES-1 spells it, and nothing else; pointers tell a missing
-// member from a zero one.
-type importEvent struct {
-	Type            *string             `json:"type"`
-	Seq             *int64              `json:"seq"`
-	Time            *int64              `json:"time"`
-	Data            json.RawMessage     `json:"data"`
-	SurfaceOp       *eventlog.SurfaceOp `json:"surfaceOp"`
-	SourceEventSeqs *[]int64            `json:"sourceEventSeqs"`
-	Ignorable       *bool               `json:"ignorable"`
-}
-
 // parseImport splits the body into its optional header and its events, with the body line of
 // each event. Blank lines (a trailing newline, CRLF ends) are skipped. The header is the first
 // line when that line is an object without "type".
@@ -179,11 +168,11 @@ func parseImport(body []byte) (hdr *eventlog.SessionHeader, evs []eventlog.Event
 			hdr = &h
 			continue
 		}
-		if isHeaderLine(line) {
-			return nil, nil, nil, &importError{line: n, rule: "SES-16", detail: "a session header may only be the first line of the log"}
-		}
 		ev, err := parseEventLine(line)
 		if err != nil {
+			if isHeaderLine(line) {
+				return nil, nil, nil, &importError{line: n, rule: "SES-16", detail: "a session header may only be the first line of the log"}
+			}
 			return nil, nil, nil, &importError{line: n, rule: "SES-1", detail: err.Error()}
 		}
 		evs = append(evs, ev)
@@ -204,34 +193,71 @@ func isHeaderLine(line []byte) bool {
 	return json.Unmarshal(line, &probe) == nil && probe.Type == nil && probe.Version != nil
 }
 
-// parseEventLine reads one event line: a JSON object with exactly SES-1's members.
+// eventMembers are the members of an event line (SES-1), in the order of parseEventLine's fields.
+var eventMembers = []string{"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"}
+
+// parseEventLine reads one event line: a JSON object with exactly SES-1's members, each once;
+// type, seq and data are required. Only the members are decoded here: the data is checked when
+// the log is loaded (lossless JSON, its kind's payload).
 func parseEventLine(line []byte) (eventlog.Event, error) {
-	var j importEvent
-	if err := unmarshalStrict(line, &j); err != nil {
-		return eventlog.Event{}, errors.New("not an event: " + fault.Message(err))
+	var raw [7]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return eventlog.Event{}, errors.New("not an event: a line must be one JSON object")
 	}
-	switch {
-	case j.Type == nil:
-		return eventlog.Event{}, errors.New("an event needs type")
-	case j.Seq == nil:
-		return eventlog.Event{}, errors.New("an event needs seq")
-	case j.Data == nil:
-		return eventlog.Event{}, errors.New("an event needs data")
-	case j.Time != nil && *j.Time < 0:
-		return eventlog.Event{}, errors.New("time must be epoch milliseconds, not negative")
-	}
-	ev := eventlog.Event{Type: *j.Type, Seq: *j.Seq, Data: j.Data, SurfaceOp: j.SurfaceOp}
-	if j.Time != nil {
-		ev.Time = *j.Time
-	}
-	if j.SourceEventSeqs != nil {
-		ev.SourceEventSeqs = *j.SourceEventSeqs
-		if ev.SourceEventSeqs == nil {
-			ev.SourceEventSeqs = []int64{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return eventlog.Event{}, fmt.Errorf("not an event: malformed JSON: %v", err)
+		}
+		key, _ := tok.(string)
+		i := slices.Index(eventMembers, key)
+		switch {
+		case i < 0:
+			return eventlog.Event{}, fmt.Errorf("member %q is not one of an event's (%s)", key, strings.Join(eventMembers, ", "))
+		case raw[i] != nil:
+			return eventlog.Event{}, fmt.Errorf("member %q appears twice", key)
+		}
+		if err := dec.Decode(&raw[i]); err != nil {
+			return eventlog.Event{}, fmt.Errorf("not an event: malformed JSON: %v", err)
 		}
 	}
-	if j.Ignorable != nil {
-		ev.Ignorable = *j.Ignorable
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return eventlog.Event{}, errors.New("not an event: malformed JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return eventlog.Event{}, errors.New("not an event: a line must hold a single JSON object")
+	}
+	var ev eventlog.Event
+	switch {
+	case raw[0] == nil:
+		return ev, errors.New("an event needs type")
+	case raw[1] == nil:
+		return ev, errors.New("an event needs seq")
+	case raw[3] == nil:
+		return ev, errors.New("an event needs data")
+	case json.Unmarshal(raw[0], &ev.Type) != nil || loneSurrogate(raw[0]) >= 0:
+		return ev, errors.New("type must be a string")
+	case json.Unmarshal(raw[1], &ev.Seq) != nil:
+		return ev, errors.New("seq must be an integer")
+	case raw[2] != nil && (json.Unmarshal(raw[2], &ev.Time) != nil || ev.Time < 0):
+		return ev, errors.New("time must be epoch milliseconds: a non-negative integer")
+	}
+	ev.Data = raw[3]
+	if raw[4] != nil {
+		ev.SurfaceOp = new(eventlog.SurfaceOp)
+		if err := json.Unmarshal(raw[4], ev.SurfaceOp); err != nil {
+			return ev, err
+		}
+	}
+	if raw[5] != nil {
+		ev.SourceEventSeqs = []int64{}
+		if err := json.Unmarshal(raw[5], &ev.SourceEventSeqs); err != nil || ev.SourceEventSeqs == nil {
+			return ev, errors.New("sourceEventSeqs must be an array of seqs")
+		}
+	}
+	if raw[6] != nil && json.Unmarshal(raw[6], &ev.Ignorable) != nil {
+		return ev, errors.New("ignorable must be true or false")
 	}
 	return ev, nil
 }

@@ -294,8 +294,7 @@ func TestImportExportRoundTripsTheReferenceLogs(t *testing.T) {
 func driveTurn(t *testing.T, e *env, sid string, s *rawStream) []eventlog.Event {
 	t.Helper()
 	var out []eventlog.Event
-	for {
-		f := s.next(t)
+	for f := range s.frames {
 		if f.comment != "" {
 			continue
 		}
@@ -312,6 +311,8 @@ func driveTurn(t *testing.T, e *env, sid string, s *rawStream) []eventlog.Event 
 			return out
 		}
 	}
+	t.Fatalf("the stream ended before turn/end: %v", types(out))
+	return nil
 }
 
 // newCodeEnv is newEnv whose only replica mounts a code runtime: no worker without one can take a
@@ -355,8 +356,7 @@ func TestExportOfANativeSessionIsStrict(t *testing.T) {
 		waitNoLease(t, e)
 	}
 	s := postStream(t, e.replica, sid, e.keyA, `{"content":"text chunkdelay:1000"}`)
-	for {
-		f := s.next(t)
+	for f := range s.frames {
 		if f.comment == "" && frameEvent(t, f).Type == eventlog.TypeAssistantChunk {
 			break
 		}
