@@ -467,7 +467,7 @@ func TestImportRefusesBadLogs(t *testing.T) {
 		{"surfaceOp on a non-surface event", edit(1, `"seq":1`, `"seq":1,"surfaceOp":"append"`), "SES-2", 2},
 		{"a citation of a later event", edit(4, `"surfaceOp":"append"`, `"surfaceOp":"append","sourceEventSeqs":[9]`), "SES-3", 5},
 		{"a user message without id", edit(4, `"id":"m1"`, `"id":""`), "SES-6", 5},
-		{"a turn that does not start at 1... nested", edit(3, `"step":1`, `"step":2`), "SES-10", 4},
+		{"a step that does not start at 1", edit(3, `"step":1`, `"step":2`), "SES-10", 4},
 		{"a header after the first line", strings.Join(append(slices.Clone(lines[:2]), append([]string{header}, lines[2:]...)...), "\n"), "SES-16", 3},
 		{"a header of another version", `{"version":1,"id":"x","createdAt":1}` + "\n" + string(text), "SES-9", 1},
 		{"a splice that removes what is not there", edit(2, `"removedCount":1`, `"removedCount":2`), "LOOP-1", 3},
