@@ -455,6 +455,13 @@ func TestImportRefusesBadLogs(t *testing.T) {
 		return strings.Join(out, "\n") + "\n"
 	}
 	header := `{"version":0,"id":"x","createdAt":1}`
+	park, err := json.Marshal(eventlog.TurnParked{Turn: 1, Step: 1, Reason: eventlog.ParkClient,
+		Waits: []eventlog.ParkWait{{Kind: eventlog.ParkClient, CallID: "c1", ToolName: "pick"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := `{"type":"turn/start","seq":0,"data":{"turn":1}}` + "\n" + `{"type":"step/start","seq":1,"data":{"turn":1,"step":1}}` + "\n" +
+		`{"type":"turn/parked","seq":2,"ignorable":true,"data":` + string(park) + "}\n"
 	for _, c := range []struct {
 		name, body, rule string
 		line             int
@@ -471,6 +478,7 @@ func TestImportRefusesBadLogs(t *testing.T) {
 		{"a header after the first line", strings.Join(append(slices.Clone(lines[:2]), append([]string{header}, lines[2:]...)...), "\n"), "SES-16", 3},
 		{"a header of another version", `{"version":1,"id":"x","createdAt":1}` + "\n" + string(text), "SES-9", 1},
 		{"a splice that removes what is not there", edit(2, `"removedCount":1`, `"removedCount":2`), "LOOP-1", 3},
+		{"a parked last turn", parked, "E6", 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var p importProblem
