@@ -68,6 +68,11 @@ type Config struct {
 	AdminTokenPrevious []string
 	// MaxBodyBytes caps request bodies; a larger body answers 413. Default 1 MiB.
 	MaxBodyBytes int64
+	// ImportMaxBytes caps the body of POST /v1/sessions/import (a session log); a larger body
+	// answers 413. Default DefaultImportMaxBytes (32 MiB). Every body is read through MaxBodyBytes
+	// first (limitBody), so until that middleware exempts the import route the smaller of the two
+	// bounds an import.
+	ImportMaxBytes int64
 	// Heartbeat is the interval of the SSE comment heartbeat, which also re-reads the log in case
 	// a wake-up was lost. Default 15 s.
 	Heartbeat time.Duration
@@ -149,6 +154,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
+	}
+	if c.ImportMaxBytes <= 0 {
+		c.ImportMaxBytes = DefaultImportMaxBytes
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 15 * time.Second

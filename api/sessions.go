@@ -27,6 +27,8 @@ func (rs sessionResource) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Post("/", rs.handleSessionCreate)
 	r.Get("/", rs.handleSessionList)
+	r.Post("/import", rs.handleSessionImport) // import.go, export.go: docs/import-export.md
+	r.Get("/{id}/export", rs.handleSessionExport)
 	r.Get("/{id}", rs.handleSessionGet)
 	r.Delete("/{id}", rs.handleSessionDelete)
 	r.Get("/{id}/history", rs.handleSessionHistory)
