@@ -316,3 +316,6 @@ func writeImportError(w http.ResponseWriter, r *http.Request, err error) {
 	_ = enc.Encode(importProblem{Problem: Problem{Type: "urn:dshd:problem:" + CodeInvalidRequest, Title: entry.title,
 		Status: entry.status, Code: CodeInvalidRequest, Detail: detail + "; nothing was imported"}, Line: ie.line, Rule: ie.rule})
 }
+
+// importPath is the route of the import, whose body limit is ImportMaxBytes (limitBody).
+const importPath = "/v1/sessions/import"

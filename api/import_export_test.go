@@ -562,6 +562,11 @@ func TestImportBodyLimit(t *testing.T) {
 		t.Fatalf("%d sessions after an oversized import", n)
 	}
 	e.importLog(t, e.keyA, pid, text).want(t, http.StatusCreated)
+
+	// The general body limit does not bound an import: ImportMaxBytes replaces it on that route.
+	small := newEnv(t, func(c *api.Config) { c.MaxBodyBytes = int64(len(text) / 2) })
+	pid = small.presetCreate(t, small.keyA, minimalPreset).String()
+	small.importLog(t, small.keyA, pid, text).want(t, http.StatusCreated)
 }
 
 // TestImportQuotas: at its session quota the tenant cannot import; an import that would take its

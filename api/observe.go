@@ -153,7 +153,11 @@ func validRequestID(id string) bool {
 // limitBody caps every request body; reading past the cap fails with *http.MaxBytesError (413).
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		limit := s.cfg.MaxBodyBytes
+		if r.Method == http.MethodPost && r.URL.Path == importPath {
+			limit = max(limit, s.cfg.ImportMaxBytes) // a session log; the handler holds it to ImportMaxBytes
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		next.ServeHTTP(w, r)
 	})
 }

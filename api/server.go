@@ -69,9 +69,8 @@ type Config struct {
 	// MaxBodyBytes caps request bodies; a larger body answers 413. Default 1 MiB.
 	MaxBodyBytes int64
 	// ImportMaxBytes caps the body of POST /v1/sessions/import (a session log); a larger body
-	// answers 413. Default DefaultImportMaxBytes (32 MiB). Every body is read through MaxBodyBytes
-	// first (limitBody), so until that middleware exempts the import route the smaller of the two
-	// bounds an import.
+	// answers 413. Default DefaultImportMaxBytes (32 MiB); it replaces MaxBodyBytes for that route
+	// only when it is the larger.
 	ImportMaxBytes int64
 	// Heartbeat is the interval of the SSE comment heartbeat, which also re-reads the log in case
 	// a wake-up was lost. Default 15 s.

@@ -40,6 +40,7 @@ type Config struct {
 	MaxStreamsPerSession int           `env:"DSHD_SSE_MAX_PER_SESSION" default:"32" min:"1" doc:"SSE streams open on a replica for one session (event streams and message streams together); beyond it they answer 429 «too_many_streams»"`
 	MaxStreamsPerTenant  int           `env:"DSHD_SSE_MAX_PER_TENANT" default:"256" min:"1" doc:"SSE streams open on a replica for one tenant; beyond it they answer 429 «too_many_streams»"`
 	MaxBodyBytes         int64         `env:"DSHD_MAX_BODY_BYTES" default:"1048576" min:"1" doc:"request body limit (larger bodies answer 413)"`
+	ImportMaxBytes       int64         `env:"DSHD_IMPORT_MAX_BYTES" default:"33554432" min:"1" doc:"body limit of «POST /v1/sessions/import», a session log in DSH's JSONL (larger bodies answer 413)"`
 	WriteTimeout         time.Duration `env:"DSHD_WRITE_TIMEOUT" default:"30s" doc:"bound on writing any response but an SSE stream: a client that does not read is disconnected"`
 	ReadHeaderTimeout    time.Duration `env:"DSHD_READ_HEADER_TIMEOUT" default:"5s" doc:"bound on reading a request's head; a connection that trickles it is closed"`
 	BodyReadTimeout      time.Duration `env:"DSHD_BODY_READ_TIMEOUT" default:"10s" doc:"bound on reading a request body, from the start of the request; a late body answers 408 «request_timeout»"`
