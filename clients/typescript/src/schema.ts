@@ -954,6 +954,78 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The session as a DeepSeek Harness log (JSON Lines), streamed
+         * @description `application/x-ndjson`: one JSON object a line, each ending with `\n`. The first line is
+         *     the session header (SES-16: `version` 0, `id`, `createdAt`, `owner`, `agentPreset`, and
+         *     `parentSession`/`seedLength` on forks and imports); then every event of the log exactly as
+         *     `GET .../events` shows it (SES-1, `ignorable` included), seqs from 0, up to the last event
+         *     committed when the export began. The log is read and written a page at a time, never held
+         *     whole; each page must be taken within `DSHD_WRITE_TIMEOUT`. Should the log become
+         *     unreadable mid-export (the session deleted meanwhile) the connection is aborted, so a cut
+         *     export never looks whole. Needs the read scope; another tenant's session answers 404.
+         *     `POST /v1/sessions/import` takes the export back (docs/import-export.md).
+         */
+        get: operations["exportSession"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a session of a preset from a DeepSeek Harness log (JSON Lines)
+         * @description The body is a log as `GET /v1/sessions/{id}/export` writes it, or as DeepSeek Harness's
+         *     in-memory session writes it (no header line, no times): JSON Lines (`application/x-ndjson`,
+         *     `application/jsonl`, `application/x-jsonlines`, `application/json` or no `Content-Type`),
+         *     an optional session header (SES-16) first, then one event a line, seqs contiguous from 0,
+         *     each with exactly SES-1's members (`time` optional: an event without one gets the time of
+         *     the import). E.g. `curl -H 'Content-Type: application/x-ndjson' --data-binary @log.jsonl
+         *     "$DSHD/v1/sessions/import?preset=$PRESET"`.
+         *
+         *     The whole log is checked before anything is created: every append rule (SES-1 to SES-9,
+         *     SES-12), the relational invariants (SES-10) and the inbox splices (LOOP-1). A log whose
+         *     last turn is open is repaired as a crash would be (SES-14: synthetic tool results,
+         *     `step/end`, `turn/end {interrupted}`, counted in `repairedEvents`); one whose last turn is
+         *     parked (E6) is refused. The log is stored followed by `session/end-seed` (unless it ends
+         *     with one), in one transaction; the header's fields are checked, not kept (the session gets
+         *     its own id, time and owner, and `seedLength` is the number of events before the marker).
+         *     The session runs the preset's current version: an imported `request/header` never chooses
+         *     its model (the next turn logs the preset's header with reason `resume`). Afterwards it is a
+         *     session like any other. Needs the write scope.
+         *
+         *     The body is bounded by `DSHD_IMPORT_MAX_BYTES` (default 32 MiB; 413 `payload_too_large`;
+         *     every request body also passes the server's body limit, `DSHD_MAX_BODY_BYTES`, first),
+         *     and the tenant's session and stored-bytes quotas apply as to a fork, checked again in the
+         *     import's transaction (429 `quota_exceeded`).
+         */
+        post: operations["importSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1022,6 +1094,11 @@ export interface components {
             /** @enum {string} */
             code: "invalid_request" | "invalid_boundary" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "session_not_live" | "open_turn" | "payload_too_large" | "internal" | "not_ready" | "idempotency_conflict" | "no_preset" | "prompt_failed" | "unavailable" | "origin_not_allowed" | "rate_limited" | "inbox_full" | "unsupported_media_type" | "request_timeout" | "server_busy" | "too_many_streams" | "credentials_disabled" | "unknown_credential" | "insufficient_scope" | "webhook_url_not_allowed" | "too_many_webhooks" | "quota_exceeded" | "session_busy" | "workspace_quota_exceeded";
             detail: string;
+            /** @description On an invalid request, each value at fault (detail sums them up; a preset names every bad field). pointer is a JSON Pointer (RFC 6901) into the request body, such as /tools/allow/2; a query parameter is "#/query/<name>" and a header "#/header/<name>". */
+            errors?: {
+                pointer: string;
+                detail: string;
+            }[];
         };
         Status: {
             /** @enum {string} */
@@ -1034,8 +1111,8 @@ export interface components {
             /** Format: uuid */
             id: string;
             name: string;
-            /** @description The secret; stored only as its SHA-256 hash. */
-            apiKey: string;
+            /** @description The secret; stored only as its SHA-256 hash; absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
+            apiKey?: string;
             /** Format: date-time */
             createdAt: string;
         };
@@ -1325,11 +1402,12 @@ export interface components {
             nextCursor: string;
         };
         StreamToken: {
-            token: string;
+            /** @description The token; absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
+            token?: string;
             /** Format: date-time */
             expiresAt: string;
-            /** @description The path of the session's stream with the token: /v1/sessions/{id}/events?token=... */
-            streamUrl: string;
+            /** @description The path of the session's stream with the token: /v1/sessions/{id}/events?token=...; absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
+            streamUrl?: string;
         };
         SessionPage: {
             items: components["schemas"]["Session"][];
@@ -1960,8 +2038,8 @@ export interface components {
              * @description The key whose request created this one; null for a tenant's first key and for keys created before parents were recorded. Revoking or rotating a key revokes its descendants.
              */
             parentId: string | null;
-            /** @description The key's secret, shown only in this answer; stored only as its SHA-256 hash. */
-            secret: string;
+            /** @description The key's secret, shown only in this answer; stored only as its SHA-256 hash; absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
+            secret?: string;
         };
         APIKeyList: {
             items: components["schemas"]["APIKey"][];
@@ -2021,8 +2099,8 @@ export interface components {
             createdAt: string;
             /** Format: date-time */
             disabledAt: string | null;
-            /** @description The signing secret, whsec_ and the base64 of its 32 bytes; shown only in this answer. */
-            secret: string;
+            /** @description The signing secret, whsec_ and the base64 of its 32 bytes; shown only in this answer, and absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
+            secret?: string;
         };
         WebhookEndpointPage: {
             items: components["schemas"]["WebhookEndpoint"][];
@@ -2120,6 +2198,38 @@ export interface components {
             /** @description The seq of the approval/policy event. */
             seq: number;
         };
+        SessionImported: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            presetId: string | null;
+            presetVersion: number | null;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description The events stored before session/end-seed (imported and repaired). */
+            seedLength: number;
+            lastSeq: number;
+            /** @description The events of the body. */
+            importedEvents: number;
+            /** @description The closers crash repair appended to an open last turn (SES-14). */
+            repairedEvents: number;
+        };
+        ImportProblem: {
+            /** @description urn:dshd:problem:<code> */
+            type: string;
+            title: string;
+            status: number;
+            /** @enum {string} */
+            code: "invalid_request";
+            detail: string;
+            /** @description The body's line of the first broken rule; 0: the log as a whole. */
+            line?: number;
+            /**
+             * @description The rule it breaks (docs/rules.md).
+             * @example SES-10
+             */
+            rule?: string;
+        };
     };
     responses: {
         /** @description An error. */
@@ -2146,6 +2256,8 @@ export interface components {
         /** @description The nextCursor of the previous page. */
         Cursor: string;
         Limit: number;
+        /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+        IdempotencyKey: string;
         /** @description An RFC 3339 time, or a date (its start, UTC). Default the start of the UTC day 29 days ago (with to, 30 days before to). */
         UsageFrom: string;
         /** @description An RFC 3339 time (exclusive), or a date (through its end, UTC). Default the end of today (with from, 30 days after from). At most 366 days after from. */
@@ -2265,7 +2377,10 @@ export interface operations {
     createTenant: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2287,6 +2402,7 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
         };
@@ -2320,7 +2436,10 @@ export interface operations {
     createPreset: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2342,6 +2461,7 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
         };
@@ -2486,7 +2606,10 @@ export interface operations {
     createSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -2944,7 +3067,10 @@ export interface operations {
     createStreamToken: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 id: components["parameters"]["ID"];
             };
@@ -2961,8 +3087,10 @@ export interface operations {
                     "application/json": components["schemas"]["StreamToken"];
                 };
             };
+            400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
         };
     };
     listTurns: {
@@ -3065,7 +3193,10 @@ export interface operations {
     createAPIKey: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3199,7 +3330,10 @@ export interface operations {
     createCredential: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3313,7 +3447,10 @@ export interface operations {
     createWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3667,6 +3804,84 @@ export interface operations {
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
+        };
+    };
+    exportSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The header line, then one event a line. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            401: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+        };
+    };
+    importSession: {
+        parameters: {
+            query: {
+                /** @description The id of the preset the session runs (its current version). */
+                preset: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-ndjson": string;
+            };
+        };
+        responses: {
+            /** @description The session, with how many events the log brought and how many crash repair added. */
+            201: {
+                headers: {
+                    /** @description The session's path. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionImported"];
+                };
+            };
+            /** @description `invalid_request`: no `preset`, or a log that breaks a rule; then `line` is the body's line of the first broken rule (1 is the first line; 0: the log as a whole) and `rule` its name (`SES-1` ... `SES-16`, `LOOP-1`, `E6`), and nothing is created. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ImportProblem"];
+                };
+            };
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            408: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            /** @description `quota_exceeded`: the tenant has its most live sessions, or the import would take its sessions' logs past its stored bytes (docs/usage-and-quotas.md); or `rate_limited`. Nothing is created. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
 }
