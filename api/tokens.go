@@ -146,8 +146,8 @@ func (st *streamTokens) verify(token string) (tokenClaims, error) {
 
 // streamTokenAuth authenticates a request that carries ?token= instead of an API key. The token
 // is removed from the request's URL first, so nothing after this point (handlers, the request
-// log) can see or log it. It admits only GET /v1/sessions/{its session}/events with
-// Accept: text/event-stream.
+// log) can see or log it. It admits only GET /v1/sessions/{its session}/events/stream, and its
+// alias .../events with Accept: text/event-stream.
 func (s *Server) streamTokenAuth(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	q := r.URL.Query()
 	token := q.Get("token")
@@ -165,9 +165,14 @@ func (s *Server) streamTokenAuth(w http.ResponseWriter, r *http.Request, next ht
 	tenant, session := claims.tenant, claims.session
 	path := r.URL.Path
 	rest, isSession := strings.CutPrefix(path, "/v1/sessions/")
-	id, isEvents := strings.CutSuffix(rest, "/events")
-	if r.Method != http.MethodGet || !isSession || !isEvents || !acceptsEventStream(r) {
-		refuse("a stream token only opens its session's event stream (GET /v1/sessions/{id}/events with Accept: text/event-stream); everything else takes an API key")
+	id, isStream := strings.CutSuffix(rest, "/events/stream")
+	if !isStream {
+		var isEvents bool
+		id, isEvents = strings.CutSuffix(rest, "/events")
+		isStream = isEvents && acceptsEventStream(r)
+	}
+	if r.Method != http.MethodGet || !isSession || !isStream {
+		refuse("a stream token only opens its session's event stream (GET /v1/sessions/{id}/events/stream, or .../events with Accept: text/event-stream); everything else takes an API key")
 		return
 	}
 	if pathID, err := uuid.Parse(id); err != nil || pathID != session {

@@ -210,6 +210,13 @@ func TestStreamTokenFollowsASessionFromAnotherOrigin(t *testing.T) {
 		t.Fatalf("resumed at %s", f.id)
 	}
 
+	// The stream's own operation takes the token too, whatever Accept says.
+	own := get(t, e.url+"/v1/sessions/"+sid.String()+"/events/stream?token="+token, "Last-Event-ID", "2", "Origin", appOrigin)
+	if own.StatusCode != http.StatusOK || own.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET .../events/stream with a token: %d %v", own.StatusCode, own.Header)
+	}
+	own.Body.Close()
+
 	refused := func(url string, method string, detail string, headers ...string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, e.url+url, nil)
@@ -228,6 +235,8 @@ func TestStreamTokenFollowsASessionFromAnotherOrigin(t *testing.T) {
 	sse := []string{"Accept", "text/event-stream"}
 	q := "?token=" + token
 	refused("/v1/sessions/"+other.String()+"/events"+q, "GET", "another session", sse...)
+	refused("/v1/sessions/"+other.String()+"/events/stream"+q, "GET", "another session")
+	refused("/v1/sessions/"+sid.String()+"/messages/stream"+q, "POST", "only opens")
 	refused("/v1/sessions/"+sid.String()+"/events"+q, "GET", "only opens", "Accept", "application/json")
 	refused("/v1/sessions/"+sid.String()+q, "GET", "only opens", sse...)
 	refused("/v1/sessions/"+sid.String()+"/history"+q, "GET", "only opens", sse...)

@@ -305,9 +305,9 @@ export interface paths {
          *     It answers the stream whatever the request's `Accept` says; `GET /v1/sessions/{id}/events`
          *     with `Accept: text/event-stream` is an alias of it.
          *
-         *     A stream token of this session (a browser's EventSource cannot send headers) opens the
-         *     stream through that alias only, as `GET /v1/sessions/{id}/events?token=<token>`; this path
-         *     takes an API key. The token opens nothing else: anything else with a token, an expired
+         *     A stream token of this session (a browser's EventSource cannot send headers) opens it as
+         *     `GET /v1/sessions/{id}/events/stream?token=<token>`, or through the alias with `Accept:
+         *     text/event-stream`. The token opens nothing else: anything else with a token, an expired
          *     token or one of another session answers 401. The token is removed from the request before
          *     it is logged.
          */
@@ -2783,6 +2783,8 @@ export interface operations {
     streamSessionEvents: {
         parameters: {
             query?: {
+                /** @description A stream token of this session, instead of an API key. */
+                token?: string;
                 /** @description Stream the events with seq greater than this; -1 (the default) is the start. */
                 after?: number;
                 /**
