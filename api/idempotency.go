@@ -21,6 +21,7 @@ const (
 	idemRouteWebhook     = "POST /v1/webhooks"
 	idemRouteStreamToken = "POST /v1/sessions/{id}/stream-tokens"
 	idemRouteTenant      = "POST /v1/tenants"
+	idemRouteImport      = "POST /v1/sessions/import"
 )
 
 // idemScopeAdmin is the scope of the operator's keys (tenant creation has no tenant).
@@ -31,8 +32,8 @@ const headerReplayed = "Idempotent-Replayed"
 
 // idempotentCreate serves a create with the request's Idempotency-Key, if any: the first request
 // with the key creates (create) and its successful answer is recorded, the fields named in
-// secrets removed; a later request with the key and the same request (path and body, byte for
-// byte) gets the recorded status and body, with the header Idempotent-Replayed: true, and creates
+// secrets removed; a later request with the key and the same request (path, query and body,
+// byte for byte) gets the recorded status and body, with the header Idempotent-Replayed: true, and creates
 // nothing; with another request it answers 409 idempotency_conflict. A request that finds the
 // key claimed by one in flight waits for it. A create that fails records nothing: the key may
 // be retried. creates nil (the route is disabled) serves the create without a key.
@@ -54,7 +55,7 @@ func idempotentCreate(w http.ResponseWriter, r *http.Request, creates *pgstore.C
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	h := sha256.New()
-	h.Write([]byte(r.URL.Path + "\x00"))
+	h.Write([]byte(r.URL.Path + "?" + r.URL.RawQuery + "\x00"))
 	h.Write(body)
 	k := pgstore.CreateKey{Scope: scope, Route: route, Key: key, Hash: h.Sum(nil)}
 	claim, err := creates.Claim(r.Context(), k)

@@ -35,6 +35,7 @@ func TestIdempotentCreates(t *testing.T) {
 	e := newEnv(t, func(c *api.Config) { c.WebhookAllowHTTP, c.WebhookAllowPrivate = true, true })
 	pid := e.presetCreate(t, e.keyA, minimalPreset)
 	sid := e.sessionCreate(t, e.keyA)
+	importText := jsonl(t, referenceLogs(t)["text.jsonl"])
 	creates := []idemCreate{
 		{name: "session", path: "/v1/sessions", bearer: e.keyA,
 			body:  func(n int) string { return fmt.Sprintf(`{"presetId":%q}`, pid) + strings.Repeat(" ", n) },
@@ -63,6 +64,9 @@ func TestIdempotentCreates(t *testing.T) {
 		{name: "stream token", path: "/v1/sessions/" + sid.String() + "/stream-tokens", spec: "/v1/sessions/{id}/stream-tokens", bearer: e.keyA,
 			body:    func(n int) string { return strings.Repeat(" ", n) + "{}" },
 			secrets: []string{"token", "streamUrl"}},
+		{name: "import", path: "/v1/sessions/import?preset=" + pid.String(), spec: "/v1/sessions/import", bearer: e.keyA,
+			body:  func(n int) string { return string(importText) + strings.Repeat(" ", n) },
+			count: `SELECT count(*) FROM sessions WHERE tenant_id = $1`},
 		{name: "tenant", path: "/v1/tenants", bearer: adminToken,
 			body:    func(n int) string { return fmt.Sprintf(`{"name":"idem-%d"}`, n) },
 			count:   `SELECT count(*) FROM tenants WHERE name LIKE 'idem-%' AND $1::uuid IS NOT NULL`,

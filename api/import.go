@@ -58,7 +58,12 @@ func (e *importError) Error() string { return e.detail }
 // checked in it. A bad log answers 400 invalid_request with the line and the rule; nothing is
 // created. The header's fields are checked, not kept: the session gets its own id, time, owner and
 // preset. 201 the session.
+// An Idempotency-Key makes it safe to retry (idempotency.go).
 func (rs sessionResource) handleSessionImport(w http.ResponseWriter, r *http.Request) {
+	idempotentCreate(w, r, rs.s.cfg.Log.Creates(), tenantID(r).String(), idemRouteImport, nil, rs.importSession)
+}
+
+func (rs sessionResource) importSession(w http.ResponseWriter, r *http.Request) {
 	if err := importContentType(r.Header.Get("Content-Type")); err != nil {
 		writeError(w, r, err)
 		return

@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// The chat answers Ctrl-C itself (it cancels the running turn): main's interrupt must
 		// not end it; the chat ends itself on SIGTERM or SIGHUP.
 		return cli.Run(context.WithoutCancel(ctx), cmd, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
-	case "version", "tail", "sessions", "presets":
+	case "version", "tail", "sessions", "presets", "export", "import":
 		return cli.Run(ctx, cmd, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, "usage: dshd [serve | migrate | devdb [-dir .data] [-port 55432] | rewrap-credentials]")

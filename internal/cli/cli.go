@@ -1,5 +1,5 @@
 // Package cli is the client side of the dshd binary: the subcommands that talk to a running
-// server over its HTTP API (chat, tail, sessions, presets) and `version`. It uses only the
+// server over its HTTP API (chat, tail, sessions, presets, export, import) and `version`. It uses only the
 // public API, as any client would; cmd/server dispatches to Run.
 package cli
 
@@ -21,11 +21,12 @@ type Env struct {
 }
 
 // Commands are the subcommands Run knows, for the server's dispatcher and usage line.
-var Commands = []string{"version", "chat", "tail", "sessions", "presets"}
+var Commands = []string{"version", "chat", "tail", "sessions", "presets", "export", "import"}
 
 // Usage is the usage line of the client subcommands.
 const Usage = "version | chat [--preset ID | --session ID] | tail SESSION [--json] [--from SEQ] | " +
-	"sessions [show ID] | presets [show ID | create -f FILE]  (client flags: --url, --key; env DSHD_URL, DSHD_API_KEY)"
+	"sessions [show ID] | presets [show ID | create -f FILE] | export SESSION [-o FILE] | " +
+	"import --preset ID [-f FILE]  (client flags: --url, --key; env DSHD_URL, DSHD_API_KEY)"
 
 // IsCommand reports whether name is one of Commands.
 func IsCommand(name string) bool {
@@ -50,8 +51,10 @@ func Run(ctx context.Context, name string, args []string, env Env) error {
 		return runSessions(ctx, args, env)
 	case "presets":
 		return runPresets(ctx, args, env)
-		// Export and import (issue 21) are added here once their endpoints exist: a case each,
-		// their code in export.go / import.go, built on Client like sessions.go.
+	case "export":
+		return runExport(ctx, args, env)
+	case "import":
+		return runImport(ctx, args, env)
 	}
 	return fmt.Errorf("unknown client command %q", name)
 }

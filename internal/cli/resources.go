@@ -116,7 +116,6 @@ func runSessions(ctx context.Context, args []string, env Env) error {
 		}
 		return printJSON(env, raw)
 	}
-	// Export and import of sessions go here as further subcommands (issue 21).
 	return errors.New("usage: dshd sessions [list [--json] | show ID] [--url URL] [--key KEY]")
 }
 
