@@ -24,6 +24,10 @@ const (
 	idemRouteImport      = "POST /v1/sessions/import"
 )
 
+// replayLocations are the creates whose answer has a Location header, which a replay rebuilds
+// from the recorded body's id: the path before it, by route.
+var replayLocations = map[string]string{idemRouteImport: "/v1/sessions/"}
+
 // idemScopeAdmin is the scope of the operator's keys (tenant creation has no tenant).
 const idemScopeAdmin = "admin"
 
@@ -67,6 +71,14 @@ func idempotentCreate(w http.ResponseWriter, r *http.Request, creates *pgstore.C
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set(headerReplayed, "true")
+		if prefix, ok := replayLocations[route]; ok {
+			var created struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(claim.Replay.Body, &created) == nil && created.ID != "" {
+				w.Header().Set("Location", prefix+created.ID)
+			}
+		}
 		w.WriteHeader(claim.Replay.Status)
 		_, _ = w.Write(claim.Replay.Body)
 		return

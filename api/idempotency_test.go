@@ -99,6 +99,9 @@ func TestIdempotentCreates(t *testing.T) {
 			if replay.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotent-Replayed") != "" {
 				t.Fatalf("Idempotent-Replayed %q then %q", first.header.Get("Idempotent-Replayed"), replay.header.Get("Idempotent-Replayed"))
 			}
+			if loc := first.header.Get("Location"); replay.header.Get("Location") != loc {
+				t.Fatalf("the replay's Location is %q, the first answer's %q", replay.header.Get("Location"), loc)
+			}
 			// Both answers are what the contract says a create answers, the replay without its secret.
 			spec := cmp.Or(c.spec, c.path)
 			contract := loadContract(t)

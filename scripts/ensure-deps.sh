@@ -21,6 +21,8 @@
 #   (Debian's nodejs and npm) when missing, Debian's chromium when /usr/bin/chromium is missing,
 #   and web/test's npm packages (`npm ci`: playwright-core only, which downloads no browser) when
 #   web/test/node_modules is missing or older than the lockfile. DSHD_SKIP_BROWSER=1 skips this.
+# - The npm packages of clients/typescript (the TypeScript client's tests) and tools/redocly (the
+#   contract's lint), each with `npm ci` when its node_modules is missing or older than its lockfile.
 #
 # --dry-run (before the set) prints what would be installed, one `would install: ...` line a step,
 # and installs nothing.
@@ -158,9 +160,29 @@ ensure_browser() {
   fi
 }
 
+# ensure_node_packages installs, from their lockfiles, the npm packages of the TypeScript
+# client's tests (clients/typescript: internal/e2e TestTSClient) and of the contract's lint
+# (tools/redocly: make lint-contract), when a directory's node_modules is missing or older than
+# its lockfile (test set; needs the Node.js and npm that ensure_browser installs).
+ensure_node_packages() {
+  command -v npm >/dev/null 2>&1 || return 0 # DSHD_SKIP_BROWSER=1 without node: the tests say so
+  local dir
+  for dir in clients/typescript tools/redocly; do
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+      if [ -n "$dry_run" ]; then
+        printf 'would install: npm ci in %s\n' "$dir"
+        continue
+      fi
+      log "npm ci in $dir"
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    fi
+  done
+}
+
 ensure_sandbox
 ensure_postgres
 if [ "$set_name" = test ]; then
   ensure_escape_tools
   ensure_browser
+  ensure_node_packages
 fi

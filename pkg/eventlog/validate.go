@@ -66,7 +66,9 @@ func prepare(ne NewEvent) (Event, *ValidationError) {
 			return ev, verr("SES-1", "%v", err)
 		}
 		if reflect.TypeOf(d).Kind() != reflect.Pointer {
-			ev.payload = d // a value: the caller's later changes cannot reach it
+			// Kept for View: the struct is copied, but its slices and maps are the caller's, who
+			// must not modify them once the event is prepared (Prepare).
+			ev.payload = d
 		}
 		return ev, checkShape(ev)
 	default: // any other Go value is encoded and checked like JSON bytes
@@ -202,7 +204,9 @@ func MaxSource(ev Event) int64 {
 
 // Prepare checks the log-independent rules of every event of a batch (see NewEvent) and returns
 // them as events without seq and time; the first invalid event fails the batch with a
-// *ValidationError naming its index.
+// *ValidationError naming its index. An event keeps the payload struct it was prepared from, for
+// View: the slices and maps a payload holds are shared with the caller, which must not modify
+// them afterwards (every writer builds a payload for its append and drops it).
 func Prepare(evs []NewEvent) ([]Event, error) {
 	batch := make([]Event, len(evs))
 	for i, ne := range evs {

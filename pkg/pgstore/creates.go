@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +28,10 @@ type Creates struct {
 	// over (the request that claimed it died before it settled it). Default DefaultCreateStale.
 	Stale time.Duration
 }
+
+// ErrCreateClaimLost: Complete found its claim taken over by a later request with the key (it
+// came after Stale) or released; the answer is not recorded.
+var ErrCreateClaimLost = errors.New("the claim was taken over")
 
 // DefaultCreateStale is the default Creates.Stale: longer than a create takes.
 const DefaultCreateStale = 2 * time.Minute
@@ -140,9 +146,22 @@ func (c *Creates) stale() time.Duration {
 func (c *Creates) Complete(ctx context.Context, k CreateKey, token uuid.UUID, a CreateAnswer) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err := c.pool.Exec(ctx, `UPDATE idempotent_creates SET status = $5, body = $6
-		WHERE scope = $1 AND route = $2 AND key = $3 AND claim = $4`, k.Scope, k.Route, k.Key, token, a.Status, a.Body)
-	return translate(err, "record idempotency key")
+	// The resource exists: an answer not recorded lets a retry after Stale create it again, so a
+	// database that is briefly unavailable is retried for up to the 10 s.
+	r := &retrier{bound: 10 * time.Second, logger: slog.Default()}
+	for {
+		tag, err := c.pool.Exec(ctx, `UPDATE idempotent_creates SET status = $5, body = $6
+			WHERE scope = $1 AND route = $2 AND key = $3 AND claim = $4`, k.Scope, k.Route, k.Key, token, a.Status, a.Body)
+		if err = translate(err, "record idempotency key"); err == nil {
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("idempotency key %q of %s: %w (the create ran longer than %s)", k.Key, k.Route, ErrCreateClaimLost, c.Stale)
+			}
+			return nil
+		}
+		if !r.again(ctx, err, "record idempotency key") {
+			return err
+		}
+	}
 }
 
 // Release gives up the claim token's claim (the create failed): the next request with the key

@@ -35,9 +35,9 @@ func TestCreatesClaim(t *testing.T) {
 	if err != nil || second.Token == uuid.Nil || second.Token == first.Token {
 		t.Fatalf("claim after release %+v, %v", second, err)
 	}
-	// Completing with a token that no longer holds the key records nothing.
-	if err := c.Complete(ctx, k, first.Token, pgstore.CreateAnswer{Status: 201, Body: []byte(`{"id":"stale"}`)}); err != nil {
-		t.Fatal(err)
+	// Completing with a token that no longer holds the key records nothing, and says so.
+	if err := c.Complete(ctx, k, first.Token, pgstore.CreateAnswer{Status: 201, Body: []byte(`{"id":"stale"}`)}); !errors.Is(err, pgstore.ErrCreateClaimLost) {
+		t.Fatalf("a stale token's Complete: %v, want ErrCreateClaimLost", err)
 	}
 	if err := c.Complete(ctx, k, second.Token, pgstore.CreateAnswer{Status: 201, Body: []byte(`{"id":"a"}`)}); err != nil {
 		t.Fatal(err)
