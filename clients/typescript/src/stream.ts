@@ -1,10 +1,10 @@
 // Following a session's event log over SSE: followSession resumes by itself with Last-Event-ID
 // after a dropped connection (each seq once, in order), refreshes an expired stream token, and
-// postMessageStream streams the turn that serves a posted message.
+// postMessageStream streams a posted message until the event its stream ends at.
 
-import { clientAuth, DshdError, type DshdClient, type Event } from "./client.js";
+import { clientAuth, DshdError, isEvent, type DshdClient, type Event } from "./client.js";
 import { readSSE } from "./sse.js";
-import type { components } from "./schema.js";
+import type { components, operations } from "./schema.js";
 
 export type MessageRequest = components["schemas"]["MessageRequest"];
 
@@ -27,19 +27,6 @@ export interface FollowOptions {
   /** Called each time a stream opens, with the seq it resumes after (-1 for the start). */
   onOpen?: (after: number) => void;
 }
-
-// The stream requests are made through the openapi-fetch client (its base URL, middleware and
-// fetch) but typed loosely here: the contract's stream operations are being reshaped, and the
-// helpers must compile against either form of openapi.yaml.
-type LooseInit = {
-  params: { path: { id: string }; query?: Record<string, string | number> };
-  headers?: Record<string, string>;
-  body?: unknown;
-  parseAs: "stream";
-  signal: AbortSignal;
-};
-type LooseResult = { data?: unknown; error?: unknown; response: Response };
-type LooseCall = (path: string, init: LooseInit) => Promise<LooseResult>;
 
 function retryAfter(res: Response): number | undefined {
   const v = res.headers.get("Retry-After");
@@ -78,11 +65,6 @@ function linked(signal: AbortSignal | undefined): AbortController {
   return ctl;
 }
 
-function field(ev: Event, key: string): unknown {
-  const d: unknown = ev.data;
-  return typeof d === "object" && d !== null ? (d as Record<string, unknown>)[key] : undefined;
-}
-
 function parseEvent(data: string): Event {
   const ev = JSON.parse(data) as Event;
   if (typeof ev !== "object" || ev === null || typeof ev.seq !== "number" || typeof ev.type !== "string") {
@@ -116,6 +98,22 @@ async function* eventsOf(
   }
 }
 
+type StreamQuery = NonNullable<operations["streamSessionEvents"]["parameters"]["query"]>;
+
+/** openStream opens the session's stream (streamSessionEvents) after seq last. */
+function openStream(client: DshdClient, sessionId: string, query: StreamQuery, last: number, signal: AbortSignal) {
+  return client.GET("/v1/sessions/{id}/events/stream", {
+    params: {
+      path: { id: sessionId },
+      query,
+      ...(last >= 0 ? { header: { "Last-Event-ID": String(last) } } : {}),
+    },
+    headers: { Accept: "text/event-stream", "Cache-Control": "no-cache" },
+    parseAs: "stream",
+    signal,
+  });
+}
+
 /**
  * followSession yields the events of a session from `from` on, then live, as typed values, until
  * the signal aborts, the loop is left, or the session is deleted (the server answers 404). A
@@ -139,29 +137,21 @@ export async function* followSession(
   let hint: number | undefined;
   let token: string | undefined;
   let tokenFresh = false;
-  const get = client.GET as unknown as LooseCall;
   try {
     while (!ctl.signal.aborted) {
-      const query: Record<string, string | number> = { after: last };
-      if (options.types?.length) query["types"] = options.types.join(",");
+      const query: StreamQuery = { after: last };
+      if (options.types?.length) query.types = options.types.join(",");
       if (!auth.apiKey && auth.token !== undefined) {
         if (token === undefined) {
           token = typeof auth.token === "function" ? await auth.token(sessionId) : auth.token;
           tokenFresh = true;
         }
-        query["token"] = token;
+        query.token = token;
       }
-      const headers: Record<string, string> = { Accept: "text/event-stream", "Cache-Control": "no-cache" };
-      if (last >= 0) headers["Last-Event-ID"] = String(last);
       const conn = linked(ctl.signal);
-      let res: LooseResult;
+      let res: Awaited<ReturnType<typeof openStream>>;
       try {
-        res = await get("/v1/sessions/{id}/events", {
-          params: { path: { id: sessionId }, query },
-          headers,
-          parseAs: "stream",
-          signal: conn.signal,
-        });
+        res = await openStream(client, sessionId, query, last, conn.signal);
       } catch {
         conn.abort();
         if (ctl.signal.aborted) return;
@@ -187,7 +177,7 @@ export async function* followSession(
       }
       tokenFresh = false;
       options.onOpen?.(last);
-      const body = res.data as ReadableStream<Uint8Array> | null | undefined;
+      const body = res.data;
       if (body) {
         try {
           for await (const ev of eventsOf(body, conn, idleMs, (ms) => (hint = ms))) {
@@ -216,17 +206,86 @@ export interface PostStreamOptions {
   signal?: AbortSignal;
   /** Makes a retry of the post safe (Idempotency-Key). */
   idempotencyKey?: string;
-  /** Passed to followSession when the stream has to be resumed. */
-  follow?: Omit<FollowOptions, "from" | "signal">;
+  /** Passed to followSession when the stream has to be resumed (not `types`: the end is told from every kind). */
+  follow?: Omit<FollowOptions, "from" | "signal" | "types">;
+}
+
+type Splice = components["schemas"]["eventlog.InboxSpliced"];
+
+/**
+ * MessageWatch tells where a message's stream ends, by the server's rule (api/turns.go
+ * turnWatch): at the `turn/end` of the turn that entered the message as a `user/message`; at the
+ * `turn/end` of a turn that claimed it from the inbox but ended before entering it (it could not
+ * take a step: turn/end of kind error); at the splice of a cancel that removed it from the inbox
+ * before a turn took it; right after its own splice for an inject. It follows the message's place
+ * in the inbox through every splice, to tell its claim from other messages'.
+ */
+class MessageWatch {
+  private messageId: string | undefined;
+  private current = 0; // the open turn, from turn/start and step/start
+  private serving = 0; // the turn that entered the message, 0 before
+  private target: string | undefined; // the inbox list that holds it, once its splice is seen
+  private pos = 0; // its index in that list
+  private claimed = false; // a turn took it out of the inbox
+
+  constructor(private readonly inject: boolean) {}
+
+  /** observe folds ev; true when ev is the last event of the message's stream. */
+  observe(ev: Event): boolean {
+    if (isEvent(ev, "turn/start") || isEvent(ev, "step/start") || isEvent(ev, "turn/end")) {
+      const n = ev.data?.turn;
+      if (typeof n !== "number") return false;
+      if (!isEvent(ev, "turn/end")) {
+        this.current = n;
+        return false;
+      }
+      if (this.serving !== 0) return n === this.serving;
+      return this.claimed; // claimed, never entered: this turn discarded it
+    }
+    if (isEvent(ev, "user/message")) {
+      if (this.messageId !== undefined && ev.data?.id === this.messageId && this.serving === 0) {
+        this.serving = this.current;
+      }
+      return false;
+    }
+    if (isEvent(ev, "agent/inbox/spliced") && ev.data) return this.splice(ev.data);
+    return false;
+  }
+
+  private splice(s: Splice): boolean {
+    if (this.target === undefined) {
+      // The stream starts at the message's own splice, which inserts the message alone.
+      const m = this.messageId === undefined ? s.inserted[0] : s.inserted.find((x) => x.id === this.messageId);
+      if (m !== undefined) {
+        this.messageId = m.id;
+        this.target = s.target;
+        this.pos = s.start + s.inserted.indexOf(m);
+        return this.inject;
+      }
+      return s.outcome === "canceled" && this.serving === 0;
+    }
+    if (this.claimed || s.target !== this.target) return false;
+    const removed = s.removedCount ?? 0;
+    if (this.pos < s.start) return false;
+    if (this.pos < s.start + removed) {
+      if (s.outcome === "canceled") return true; // cleared by a cancel before a turn took it
+      this.claimed = true;
+      return false;
+    }
+    this.pos += s.inserted.length - removed;
+    return false;
+  }
 }
 
 /**
- * postMessageStream posts a message (Accept: text/event-stream) and yields the session's events
- * from its splice on until the `turn/end` of the turn that serves it (the server ends the stream
- * there). When the connection drops after the splice arrived, it resumes with followSession and
- * ends at the `turn/end` of the turn whose `user/message` is the posted message (an inject ends
- * with its splice). A drop before the first event is thrown: post again with the same
- * idempotencyKey to get the same answer.
+ * postMessageStream posts a message (postMessageStream, POST /v1/sessions/{id}/messages/stream)
+ * and yields the session's events from its splice on until the end of the message's stream: the
+ * `turn/end` of the turn that serves it, the `turn/end` of a turn that took it from the inbox but
+ * could not take a step (kind `error`), the splice of a cancel that cleared it from the inbox
+ * before a turn took it, or, for an inject, its splice alone. The server ends the stream there;
+ * when the connection drops (or closes) before, it resumes with followSession and ends at the
+ * same event by the same rule, or when the session is deleted. A drop before the first event is
+ * thrown: post again with the same idempotencyKey to get the same answer.
  */
 export async function* postMessageStream(
   client: DshdClient,
@@ -235,69 +294,64 @@ export async function* postMessageStream(
   options: PostStreamOptions = {},
 ): AsyncGenerator<Event, void, undefined> {
   const ctl = linked(options.signal);
-  const post = client.POST as unknown as LooseCall;
-  const headers: Record<string, string> = { Accept: "text/event-stream" };
-  if (options.idempotencyKey !== undefined) headers["Idempotency-Key"] = options.idempotencyKey;
-  let messageId: string | undefined;
-  let turn = 0;
-  let servingTurn: number | undefined;
+  const watch = new MessageWatch(body.mode === "inject");
   let last = -1;
-  // see tracks the events seen and tells whether ev ends the message's stream.
-  const see = (ev: Event): boolean => {
-    last = ev.seq;
-    if (ev.type === "agent/inbox/spliced" && messageId === undefined) {
-      const ins = field(ev, "inserted");
-      if (Array.isArray(ins) && ins.length > 0) {
-        const id = (ins[0] as Record<string, unknown> | undefined)?.["id"];
-        if (typeof id === "string") messageId = id;
-      }
-      return body.mode === "inject";
-    }
-    if (ev.type === "turn/start") {
-      const n = field(ev, "turn");
-      if (typeof n === "number") turn = n;
-    } else if (ev.type === "user/message" && messageId !== undefined && field(ev, "id") === messageId) {
-      servingTurn = servingTurn ?? turn;
-    } else if (ev.type === "turn/end") {
-      return servingTurn !== undefined && field(ev, "turn") === servingTurn;
-    }
-    return false;
-  };
   const conn = linked(ctl.signal);
   try {
-    let res: LooseResult;
+    let res: Awaited<ReturnType<typeof postStream>>;
     try {
-      res = await post("/v1/sessions/{id}/messages", {
-        params: { path: { id: sessionId } },
-        headers,
-        body,
-        parseAs: "stream",
-        signal: conn.signal,
-      });
+      res = await postStream(client, sessionId, body, options.idempotencyKey, conn.signal);
     } catch (err) {
       if (ctl.signal.aborted) return;
       throw err;
     }
     if (!res.response.ok) throw new DshdError(res.response.status, res.error, retryAfter(res.response));
-    const stream = res.data as ReadableStream<Uint8Array> | null | undefined;
+    const stream = res.data;
     if (!stream) return;
     try {
       for await (const ev of eventsOf(stream, conn, options.follow?.idleMs ?? 45000, () => {})) {
-        const end = see(ev);
+        last = ev.seq;
+        const end = watch.observe(ev);
         yield ev;
         if (end) return;
       }
-      return; // the server ended the stream: the turn ended (or the session is gone)
+      // Closed before the message's end: a server shutting down, a proxy, or a deleted session
+      // (followSession then ends at once).
     } catch (err) {
       if (ctl.signal.aborted) return;
-      if (last < 0 || err instanceof SyntaxError) throw err;
+      if (err instanceof SyntaxError) throw err;
     }
+    if (last < 0) {
+      if (ctl.signal.aborted) return;
+      throw new Error("dshd: the message stream ended before its first event; post again with the same idempotencyKey");
+    }
+    conn.abort();
     for await (const ev of followSession(client, sessionId, { ...options.follow, from: last + 1, signal: ctl.signal })) {
-      const end = see(ev);
+      const end = watch.observe(ev);
       yield ev;
       if (end) return;
     }
   } finally {
     ctl.abort();
   }
+}
+
+/** postStream posts the message and opens its stream (postMessageStream). */
+function postStream(
+  client: DshdClient,
+  sessionId: string,
+  body: MessageRequest,
+  idempotencyKey: string | undefined,
+  signal: AbortSignal,
+) {
+  return client.POST("/v1/sessions/{id}/messages/stream", {
+    params: {
+      path: { id: sessionId },
+      ...(idempotencyKey !== undefined ? { header: { "Idempotency-Key": idempotencyKey } } : {}),
+    },
+    headers: { Accept: "text/event-stream" },
+    body,
+    parseAs: "stream",
+    signal,
+  });
 }

@@ -64,6 +64,41 @@ function kinds(evs: Event[], type: string): Event[] {
   return evs.filter((ev) => ev.type === type);
 }
 
+/**
+ * dropAfterFirstEvent is a fetch whose message streams (POST .../messages/stream) break right
+ * after their first event, as a network failure would, however soon the server ends them.
+ */
+function dropAfterFirstEvent(): typeof fetch {
+  return async (input, init) => {
+    const res = await fetch(input, init);
+    const url = input instanceof Request ? input.url : String(input);
+    if (!url.endsWith("/messages/stream") || !res.ok || !res.body) return res;
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let text = "";
+    let sent = false;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(ctl) {
+        // The error comes on the pull after the event's: an error drops what is queued.
+        if (sent) return ctl.error(new Error("dropped"));
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return ctl.error(new Error("the stream ended before its first event"));
+          text += dec.decode(value, { stream: true });
+          const m = /(^|\n)data:[^\n]*\n\n/.exec(text);
+          if (m) {
+            ctl.enqueue(new TextEncoder().encode(text.slice(0, m.index + m[0].length)));
+            await reader.cancel();
+            sent = true;
+            return;
+          }
+        }
+      },
+    });
+    return new Response(body, { status: res.status, headers: res.headers });
+  };
+}
+
 test("the TypeScript client against dshd", { skip }, async (t) => {
   const api = createClient({ baseUrl: direct, apiKey });
   const proxied = createClient({ baseUrl: viaProxy, apiKey });
@@ -134,6 +169,58 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     assert.ok(cuts >= 1);
     assert.ok(conns > cuts, `${conns} connections for ${cuts} cuts`);
     assert.equal(evs.at(-1)?.type, "turn/end");
+    assertWhole(evs);
+    assert.deepEqual(evs, await logOf(api, s));
+  });
+
+  await t.test("a resumed message stream ends when a cancel clears the message from the inbox", async () => {
+    const s = await newSession(api, presetId);
+    const running = await api.POST("/v1/sessions/{id}/messages", {
+      params: { path: { id: s } },
+      body: { content: 'tool:sleep args:{"ms":60000}' },
+    });
+    assert.ok(running.data);
+    for await (const ev of followSession(api, s)) if (isEvent(ev, "tool/call")) break;
+    // The message waits in the inbox behind the sleeping turn: its stream is open when it is cut.
+    const evs: Event[] = [];
+    let opens = 0;
+    for await (const ev of postMessageStream(proxied, s, { content: "text" }, { follow: { retryMs: 50, onOpen: () => void opens++ } })) {
+      evs.push(ev);
+      if (evs.length === 1) {
+        assert.ok((await cut()) >= 1, "the proxy had no connection to cut");
+        const { data, error } = await api.POST("/v1/sessions/{id}/cancel", { params: { path: { id: s } }, body: {} });
+        assert.ok(data, `cancel: ${JSON.stringify(error)}`);
+        assert.equal(data.cancelled, true);
+      }
+    }
+    assert.ok(opens >= 1, "the stream was not resumed");
+    const end = evs.at(-1);
+    assert.ok(end && isEvent(end, "agent/inbox/spliced"), `ended with ${end?.type}`);
+    assert.equal(end.data?.outcome, "canceled");
+    assert.ok((end.data?.removedCount ?? 0) >= 1);
+    assert.equal(kinds(evs, "user/message").length, 0);
+    assertWhole(evs, evs[0]?.seq ?? 0);
+    const log = await logOf(api, s);
+    assert.deepEqual(evs, log.slice(evs[0]?.seq ?? 0, (end.seq ?? 0) + 1));
+  });
+
+  await t.test("a resumed message stream ends with a turn that fails before entering the message", async () => {
+    // toolOrder names an unknown tool: the prompt does not assemble, so the turn that claims the
+    // message ends with turn/end {kind: error} and never enters it as a user/message.
+    const failing = await newPreset(api, "ts-unassembled", { tools: { toolOrder: ["no_such_tool", "<unlisted-tools>"] } });
+    const s = await newSession(api, failing);
+    const dropping = createClient({ baseUrl: direct, apiKey, fetch: dropAfterFirstEvent() });
+    const evs: Event[] = [];
+    let opens = 0;
+    for await (const ev of postMessageStream(dropping, s, { content: "hello" }, { follow: { retryMs: 50, onOpen: () => void opens++ } })) {
+      evs.push(ev);
+    }
+    assert.ok(opens >= 1, "the stream was not resumed");
+    assert.equal(evs[0]?.type, "agent/inbox/spliced");
+    const end = evs.at(-1);
+    assert.ok(end && isEvent(end, "turn/end"), `ended with ${end?.type}`);
+    assert.equal(end.data?.reason.kind, "error");
+    assert.equal(kinds(evs, "user/message").length, 0);
     assertWhole(evs);
     assert.deepEqual(evs, await logOf(api, s));
   });
