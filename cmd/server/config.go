@@ -116,9 +116,9 @@ type Config struct {
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/traces;
 // none when OTEL_SDK_DISABLED is true.
 type TracingSettings struct {
-	OTLPEndpoint   string `env:"DSHD_OTLP_ENDPOINT" defaultdoc:"empty: no tracing" doc:"base URL of an OTLP/HTTP receiver («http://collector:4318»): every turn is traced («turn > step > model call / tool call») and exported to «<base>/v1/traces»; the standard «OTEL_EXPORTER_OTLP_TRACES_ENDPOINT» / «OTEL_EXPORTER_OTLP_ENDPOINT» work too (see [docs/observability.md](docs/observability.md))"`
-	TracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" doc:"the standard OTLP traces URL, used as it is when «DSHD_OTLP_ENDPOINT» is unset"`
-	Endpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" doc:"the standard OTLP base URL («/v1/traces» is appended), used when both above are unset"`
+	OTLPEndpoint   string `env:"DSHD_OTLP_ENDPOINT,secret" defaultdoc:"empty: no tracing" doc:"base URL of an OTLP/HTTP receiver («http://collector:4318»): every turn is traced («turn > step > model call / tool call») and exported to «<base>/v1/traces»; the standard «OTEL_EXPORTER_OTLP_TRACES_ENDPOINT» / «OTEL_EXPORTER_OTLP_ENDPOINT» work too (see [docs/observability.md](docs/observability.md))"`
+	TracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,secret" doc:"the standard OTLP traces URL, used as it is when «DSHD_OTLP_ENDPOINT» is unset"`
+	Endpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT,secret" doc:"the standard OTLP base URL («/v1/traces» is appended), used when both above are unset"`
 	SDKDisabled    string `env:"OTEL_SDK_DISABLED" default:"false" doc:"«true» turns tracing off; any other value leaves it on"`
 }
 
