@@ -50,7 +50,7 @@ type apiKeyCreated struct {
 // handleKeyCreate creates an API key: 201 with its secret, shown this once. An Idempotency-Key
 // makes it safe to retry; a replay answers the key without its secret (idempotency.go).
 func (rs apiKeyResource) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
-	idempotentCreate(w, r, rs.tenants.Creates(), tenantID(r).String(), idemRouteAPIKey, []string{"secret"}, rs.createKey)
+	idempotentCreate(w, r, rs.tenants.Creates(), callerScope(r), idemRouteAPIKey, []string{"secret"}, rs.createKey)
 }
 
 func (rs apiKeyResource) createKey(w http.ResponseWriter, r *http.Request) {

@@ -28,6 +28,16 @@ const (
 // from the recorded body's id: the path before it, by route.
 var replayLocations = map[string]string{idemRouteImport: "/v1/sessions/"}
 
+// callerScope is the scope of a create whose answer depends on the API key that asks (a key
+// minted by it is capped to its scopes and is its child; a stream token is tied to it): the
+// tenant and the key, so another key of the tenant never replays it.
+func callerScope(r *http.Request) string {
+	if k, ok := apiKeyOf(r); ok {
+		return tenantID(r).String() + "/key/" + k.ID.String()
+	}
+	return tenantID(r).String()
+}
+
 // idemScopeAdmin is the scope of the operator's keys (tenant creation has no tenant).
 const idemScopeAdmin = "admin"
 

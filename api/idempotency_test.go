@@ -213,3 +213,24 @@ func postRaw(url, bearer, body, key string) (string, error) {
 	}
 	return string(data), nil
 }
+
+// TestIdempotentKeyCreatesArePerCallerKey: a key minted through POST /v1/api-keys is its caller's
+// child, capped to its scopes, so the same Idempotency-Key and body from another key of the
+// tenant creates its own key instead of replaying the first caller's.
+func TestIdempotentKeyCreatesArePerCallerKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	other := e.mintKey(t, e.keyA, "other")
+	body := `{"name":"child","scopes":["read"]}`
+	var a, b, again struct{ ID, ParentID string }
+	e.do(t, "POST", "/v1/api-keys", e.keyA, body, "Idempotency-Key", "same").want(t, http.StatusCreated).json(t, &a)
+	replay := e.do(t, "POST", "/v1/api-keys", other.Secret, body, "Idempotency-Key", "same").want(t, http.StatusCreated)
+	replay.json(t, &b)
+	if b.ID == a.ID || replay.header.Get("Idempotent-Replayed") != "" || b.ParentID != other.ID {
+		t.Fatalf("another key's create with the same Idempotency-Key: %+v (replayed %q), the first %+v", b, replay.header.Get("Idempotent-Replayed"), a)
+	}
+	e.do(t, "POST", "/v1/api-keys", e.keyA, body, "Idempotency-Key", "same").want(t, http.StatusCreated).json(t, &again)
+	if again.ID != a.ID {
+		t.Fatalf("the first key's retry created %s, want the replay of %s", again.ID, a.ID)
+	}
+}

@@ -204,7 +204,7 @@ type streamTokenJSON struct {
 // It takes an API key (a stream token cannot mint another). An Idempotency-Key makes it safe to
 // retry; a replay answers expiresAt without the token and its streamUrl (idempotency.go).
 func (rs sessionResource) handleStreamTokenCreate(w http.ResponseWriter, r *http.Request) {
-	idempotentCreate(w, r, rs.s.cfg.Log.Creates(), tenantID(r).String(), idemRouteStreamToken,
+	idempotentCreate(w, r, rs.s.cfg.Log.Creates(), callerScope(r), idemRouteStreamToken,
 		[]string{"token", "streamUrl"}, rs.createStreamToken)
 }
 
