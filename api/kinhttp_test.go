@@ -7,10 +7,13 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
@@ -44,6 +47,9 @@ func kinServe(t testing.TB, raw string) {
 }
 
 func init() {
+	// kin-openapi checks date and date-time itself; openapi.yaml's uuid is any RFC 9562 UUID in
+	// its hyphenated form, as the server writes them.
+	openapi3.DefineStringFormatValidator("uuid", openapi3.NewRegexpFormatValidator(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`))
 	// The contract gives the text bodies (the document, the page, metrics, a JSON Lines export or
 	// import) the schema {type: string}: the body is the string. kin-openapi would parse YAML
 	// and has no decoder for the others.
@@ -169,3 +175,75 @@ func kinProblem(ct string, data []byte) error {
 // kinLenientKey on a request's context skips the validation of the request even when the server
 // accepts it: the test is about the server accepting what the contract does not promise.
 type kinLenientKey struct{}
+
+// TestKinValidationFails: the validation of harnessClient fails on what the contract does not
+// allow, shown by a server that answers each request as told.
+func TestKinValidationFails(t *testing.T) {
+	t.Parallel()
+	answers := map[string]struct {
+		status int
+		ct     string
+		body   string
+	}{
+		"GET /healthz":                    {200, "application/json", `{"status":1}`},
+		"GET /readyz":                     {418, "application/problem+json", `{"type":"t","title":"t","status":418,"code":"internal","detail":"d"}`},
+		"GET /v1/nope":                    {200, "application/json", `{}`},
+		"GET /v1/other":                   {404, "text/plain", `nope`},
+		"POST /v1/presets":                {201, "application/json", `{}`},
+		"GET /v1/sessions/{id}/stream":    {200, "text/plain", ``},
+		"GET /metrics":                    {401, "application/json", `{}`},
+		"GET /v1/sessions/{id}/events/ok": {200, "text/event-stream", ``},
+	}
+	sid := "6f1c1d0e-7b9a-4c47-9a57-1f0c2a3b4c5d"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Method + " " + strings.ReplaceAll(r.URL.Path, sid, "{id}")
+		a, ok := answers[key]
+		switch {
+		case key == "GET /v1/sessions/{id}/events/stream":
+			a = answers["GET /v1/sessions/{id}/stream"]
+		case key == "GET /v1/sessions/{id}/events":
+			a = answers["GET /v1/sessions/{id}/events/ok"]
+		case !ok:
+			a = answers["GET /v1/other"]
+		}
+		w.Header().Set("Content-Type", a.ct)
+		w.WriteHeader(a.status)
+		io.WriteString(w, a.body)
+	}))
+	t.Cleanup(srv.Close)
+	kinServe(t, srv.URL)
+	for _, tc := range []struct {
+		method, path, body string
+		fails              bool
+	}{
+		{"GET", "/healthz", "", true},                               // a body that is not the schema
+		{"GET", "/readyz", "", true},                                // an undocumented status
+		{"GET", "/v1/nope", "", true},                               // no operation, yet no 404
+		{"GET", "/v1/unknown", "", true},                            // a 404 that is no problem document
+		{"POST", "/v1/presets", `{"name":1}`, true},                 // an invalid request accepted
+		{"GET", "/v1/sessions/" + sid + "/events/stream", "", true}, // a stream of another content type
+		{"GET", "/metrics", "", true},                               // a problem status with a JSON body
+		{"DELETE", "/v1/presets/" + sid, "", true},                  // a body where none is documented
+		{"GET", "/v1/sessions/" + sid + "/events", "", false},       // the stream alias: not read
+	} {
+		var body io.Reader
+		if tc.body != "" {
+			body = strings.NewReader(tc.body)
+		}
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		if tc.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := harnessClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if (err != nil) != tc.fails {
+			t.Errorf("%s %s: error %v, want one: %v", tc.method, tc.path, err, tc.fails)
+		}
+	}
+}
