@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/dshd/dshd/internal/mockllm"
@@ -18,7 +17,6 @@ import (
 // kind with a payload type matches that kind's own branch, not the catch-alls.
 func TestEventSchemaDescribesTheLog(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
 	m := mockllm.New(mockllm.Config{})
 	ms := httptest.NewServer(m.Handler())
 	t.Cleanup(func() { m.Close(); ms.Close() })
@@ -34,7 +32,7 @@ func TestEventSchemaDescribesTheLog(t *testing.T) {
 	}
 	branch := map[string]string{}
 	for _, p := range eventlog.Payloads() {
-		branch[p.Type()] = "#/components/schemas/Event" + reflect.TypeOf(p).Elem().Name()
+		branch[p.Type()] = "Event" + reflect.TypeOf(p).Elem().Name()
 	}
 	seen := map[string]bool{}
 	for name, evs := range map[string][]eventlog.Event{"streamed": streamed, "logged": logged} {
@@ -47,9 +45,6 @@ func TestEventSchemaDescribesTheLog(t *testing.T) {
 			if err := json.Unmarshal(b, &v); err != nil {
 				t.Fatal(err)
 			}
-			if errs := c.sv.validate(map[string]any{"$ref": "#/components/schemas/Event"}, v, ev.Type); len(errs) > 0 {
-				t.Errorf("%s event %d does not match Event:\n%s\n%s", name, ev.Seq, strings.Join(errs, "\n"), b)
-			}
 			if err := kinSchema("Event", v); err != nil {
 				t.Errorf("%s event %d does not match Event (kin-openapi): %v\n%s", name, ev.Seq, err, b)
 			}
@@ -58,8 +53,8 @@ func TestEventSchemaDescribesTheLog(t *testing.T) {
 				t.Errorf("%s event %d: %s has no payload type", name, ev.Seq, ev.Type)
 				continue
 			}
-			if errs := c.sv.validate(map[string]any{"$ref": ref}, v, ev.Type); len(errs) > 0 {
-				t.Errorf("%s event %d does not match %s:\n%s", name, ev.Seq, ref, strings.Join(errs, "\n"))
+			if err := kinSchema(ref, v); err != nil {
+				t.Errorf("%s event %d does not match %s (kin-openapi): %v", name, ev.Seq, ref, err)
 			}
 			seen[ev.Type] = true
 		}
@@ -77,8 +72,6 @@ func TestEventSchemaDescribesTheLog(t *testing.T) {
 // event is ignorable (SES-9).
 func TestEventSchemaBranches(t *testing.T) {
 	t.Parallel()
-	c := loadContract(t)
-	event := map[string]any{"$ref": "#/components/schemas/Event"}
 	for _, tc := range []struct {
 		body string
 		ok   bool
@@ -97,9 +90,8 @@ func TestEventSchemaBranches(t *testing.T) {
 		if err := json.Unmarshal([]byte(tc.body), &v); err != nil {
 			t.Fatal(err)
 		}
-		errs := c.sv.validate(event, v, "body")
-		if (len(errs) == 0) != tc.ok {
-			t.Errorf("%s: errors %q, want valid %v", tc.body, errs, tc.ok)
+		if err := kinSchema("Event", v); (err == nil) != tc.ok {
+			t.Errorf("%s: kin-openapi says %v, want valid %v", tc.body, err, tc.ok)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // fuzzClient gives up on a response after a while: a fuzzed request must answer, not hang.
-var fuzzClient = &http.Client{Timeout: 10 * time.Second}
+var fuzzClient = &http.Client{Timeout: 10 * time.Second, Transport: harnessClient.Transport}
 
 // fuzzEnv is one database, one server and a session of a scripted preset for a fuzz target.
 type fuzzEnv struct {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -14,9 +12,8 @@ import (
 	"github.com/dshd/dshd"
 )
 
-// kinDoc is openapi.yaml as github.com/getkin/kin-openapi reads it: a second, complete OpenAPI
-// 3.1 and JSON Schema 2020-12 implementation beside the small validator of schema_test.go, which
-// contract.check also runs on every response it checks.
+// kinDoc is openapi.yaml as github.com/getkin/kin-openapi, a complete OpenAPI 3.1 and JSON
+// Schema 2020-12 implementation, reads it, once per test binary.
 var kinDoc = sync.OnceValues(func() (*openapi3.T, error) {
 	l := openapi3.NewLoader()
 	doc, err := l.LoadFromData(dshd.OpenAPI)
@@ -25,32 +22,6 @@ var kinDoc = sync.OnceValues(func() (*openapi3.T, error) {
 	}
 	return doc, doc.Validate(context.Background())
 })
-
-// kinCheck validates the decoded JSON body v of a status answer of operation method path with
-// content type ct against openapi.yaml, with kin-openapi.
-func kinCheck(method, path string, status int, ct string, v any) error {
-	doc, err := kinDoc()
-	if err != nil {
-		return err
-	}
-	item := doc.Paths.Value(path)
-	if item == nil {
-		return fmt.Errorf("kin-openapi: no path %s", path)
-	}
-	op := item.GetOperation(strings.ToUpper(method))
-	if op == nil {
-		return fmt.Errorf("kin-openapi: no operation %s %s", method, path)
-	}
-	resp := op.Responses.Value(strconv.Itoa(status))
-	if resp == nil || resp.Value == nil {
-		return fmt.Errorf("kin-openapi: %s %s documents no %d", method, path, status)
-	}
-	media := resp.Value.Content.Get(ct)
-	if media == nil || media.Schema == nil {
-		return fmt.Errorf("kin-openapi: %s %s %d documents no %s schema", method, path, status, ct)
-	}
-	return media.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020(), openapi3.MultiErrors())
-}
 
 // kinSchema validates v against the component schema name with kin-openapi.
 func kinSchema(name string, v any) error {

@@ -27,7 +27,7 @@ func streamStatus(t testing.TB, url, key string) (int, api.Problem) {
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

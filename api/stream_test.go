@@ -43,7 +43,7 @@ func openStream(t testing.TB, url, key string, headers ...string) *rawStream {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestStreamSlowClientSlowsOnlyItself(t *testing.T) {
 	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("Authorization", "Bearer "+e.keyA)
 	req.Header.Set("Accept", "text/event-stream")
-	stalled, err := http.DefaultClient.Do(req)
+	stalled, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

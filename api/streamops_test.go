@@ -26,7 +26,7 @@ func postStreamTo(t testing.TB, r *replica, path, key, body string, headers ...s
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func postStream(t testing.TB, r *replica, sid, key, body string) *rawStream {
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

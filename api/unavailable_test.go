@@ -40,6 +40,7 @@ func TestUnavailableDatabaseAnswers503(t *testing.T) {
 		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 	ts := httptest.NewServer(srv)
+	kinServe(t, ts.URL)
 	t.Cleanup(func() { srv.Close(); ts.Close() })
 	r := &replica{api: srv, url: ts.URL}
 	paths := []string{

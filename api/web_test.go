@@ -64,7 +64,7 @@ func get(t testing.TB, url string, headers ...string) *http.Response {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestCORSPreflightBeforeAuthAndAllowList(t *testing.T) {
 		req.Header.Set("Origin", origin)
 		req.Header.Set("Access-Control-Request-Method", method)
 		req.Header.Set("Access-Control-Request-Headers", headers)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := harnessClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestCORSPreflightBeforeAuthAndAllowList(t *testing.T) {
 	req, _ := http.NewRequest("OPTIONS", e2.url+"/v1/sessions", nil)
 	req.Header.Set("Origin", appOrigin)
 	req.Header.Set("Access-Control-Request-Method", "POST")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := harnessClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestStreamTokenFollowsASessionFromAnotherOrigin(t *testing.T) {
 		for i := 0; i+1 < len(headers); i += 2 {
 			req.Header.Set(headers[i], headers[i+1])
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := harnessClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2332,6 +2332,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getOpenAPI: {
@@ -2352,6 +2353,7 @@ export interface operations {
                     "application/yaml": string;
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
     getDashboard: {
@@ -2372,6 +2374,7 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
     createTenant: {
@@ -2405,6 +2408,7 @@ export interface operations {
             409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listPresets: {
@@ -2431,6 +2435,8 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     createPreset: {
@@ -2460,10 +2466,13 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getPreset: {
@@ -2488,6 +2497,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     replacePreset: {
@@ -2516,10 +2527,13 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     deletePreset: {
@@ -2541,7 +2555,10 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getPresetWebhookSecret: {
@@ -2575,6 +2592,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listSessions: {
@@ -2601,6 +2620,8 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     createSession: {
@@ -2638,6 +2659,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
             /** @description `open_turn` (the fork prefix ends inside an open turn), `session_not_live` (the source was deleted) or `conflict`. With workspaces: `session_busy` (the source's run lease is held: a turn of the source runs or is being recovered after a crash, or another fork of it is copying; the fork holds the source's run lease while it copies the workspace, as it is at the fork, and creates the child only after the copy; fork once that is over. Also when the fork lost the lease during its copy: the copy is removed and nothing is created) or `workspace_quota_exceeded` (the copy of the source's workspace would take the tenant's workspaces over `DSHD_TENANT_WORKSPACE_BYTES`; nothing is written and no child is created; docs/sandbox.md). */
@@ -2660,6 +2682,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
     getSession: {
@@ -2684,6 +2707,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     deleteSession: {
@@ -2705,7 +2730,10 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getSessionHistory: {
@@ -2736,6 +2764,8 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listSessionEvents: {
@@ -2778,6 +2808,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     streamSessionEvents: {
@@ -2809,6 +2840,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     postMessage: {
@@ -2829,6 +2861,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description The alias form (`Accept: text/event-stream`): the stream `postMessageStream` documents, instead of the 202. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
             /** @description Accepted; a turn will serve the message. */
             202: {
                 headers: {
@@ -2840,6 +2881,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
@@ -2856,6 +2898,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
     postMessageStream: {
@@ -2879,6 +2922,7 @@ export interface operations {
             200: components["responses"]["EventStream"];
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
@@ -2895,6 +2939,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
     cancelTurn: {
@@ -2923,10 +2968,13 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getSessionPrompt: {
@@ -2953,6 +3001,8 @@ export interface operations {
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listApprovals: {
@@ -2977,6 +3027,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     answerApproval: {
@@ -3006,8 +3058,11 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listPendingToolCalls: {
@@ -3032,6 +3087,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     postToolResult: {
@@ -3060,10 +3117,13 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     createStreamToken: {
@@ -3091,8 +3151,11 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listTurns: {
@@ -3122,6 +3185,8 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getTurn: {
@@ -3148,6 +3213,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listTools: {
@@ -3169,6 +3236,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listAPIKeys: {
@@ -3190,6 +3259,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     createAPIKey: {
@@ -3232,6 +3303,8 @@ export interface operations {
             409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getAPIKey: {
@@ -3256,6 +3329,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     revokeAPIKey: {
@@ -3279,6 +3354,8 @@ export interface operations {
             401: components["responses"]["Problem"];
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     rotateAPIKey: {
@@ -3305,6 +3382,8 @@ export interface operations {
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listCredentials: {
@@ -3327,6 +3406,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     createCredential: {
@@ -3369,6 +3450,8 @@ export interface operations {
             };
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getCredential: {
@@ -3394,6 +3477,8 @@ export interface operations {
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     deleteCredential: {
@@ -3418,6 +3503,8 @@ export interface operations {
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listWebhooks: {
@@ -3444,6 +3531,8 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     createWebhook: {
@@ -3473,9 +3562,12 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getWebhook: {
@@ -3500,6 +3592,8 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     deleteWebhook: {
@@ -3521,7 +3615,10 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     updateWebhook: {
@@ -3550,8 +3647,11 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     rotateWebhookSecret: {
@@ -3575,7 +3675,10 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     listWebhookDeliveries: {
@@ -3605,6 +3708,8 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     retryWebhookDelivery: {
@@ -3629,6 +3734,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             /** @description `conflict`: the delivery is still pending (it is retried on its schedule), or the endpoint is disabled. */
             409: {
@@ -3639,6 +3745,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getUsage: {
@@ -3684,6 +3792,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
     getTenantUsage: {
@@ -3719,6 +3828,7 @@ export interface operations {
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     getTenantLimits: {
@@ -3743,6 +3853,7 @@ export interface operations {
             };
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     replaceTenantLimits: {
@@ -3775,6 +3886,7 @@ export interface operations {
             408: components["responses"]["Problem"];
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     setApprovalPolicy: {
@@ -3806,6 +3918,7 @@ export interface operations {
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     exportSession: {
@@ -3831,6 +3944,7 @@ export interface operations {
             401: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
         };
     };
     importSession: {
@@ -3849,6 +3963,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/x-ndjson": string;
+                "application/jsonl": string;
+                "application/x-jsonlines": string;
+                "application/json": unknown;
             };
         };
         responses: {
@@ -3876,6 +3993,15 @@ export interface operations {
             403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             408: components["responses"]["Problem"];
+            /** @description `idempotency_conflict`: the `Idempotency-Key` was used with another request (path, query or body). Nothing is created. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             413: components["responses"]["Problem"];
             415: components["responses"]["Problem"];
             /** @description `quota_exceeded`: the tenant has its most live sessions, or the import would take its sessions' logs past its stored bytes (docs/usage-and-quotas.md); or `rate_limited`. Nothing is created. */
@@ -3887,6 +4013,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            503: components["responses"]["Problem"];
         };
     };
 }
