@@ -92,22 +92,23 @@ func (s *Store) ForkWithin(ctx context.Context, tenantID, sourceID uuid.UUID, bo
 		if out, err = s.fork(ctx, tx, tenantID, sourceID, boundary, child); err != nil || !bounded {
 			return err
 		}
-		return forkWithin(ctx, tx, tenantID, b)
+		return within(ctx, tx, tenantID, b, "fork")
 	})
 	return out, err
 }
 
-// forkWithin refuses a fork (in its transaction, after the copy) that took the tenant past b.
-func forkWithin(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, b ForkBounds) error {
+// within refuses a fork or an import (what; in its transaction, after the copy or the insert)
+// that took the tenant past b.
+func within(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, b ForkBounds, what string) error {
 	var sessions, bytes int64
 	err := tx.QueryRow(ctx, `SELECT `+liveSessionsSQL+`, `+liveBytesSQL, tenantID).Scan(&sessions, &bytes)
 	switch {
 	case err != nil:
 		return err
 	case b.MaxSessions != nil && sessions > *b.MaxSessions:
-		return fault.New(fault.QuotaExceeded, "the fork would make %d live sessions of the tenant, its quota is %d: delete one first", sessions, *b.MaxSessions)
+		return fault.New(fault.QuotaExceeded, "the %s would make %d live sessions of the tenant, its quota is %d: delete one first", what, sessions, *b.MaxSessions)
 	case b.MaxLogBytes != nil && bytes > *b.MaxLogBytes:
-		return fault.New(fault.QuotaExceeded, "the fork would take the logs of the tenant's live sessions to %d bytes, its quota is %d: delete sessions first", bytes, *b.MaxLogBytes)
+		return fault.New(fault.QuotaExceeded, "the %s would take the logs of the tenant's live sessions to %d bytes, its quota is %d: delete sessions first", what, bytes, *b.MaxLogBytes)
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dshd/dshd/pkg/eventlog"
-	"github.com/dshd/dshd/pkg/fault"
 )
 
 // SessionImport creates a session of tenantID whose log starts with p.Seed, a log written
@@ -66,25 +65,10 @@ func (s *Store) SessionImport(ctx context.Context, tenantID uuid.UUID, p Session
 		if !bounded {
 			return nil
 		}
-		return importWithin(ctx, tx, tenantID, b)
+		return within(ctx, tx, tenantID, b, "import")
 	})
 	if err != nil {
 		return eventlog.Session{}, err
 	}
 	return sess, nil
-}
-
-// importWithin refuses an import (in its transaction, after the insert) that took the tenant past b.
-func importWithin(ctx context.Context, tx pgx.Tx, tenantID uuid.UUID, b ForkBounds) error {
-	var sessions, bytes int64
-	err := tx.QueryRow(ctx, `SELECT `+liveSessionsSQL+`, `+liveBytesSQL, tenantID).Scan(&sessions, &bytes)
-	switch {
-	case err != nil:
-		return err
-	case b.MaxSessions != nil && sessions > *b.MaxSessions:
-		return fault.New(fault.QuotaExceeded, "the import would make %d live sessions of the tenant, its quota is %d: delete one first", sessions, *b.MaxSessions)
-	case b.MaxLogBytes != nil && bytes > *b.MaxLogBytes:
-		return fault.New(fault.QuotaExceeded, "the import would take the logs of the tenant's live sessions to %d bytes, its quota is %d: delete sessions first", bytes, *b.MaxLogBytes)
-	}
-	return nil
 }
