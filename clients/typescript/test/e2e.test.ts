@@ -139,7 +139,9 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     }
     assert.ok((await posted).data);
     assert.ok(cuts >= 1);
-    assert.ok(opens.length > cuts, `opened ${opens.length} times for ${cuts} cuts, want a reconnect after each`);
+    // A reconnect after every cut but the last, which may come when the turn/end is already in
+    // the client's buffer; at least one.
+    assert.ok(opens.length >= Math.max(cuts, 2), `opened ${opens.length} times for ${cuts} cuts, want a reconnect after each but the last`);
     assert.equal(opens[0], -1);
     assertWhole(evs);
     assert.deepEqual(evs, await logOf(api, s));
