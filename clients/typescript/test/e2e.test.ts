@@ -163,13 +163,12 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     const follow = { retryMs: 50, onOpen: () => void conns++ };
     for await (const ev of postMessageStream(proxied, s, { content: "tools:2 steps:2 chunkdelay:20" }, { follow })) {
       evs.push(ev);
-      if (cuts < 2 && conns > cuts && ev.seq > 2) {
-        cuts++;
-        assert.ok((await cut()) >= 1, "the proxy had no connection to cut");
-      }
+      // A message stream ends with its turn: once the turn is over there may be nothing to cut.
+      if (cuts < 2 && conns > cuts && ev.seq > 2 && (await cut()) >= 1) cuts++;
     }
     assert.ok(cuts >= 1);
-    assert.ok(conns > cuts, `${conns} connections for ${cuts} cuts`);
+    // A connection after every cut but the last, which may land when the turn/end is already read.
+    assert.ok(conns >= Math.max(cuts, 2), `${conns} connections for ${cuts} cuts`);
     assert.equal(evs.at(-1)?.type, "turn/end");
     assertWhole(evs);
     assert.deepEqual(evs, await logOf(api, s));
