@@ -67,10 +67,10 @@ func TestEventSchemaDescribesTheLog(t *testing.T) {
 	}
 }
 
-// TestEventSchemaBranches: the Event schema takes a known kind only with its payload, a kind of
+// TestSES9_EventSchemaBranches: the Event schema takes a known kind only with its payload, a kind of
 // the vocabulary without a payload type with any data, and a kind it does not know only when the
 // event is ignorable (SES-9).
-func TestEventSchemaBranches(t *testing.T) {
+func TestSES9_EventSchemaBranches(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		body string

@@ -501,10 +501,10 @@ func TestImportRefusesBadLogs(t *testing.T) {
 	}
 }
 
-// TestImportRepairsAnOpenLastTurn: a log cut inside a step with four calls logged and none
+// TestSES14_ImportRepairsAnOpenLastTurn: a log cut inside a step with four calls logged and none
 // answered is closed as crash repair closes it (SES-14): four TOOL_OUTCOME_UNKNOWN results,
 // step/end and turn/end {interrupted}, before the seed marker; the session then runs on.
-func TestImportRepairsAnOpenLastTurn(t *testing.T) {
+func TestSES14_ImportRepairsAnOpenLastTurn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	pid := e.presetCreate(t, e.keyA, minimalPreset).String()
