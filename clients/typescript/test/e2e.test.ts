@@ -60,6 +60,13 @@ function assertWhole(evs: Event[], from = 0): void {
   evs.forEach((ev, i) => assert.equal(ev.seq, from + i, `event ${i} has seq ${ev.seq}: a gap or a duplicate`));
 }
 
+/** endReason is the reason of the last event, a turn/end. */
+function endReason(evs: Event[]): unknown {
+  const last = evs.at(-1);
+  assert.equal(last?.type, "turn/end");
+  return last && field(last, "reason");
+}
+
 function kinds(evs: Event[], type: string): Event[] {
   return evs.filter((ev) => ev.type === type);
 }
@@ -118,31 +125,47 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
     assert.deepEqual(evs, await logOf(api, s));
   });
 
+  /**
+   * answerAfterCut cuts every connection through the proxy, then allows the asked call. What the
+   * turn writes after the answer can only come over a new connection, however far the server runs
+   * ahead of the client: every cut is followed by a reconnect.
+   */
+  async function answerAfterCut(s: string, ev: Event): Promise<void> {
+    assert.ok((await cut()) >= 1, "the proxy had no connection to cut");
+    const approvalId = String(field(ev, "id"));
+    const { data, error } = await api.POST("/v1/sessions/{id}/approvals/{approvalId}", {
+      params: { path: { id: s, approvalId } },
+      body: { outcome: "allowed-once" },
+    });
+    assert.ok(data, `answer: ${JSON.stringify(error)}`);
+  }
+  const asking = await newPreset(api, "ts-ask-resume", { approval: { policy: "ask", ask: ["echo"], timeoutMs: 60000 } });
+
   await t.test("followSession resumes after dropped connections with no duplicate and no gap", async () => {
-    const s = await newSession(api, presetId);
+    const s = await newSession(api, asking);
     const evs: Event[] = [];
     const opens: number[] = [];
     const posted = api.POST("/v1/sessions/{id}/messages", {
       params: { path: { id: s } },
-      body: { content: "tools:2 steps:3 chunkdelay:20" },
+      body: { content: "tool:echo steps:3 chunkdelay:5" },
     });
     let cuts = 0;
     for await (const ev of followSession(proxied, s, { onOpen: (after) => opens.push(after), retryMs: 50 })) {
       evs.push(ev);
-      // Cut up to three times while the turn goes on, once per connection: events read before a
-      // cut may still be in the client's buffer.
-      if (cuts < 3 && opens.length > cuts && ev.seq > 2) {
+      // Each of the three steps asks; its approval is answered after a cut.
+      if (ev.type === "approval/asked") {
+        assert.ok(opens.length > cuts, "an approval was asked on a connection already cut");
         cuts++;
-        assert.ok((await cut()) >= 1, "the proxy had no connection to cut");
+        await answerAfterCut(s, ev);
       }
       if (ev.type === "turn/end") break;
     }
     assert.ok((await posted).data);
-    assert.ok(cuts >= 1);
-    // A reconnect after every cut but the last, which may come when the turn/end is already in
-    // the client's buffer; at least one.
-    assert.ok(opens.length >= Math.max(cuts, 2), `opened ${opens.length} times for ${cuts} cuts, want a reconnect after each but the last`);
+    assert.equal(cuts, 3);
+    assert.ok(opens.length > cuts, `opened ${opens.length} times for ${cuts} cuts`);
     assert.equal(opens[0], -1);
+    opens.slice(1).forEach((after) => assert.ok(after >= 0, `a reconnect from ${after}`));
+    assert.deepEqual(endReason(evs), { kind: "completed" });
     assertWhole(evs);
     assert.deepEqual(evs, await logOf(api, s));
 
@@ -156,20 +179,23 @@ test("the TypeScript client against dshd", { skip }, async (t) => {
   });
 
   await t.test("postMessageStream resumes a dropped turn stream", async () => {
-    const s = await newSession(api, presetId);
+    const s = await newSession(api, asking);
     const evs: Event[] = [];
     let cuts = 0;
     let conns = 1; // the post's own stream, then followSession's
     const follow = { retryMs: 50, onOpen: () => void conns++ };
-    for await (const ev of postMessageStream(proxied, s, { content: "tools:2 steps:2 chunkdelay:20" }, { follow })) {
+    for await (const ev of postMessageStream(proxied, s, { content: "tool:echo steps:2 chunkdelay:5" }, { follow })) {
       evs.push(ev);
-      // A message stream ends with its turn: once the turn is over there may be nothing to cut.
-      if (cuts < 2 && conns > cuts && ev.seq > 2 && (await cut()) >= 1) cuts++;
+      if (ev.type === "approval/asked") {
+        assert.ok(conns > cuts, "an approval was asked on a connection already cut");
+        cuts++;
+        await answerAfterCut(s, ev);
+      }
     }
-    assert.ok(cuts >= 1);
-    // A connection after every cut but the last, which may land when the turn/end is already read.
-    assert.ok(conns >= Math.max(cuts, 2), `${conns} connections for ${cuts} cuts`);
+    assert.equal(cuts, 2);
+    assert.ok(conns > cuts, `${conns} connections for ${cuts} cuts`);
     assert.equal(evs.at(-1)?.type, "turn/end");
+    assert.deepEqual(endReason(evs), { kind: "completed" });
     assertWhole(evs);
     assert.deepEqual(evs, await logOf(api, s));
   });
