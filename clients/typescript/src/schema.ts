@@ -3,6 +3,9 @@
  * Do not make direct changes to the file.
  */
 
+/** Any JSON value: the type of components["schemas"]["JsonValue"]. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
 export interface paths {
     "/healthz": {
         parameters: {
@@ -1036,7 +1039,7 @@ export interface components {
                 toolName: string;
                 callId?: string;
                 /** @description The waiting call's arguments (JSON). */
-                arguments?: unknown;
+                arguments?: components["schemas"]["JsonValue"];
                 reason?: string;
             }[];
         };
@@ -1054,7 +1057,7 @@ export interface components {
                 callId: string;
                 toolName: string;
                 /** @description The call's arguments (JSON); null when its tool/call was not found. */
-                arguments: unknown;
+                arguments: components["schemas"]["JsonValue"];
                 /** @description When the call is decided TOOL_TIMEOUT without a result (epoch ms). */
                 deadlineMs?: number;
             }[];
@@ -1309,11 +1312,11 @@ export interface components {
             updatedAt: string;
             name: string;
             model: components["schemas"]["Model"];
-            tools: components["schemas"]["Tools"] & unknown;
-            prompt: components["schemas"]["Prompt"] & unknown;
-            approval: components["schemas"]["Approval"] & unknown;
-            policies: components["schemas"]["Policies"] & unknown;
-            limits: components["schemas"]["Limits"] & unknown;
+            tools: WithRequired<components["schemas"]["Tools"], "mode" | "allow" | "deny" | "toolOrder" | "maxParallelToolCalls" | "maxParallelSubCalls">;
+            prompt: WithRequired<components["schemas"]["Prompt"], "persona" | "sections" | "variables">;
+            approval: WithRequired<components["schemas"]["Approval"], "policy" | "ask" | "timeoutMs">;
+            policies: WithRequired<components["schemas"]["Policies"], "preExecute" | "guards" | "postExecute" | "webhooks">;
+            limits: WithRequired<components["schemas"]["Limits"], "maxSteps">;
         };
         PresetPage: {
             items: components["schemas"]["Preset"][];
@@ -1472,22 +1475,16 @@ export interface components {
         };
         /** @description One log event (docs/rules.md SES-1); seq is its index in the log. Its type selects the branch: one per kind with a payload schema (data is that payload), one for the other kinds this build knows, and one for kinds added later, which are always ignorable: a client treats an event whose type it does not know as that last branch and skips it. */
         Event: components["schemas"]["EventAgentCancel"] | components["schemas"]["EventInboxSpliced"] | components["schemas"]["EventApprovalAsked"] | components["schemas"]["EventApprovalDecided"] | components["schemas"]["EventApprovalPolicy"] | components["schemas"]["EventAssistantChunk"] | components["schemas"]["EventAssistantMessage"] | components["schemas"]["EventAssistantUsage"] | components["schemas"]["EventLLMRetry"] | components["schemas"]["EventRequestContext"] | components["schemas"]["EventRequestHeader"] | components["schemas"]["EventSessionEndSeed"] | components["schemas"]["EventStepEnd"] | components["schemas"]["EventStepStart"] | components["schemas"]["EventTodoWrite"] | components["schemas"]["EventToolCall"] | components["schemas"]["EventClientResult"] | components["schemas"]["EventCodeDispatch"] | components["schemas"]["EventCodeDispatchStart"] | components["schemas"]["EventToolResult"] | components["schemas"]["EventTurnEnd"] | components["schemas"]["EventTurnParked"] | components["schemas"]["EventTurnResumed"] | components["schemas"]["EventTurnStart"] | components["schemas"]["EventTurnTrace"] | components["schemas"]["EventUserMessage"] | components["schemas"]["EventOfOtherKnownKind"] | components["schemas"]["EventOfLaterKind"];
-        /** @description The fields of every event (SES-1). */
+        /** @description The fields of every event (SES-1), the catch-all branches' base: their type is any string, their data any JSON value. */
         EventEnvelope: {
-            /** @description The event's kind (docs/events.md lists them all). */
             type: string;
+            /** @description The event's index in its session's log. */
             seq: number;
             /** @description Epoch milliseconds. */
             time: number;
-            /** @description The event's payload (SES-8). */
-            data: unknown;
-            /** @description On surface events only (SES-2). */
-            surfaceOp?: "append" | {
-                /** @enum {string} */
-                op: "replace";
-                start: number;
-                end: number;
-            };
+            data: components["schemas"]["JsonValue"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
             sourceEventSeqs?: number[];
             /**
              * @description Readers that do not know the event's type skip it (SES-9).
@@ -1495,173 +1492,492 @@ export interface components {
              */
             ignorable?: true;
         };
+        /** @description Any JSON value: an object, an array, a string, a number, a boolean or null. Generated clients may type it as the recursive union of those. */
+        JsonValue: JsonValue;
+        /** @description How a surface event changes the surface (SES-2): appended, or replacing the events from start to end. */
+        SurfaceOp: "append" | {
+            /** @enum {string} */
+            op: "replace";
+            start: number;
+            end: number;
+        };
         /** @description An event of kind agent/cancel. */
         EventAgentCancel: {
             /** @constant */
-            type?: "agent/cancel";
-            data?: components["schemas"]["eventlog.AgentCancel"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "agent/cancel";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.AgentCancel"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind agent/inbox/spliced. */
         EventInboxSpliced: {
             /** @constant */
-            type?: "agent/inbox/spliced";
-            data?: components["schemas"]["eventlog.InboxSpliced"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "agent/inbox/spliced";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.InboxSpliced"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind approval/asked. */
         EventApprovalAsked: {
             /** @constant */
-            type?: "approval/asked";
-            data?: components["schemas"]["eventlog.ApprovalAsked"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "approval/asked";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.ApprovalAsked"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind approval/decided. */
         EventApprovalDecided: {
             /** @constant */
-            type?: "approval/decided";
-            data?: components["schemas"]["eventlog.ApprovalDecided"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "approval/decided";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.ApprovalDecided"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind approval/policy. */
         EventApprovalPolicy: {
             /** @constant */
-            type?: "approval/policy";
-            data?: components["schemas"]["eventlog.ApprovalPolicy"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "approval/policy";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.ApprovalPolicy"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind assistant/chunk. */
         EventAssistantChunk: {
             /** @constant */
-            type?: "assistant/chunk";
-            data?: components["schemas"]["eventlog.AssistantChunk"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "assistant/chunk";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.AssistantChunk"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind assistant/message. */
         EventAssistantMessage: {
             /** @constant */
-            type?: "assistant/message";
-            data?: components["schemas"]["eventlog.AssistantMessage"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "assistant/message";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.AssistantMessage"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind assistant/usage. */
         EventAssistantUsage: {
             /** @constant */
-            type?: "assistant/usage";
-            data?: components["schemas"]["eventlog.AssistantUsage"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "assistant/usage";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.AssistantUsage"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind llm/retry. */
         EventLLMRetry: {
             /** @constant */
-            type?: "llm/retry";
-            data?: components["schemas"]["eventlog.LLMRetry"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "llm/retry";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.LLMRetry"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind request/context. */
         EventRequestContext: {
             /** @constant */
-            type?: "request/context";
-            data?: components["schemas"]["eventlog.RequestContext"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "request/context";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.RequestContext"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind request/header. */
         EventRequestHeader: {
             /** @constant */
-            type?: "request/header";
-            data?: components["schemas"]["eventlog.RequestHeader"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "request/header";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.RequestHeader"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind session/end-seed. */
         EventSessionEndSeed: {
             /** @constant */
-            type?: "session/end-seed";
-            data?: components["schemas"]["eventlog.SessionEndSeed"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "session/end-seed";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.SessionEndSeed"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind step/end. */
         EventStepEnd: {
             /** @constant */
-            type?: "step/end";
-            data?: components["schemas"]["eventlog.StepEnd"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "step/end";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.StepEnd"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind step/start. */
         EventStepStart: {
             /** @constant */
-            type?: "step/start";
-            data?: components["schemas"]["eventlog.StepStart"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "step/start";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.StepStart"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind todo/write. */
         EventTodoWrite: {
             /** @constant */
-            type?: "todo/write";
-            data?: components["schemas"]["eventlog.TodoWrite"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "todo/write";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.TodoWrite"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind tool/call. */
         EventToolCall: {
             /** @constant */
-            type?: "tool/call";
-            data?: components["schemas"]["eventlog.ToolCall"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "tool/call";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.ToolCall"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind tool/client-result. */
         EventClientResult: {
             /** @constant */
-            type?: "tool/client-result";
-            data?: components["schemas"]["eventlog.ClientResult"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "tool/client-result";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.ClientResult"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind tool/code-dispatch. */
         EventCodeDispatch: {
             /** @constant */
-            type?: "tool/code-dispatch";
-            data?: components["schemas"]["eventlog.CodeDispatch"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "tool/code-dispatch";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.CodeDispatch"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind tool/code-dispatch-start. */
         EventCodeDispatchStart: {
             /** @constant */
-            type?: "tool/code-dispatch-start";
-            data?: components["schemas"]["eventlog.CodeDispatchStart"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "tool/code-dispatch-start";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.CodeDispatchStart"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind tool/result. */
         EventToolResult: {
             /** @constant */
-            type?: "tool/result";
-            data?: components["schemas"]["eventlog.ToolResult"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "tool/result";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.ToolResult"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind turn/end. */
         EventTurnEnd: {
             /** @constant */
-            type?: "turn/end";
-            data?: components["schemas"]["eventlog.TurnEnd"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "turn/end";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.TurnEnd"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind turn/parked. */
         EventTurnParked: {
             /** @constant */
-            type?: "turn/parked";
-            data?: components["schemas"]["eventlog.TurnParked"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "turn/parked";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.TurnParked"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind turn/resumed. */
         EventTurnResumed: {
             /** @constant */
-            type?: "turn/resumed";
-            data?: components["schemas"]["eventlog.TurnResumed"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "turn/resumed";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.TurnResumed"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind turn/start. */
         EventTurnStart: {
             /** @constant */
-            type?: "turn/start";
-            data?: components["schemas"]["eventlog.TurnStart"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "turn/start";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.TurnStart"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind turn/trace. */
         EventTurnTrace: {
             /** @constant */
-            type?: "turn/trace";
-            data?: components["schemas"]["eventlog.TurnTrace"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "turn/trace";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.TurnTrace"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of kind user/message. */
         EventUserMessage: {
             /** @constant */
-            type?: "user/message";
-            data?: components["schemas"]["eventlog.UserMessage"];
-        } & components["schemas"]["EventEnvelope"];
+            type: "user/message";
+            /** @description The event's index in its session's log. */
+            seq: number;
+            /** @description Epoch milliseconds. */
+            time: number;
+            data: components["schemas"]["eventlog.UserMessage"];
+            surfaceOp?: components["schemas"]["SurfaceOp"];
+            /** @description On surface events only: the log events it was made from (SES-2). */
+            sourceEventSeqs?: number[];
+            /**
+             * @description Readers that do not know the event's type skip it (SES-9).
+             * @enum {boolean}
+             */
+            ignorable?: true;
+        };
         /** @description An event of a kind this build knows (SES-8) that has no payload schema here: the plugin-owned kinds of the reference's vocabulary and the families compaction/, team/ (docs/events.md). Its data is any JSON value. */
         EventOfOtherKnownKind: {
-            type?: ("agent-preset/selected" | "command/done" | "command/run" | "compact/end" | "compact/prune" | "compact/start" | "compact/summary" | "feedback/record" | "goal/change" | "hook/invoked" | "hook/result" | "llm/retry-started" | "permission/preset" | "plan/mode" | "sandbox/mode" | "schedule/change" | "session/title" | "session/title-llm-request" | "subagent/descriptor" | "tool-workflow/agent-end" | "tool-workflow/agent-start" | "tool-workflow/run-end" | "tool-workflow/run-start" | "web/deepseek-search-llm-request") | unknown;
-            data?: unknown;
+            type?: ("agent-preset/selected" | "command/done" | "command/run" | "compact/end" | "compact/prune" | "compact/start" | "compact/summary" | "feedback/record" | "goal/change" | "hook/invoked" | "hook/result" | "llm/retry-started" | "permission/preset" | "plan/mode" | "sandbox/mode" | "schedule/change" | "session/title" | "session/title-llm-request" | "subagent/descriptor" | "tool-workflow/agent-end" | "tool-workflow/agent-start" | "tool-workflow/run-end" | "tool-workflow/run-start" | "web/deepseek-search-llm-request") | string;
         } & components["schemas"]["EventEnvelope"];
         /** @description An event of a kind added after this document (SES-9): always ignorable, so a client that does not know its type skips it. Its data is any JSON value. */
         EventOfLaterKind: {
             type?: string;
             /** @constant */
             ignorable: true;
-            data?: unknown;
         } & WithRequired<components["schemas"]["EventEnvelope"], "ignorable">;
         /** @description AgentCancel is dshd's durable cancel request (LOOP-7), written ignorable so that readers that do not know it still accept the log (SES-9). */
         "eventlog.AgentCancel": {
@@ -1674,7 +1990,7 @@ export interface components {
             toolName: string;
             callId?: string;
             reason?: string;
-            arguments?: unknown;
+            arguments?: components["schemas"]["JsonValue"];
         };
         /** @description ApprovalDecided answers approval ID (APR-3): allowed-once, rejected, cancelled or unavailable. */
         "eventlog.ApprovalDecided": {
@@ -1724,8 +2040,8 @@ export interface components {
             parentCallId: string;
             subCallId: string;
             name: string;
-            arguments: unknown;
-            location?: unknown;
+            arguments: components["schemas"]["JsonValue"];
+            location?: components["schemas"]["JsonValue"];
             isError: boolean;
             content: components["schemas"]["llm.Block"][];
             mutations?: components["schemas"]["eventlog.FileMutation"][];
@@ -1736,8 +2052,8 @@ export interface components {
             parentCallId: string;
             subCallId: string;
             name: string;
-            arguments: unknown;
-            location?: unknown;
+            arguments: components["schemas"]["JsonValue"];
+            location?: components["schemas"]["JsonValue"];
         };
         /** @description FileMutation records a committed file change (RES-6). */
         "eventlog.FileMutation": {
@@ -1832,7 +2148,7 @@ export interface components {
             step: number;
             message: components["schemas"]["llm.Message"];
             error?: components["schemas"]["fault.Info"];
-            meta?: unknown;
+            meta?: components["schemas"]["JsonValue"];
             mutations?: components["schemas"]["eventlog.FileMutation"][];
         };
         /** @description TurnEnd closes turn Turn with its Reason (LOOP-8). */
@@ -1952,7 +2268,7 @@ export interface components {
             kind: string;
             provider?: string;
             model?: string;
-            replayState?: unknown;
+            replayState?: components["schemas"]["JsonValue"];
             callId?: string;
             plugin?: string;
             form?: string;
@@ -1962,7 +2278,7 @@ export interface components {
         "llm.ToolSchema": {
             name: string;
             description: string;
-            parameters: unknown;
+            parameters: components["schemas"]["JsonValue"];
         };
         /** @description Usage counts tokens of one model call. */
         "llm.Usage": {
