@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/internal/contracttest"
 	"github.com/dshd/dshd/internal/pgtest"
 	"github.com/dshd/dshd/pkg/agentloop"
 	"github.com/dshd/dshd/pkg/agents"
@@ -223,7 +224,7 @@ func (r *replica) do(t testing.TB, method, path, key string, body any, headers .
 // (a test of that leniency): only the response is validated against openapi.yaml.
 func (r *replica) doLenient(t testing.TB, method, path, key string, body any, headers ...string) response {
 	t.Helper()
-	return r.send(t, context.WithValue(context.Background(), kinLenientKey{}, true), method, path, key, body, headers...)
+	return r.send(t, contracttest.Lenient(context.Background()), method, path, key, body, headers...)
 }
 
 // send is do with the request's context ctx.
@@ -273,7 +274,7 @@ func (r *replica) send(t testing.TB, ctx context.Context, method, path, key stri
 // so of an operation: only the response is validated against openapi.yaml.
 func (r *replica) doNoType(t testing.TB, method, path, key, body string) response {
 	t.Helper()
-	ctx := context.WithValue(context.Background(), kinLenientKey{}, true)
+	ctx := contracttest.Lenient(context.Background())
 	req, err := http.NewRequestWithContext(ctx, method, r.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

@@ -1,40 +1,17 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"sync"
 	"testing"
 
-	"github.com/getkin/kin-openapi/openapi3"
-
-	"github.com/dshd/dshd"
+	"github.com/dshd/dshd/internal/contracttest"
 )
 
-// kinDoc is openapi.yaml as github.com/getkin/kin-openapi, a complete OpenAPI 3.1 and JSON
-// Schema 2020-12 implementation, reads it, once per test binary.
-var kinDoc = sync.OnceValues(func() (*openapi3.T, error) {
-	l := openapi3.NewLoader()
-	doc, err := l.LoadFromData(dshd.OpenAPI)
-	if err != nil {
-		return nil, err
-	}
-	return doc, doc.Validate(context.Background())
-})
+// kinDoc is openapi.yaml as kin-openapi reads it.
+var kinDoc = contracttest.Doc
 
 // kinSchema validates v against the component schema name with kin-openapi.
-func kinSchema(name string, v any) error {
-	doc, err := kinDoc()
-	if err != nil {
-		return err
-	}
-	s := doc.Components.Schemas[name]
-	if s == nil || s.Value == nil {
-		return fmt.Errorf("kin-openapi: no schema %s", name)
-	}
-	return s.Value.VisitJSON(v, openapi3.EnableJSONSchema2020(), openapi3.MultiErrors())
-}
+func kinSchema(name string, v any) error { return contracttest.Schema(name, v) }
 
 // TestKinOpenAPIReadsTheContract: kin-openapi loads openapi.yaml and finds it a valid OpenAPI 3.1
 // document, and its validator tells the Event branches apart as the contract means them.

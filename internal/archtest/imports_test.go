@@ -31,33 +31,33 @@ var layers = []struct {
 	rank int
 	pkgs []string
 }{
-	{0, []string{"pkg/fault"}},                                       // error values and codes: the leaf
-	{10, []string{"pkg/llm", "pkg/kernel"}},                          // the model types, the fiber kernel
-	{10, []string{".", "web", "migrations", "internal/pgcluster"}},   // assets, SQL, local PostgreSQL
-	{15, []string{"pkg/eventlog"}},                                   // the log's vocabulary and seam
-	{16, []string{"pkg/eventlog/eventlogtest"}},                      // its conformance suite
-	{20, []string{"pkg/registry", "pkg/promptasm"}},                  // the tool registry, prompts
-	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},       // model clients, tenants, shell sandboxes and workspaces
-	{21, []string{"pkg/sandbox/sandboxtest"}},                        // the sandbox for tests
-	{25, []string{"pkg/policy"}},                                     // declarative tool policies
-	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}}, // tool calls and the tools (tools/tooltest: their test runner)
-	{30, []string{"pkg/preset", "pkg/approval"}},                     // presets, durable approvals
-	{40, []string{"pkg/agentloop"}},                                  // the turn loop
-	{45, []string{"pkg/pgstore"}},                                    // the PostgreSQL adapter
-	{50, []string{"pkg/agents"}},                                     // wiring per preset
-	{60, []string{"pkg/worker"}},                                     // leases, queues, runners
-	{70, []string{"api"}},                                            // HTTP and SSE
-	{80, []string{"internal/mockllm", "internal/pgtest"}},            // test infrastructure
-	{85, []string{"internal/cli"}},                                   // the client commands of the binary
-	{90, []string{"internal/openapigen"}},                            // the generator of openapi.yaml's event schemas
-	{90, []string{"cmd/..."}},                                        // programs
-	{100, []string{"internal/e2e", "internal/archtest"}},             // test-only packages
-	{5, []string{"pkg/secretbox"}},                                   // envelope encryption of stored secrets
-	{5, []string{"pkg/telemetry"}},                                   // metrics and trace helpers: below everything that records them
-	{5, []string{"pkg/netguard"}},                                    // outbound requests kept off private addresses
-	{20, []string{"pkg/webhook"}},                                    // tenant webhooks: signatures, delivery attempts
-	{5, []string{"pkg/fairq"}},                                       // a semaphore shared fairly by tenants (code mode, bash)
-	{5, []string{"internal/envconf"}},                                // settings from environment variables by struct tags
+	{0, []string{"pkg/fault"}},                                                     // error values and codes: the leaf
+	{10, []string{"pkg/llm", "pkg/kernel"}},                                        // the model types, the fiber kernel
+	{10, []string{".", "web", "migrations", "internal/pgcluster"}},                 // assets, SQL, local PostgreSQL
+	{15, []string{"pkg/eventlog"}},                                                 // the log's vocabulary and seam
+	{16, []string{"pkg/eventlog/eventlogtest"}},                                    // its conformance suite
+	{20, []string{"pkg/registry", "pkg/promptasm"}},                                // the tool registry, prompts
+	{20, []string{"pkg/llm/...", "pkg/tenant", "pkg/sandbox"}},                     // model clients, tenants, shell sandboxes and workspaces
+	{21, []string{"pkg/sandbox/sandboxtest"}},                                      // the sandbox for tests
+	{25, []string{"pkg/policy"}},                                                   // declarative tool policies
+	{30, []string{"pkg/scheduler", "pkg/codemode", "pkg/tools/..."}},               // tool calls and the tools (tools/tooltest: their test runner)
+	{30, []string{"pkg/preset", "pkg/approval"}},                                   // presets, durable approvals
+	{40, []string{"pkg/agentloop"}},                                                // the turn loop
+	{45, []string{"pkg/pgstore"}},                                                  // the PostgreSQL adapter
+	{50, []string{"pkg/agents"}},                                                   // wiring per preset
+	{60, []string{"pkg/worker"}},                                                   // leases, queues, runners
+	{70, []string{"api"}},                                                          // HTTP and SSE
+	{80, []string{"internal/mockllm", "internal/pgtest", "internal/contracttest"}}, // test infrastructure
+	{85, []string{"internal/cli"}},                                                 // the client commands of the binary
+	{90, []string{"internal/openapigen"}},                                          // the generator of openapi.yaml's event schemas
+	{90, []string{"cmd/..."}},                                                      // programs
+	{100, []string{"internal/e2e", "internal/archtest"}},                           // test-only packages
+	{5, []string{"pkg/secretbox"}},                                                 // envelope encryption of stored secrets
+	{5, []string{"pkg/telemetry"}},                                                 // metrics and trace helpers: below everything that records them
+	{5, []string{"pkg/netguard"}},                                                  // outbound requests kept off private addresses
+	{20, []string{"pkg/webhook"}},                                                  // tenant webhooks: signatures, delivery attempts
+	{5, []string{"pkg/fairq"}},                                                     // a semaphore shared fairly by tenants (code mode, bash)
+	{5, []string{"internal/envconf"}},                                              // settings from environment variables by struct tags
 }
 
 // The PostgreSQL adapter is the only package that may import pgx or a River driver; programs and

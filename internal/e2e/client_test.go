@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/contracttest"
 	"github.com/dshd/dshd/pkg/eventlog"
 )
 
 // client is the HTTP client of the tests: enough idle connections per replica for 50 sessions'
-// requests and streams at once.
-var client = &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128}}
+// requests and streams at once, and every exchange with a replica checked against openapi.yaml
+// (internal/contracttest).
+var client = &http.Client{Transport: contracttest.Transport(&http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128})}
 
 // reply is a finished HTTP exchange, or the error that prevented it.
 type reply struct {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/contracttest"
 	"github.com/dshd/dshd/internal/pgtest"
 )
 
@@ -104,6 +105,7 @@ func (c *cluster) startReplica() *replica {
 		}, c.env...), "serve")
 		r := &replica{proc: p, url: "http://" + addr}
 		if lastErr = r.waitReady(); lastErr == nil {
+			contracttest.Serve(t, r.url)
 			c.replicas = append(c.replicas, r)
 			return r
 		}

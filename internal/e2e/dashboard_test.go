@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/contracttest"
 	"github.com/dshd/dshd/internal/pgtest"
 )
 
@@ -75,6 +76,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}, "serve")
 		r = &replica{proc: p, url: "http://" + addr}
 		if err = r.waitReady(); err == nil {
+			contracttest.Serve(t, r.url)
 			break
 		}
 		p.stop()
