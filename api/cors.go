@@ -19,11 +19,15 @@ import (
 const (
 	corsMethods = "GET, POST, PUT, PATCH, DELETE"
 	// Last-Event-ID is what an EventSource sends when it reconnects; Idempotency-Key makes a post
-	// retryable; X-Request-Id correlates a request with the server's log. Idempotent-Replayed
-	// tells a page that a create's answer is a replay (idempotency.go).
-	corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Cache-Control, X-Request-Id"
-	corsExposed = "X-Request-Id, WWW-Authenticate, Idempotent-Replayed"
-	corsMaxAge  = "600"
+	// retryable; X-Request-Id correlates a request with the server's log; traceparent and
+	// tracestate carry a page's trace into the server's (W3C Trace Context).
+	corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Cache-Control, X-Request-Id, traceparent, tracestate"
+	// What a page may read beside the safelisted headers: Location of a create, Retry-After of a
+	// 429 or 503, the RateLimit-* of a tenant's rate (usage.go), and Idempotent-Replayed, which
+	// tells that a create's answer is a replay (idempotency.go).
+	corsExposed = "X-Request-Id, WWW-Authenticate, Location, Retry-After, RateLimit-Limit, RateLimit-Remaining, " +
+		"RateLimit-Reset, RateLimit-Policy, Idempotent-Replayed"
+	corsMaxAge = "600"
 )
 
 // ParseOrigins checks a DSHD_CORS_ORIGINS list: every entry is an origin, scheme://host[:port]

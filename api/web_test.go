@@ -130,6 +130,11 @@ func TestCORSPreflightBeforeAuthAndAllowList(t *testing.T) {
 	r := preflight(appOrigin, "GET", "last-event-id")
 	r.want(t, 204)
 	h := r.header
+	for _, name := range []string{"traceparent", "tracestate", "Idempotency-Key"} {
+		if !strings.Contains(preflight(appOrigin, "POST", strings.ToLower(name)).want(t, 204).header.Get("Access-Control-Allow-Headers"), name) {
+			t.Errorf("a preflight does not allow %s", name)
+		}
+	}
 	if h.Get("Access-Control-Allow-Origin") != appOrigin || !strings.Contains(h.Get("Access-Control-Allow-Headers"), "Last-Event-ID") ||
 		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "Authorization") || h.Get("Access-Control-Allow-Methods") != "GET, POST, PUT, PATCH, DELETE" ||
 		h.Get("Access-Control-Allow-Credentials") != "" || !strings.Contains(strings.Join(h.Values("Vary"), ","), "Origin") {
@@ -146,8 +151,17 @@ func TestCORSPreflightBeforeAuthAndAllowList(t *testing.T) {
 		if got := r.header.Get("Access-Control-Allow-Origin"); (allowed && got != origin) || (!allowed && got != "") {
 			t.Fatalf("origin %q: Access-Control-Allow-Origin %q", origin, got)
 		}
-		if allowed && !strings.Contains(r.header.Get("Access-Control-Expose-Headers"), "X-Request-Id") {
-			t.Fatalf("exposed headers %v", r.header)
+		if allowed {
+			exposed := map[string]bool{}
+			for _, h := range strings.Split(r.header.Get("Access-Control-Expose-Headers"), ",") {
+				exposed[http.CanonicalHeaderKey(strings.TrimSpace(h))] = true
+			}
+			for _, h := range []string{"X-Request-Id", "Www-Authenticate", "Location", "Retry-After", "Ratelimit-Limit",
+				"Ratelimit-Remaining", "Ratelimit-Reset", "Ratelimit-Policy", "Idempotent-Replayed"} {
+				if !exposed[h] {
+					t.Errorf("%s is not exposed: %v", h, r.header.Get("Access-Control-Expose-Headers"))
+				}
+			}
 		}
 	}
 	// Unauthenticated requests of an allowed origin get the header too, so the page reads the 401.
