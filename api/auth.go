@@ -35,7 +35,7 @@ func bearer(r *http.Request) (string, bool) {
 // scopes.go) in the request context; anything else answers 401 (an expired key says when it
 // expired). A key without the scope the route needs (requiredScope, scopes.go) gets 403
 // insufficient_scope. Without the header, a stream token (?token=, tokens.go) may open a
-// session's event stream.
+// session's event stream; an action token (actiontokens.go) in the header acts in its session.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r)
@@ -46,6 +46,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd"`)
 			writeProblem(w, CodeUnauthorized, "send an API key as Authorization: Bearer <key>")
+			return
+		}
+		if strings.HasPrefix(key, actionTokenPrefix) {
+			s.actionTokenAuth(w, r, next, key, false) // actiontokens.go
 			return
 		}
 		k, err := s.cfg.Tenants.KeyLookup(r.Context(), key)

@@ -20,6 +20,7 @@ const (
 	idemRouteCredential  = "POST /v1/credentials"
 	idemRouteWebhook     = "POST /v1/webhooks"
 	idemRouteStreamToken = "POST /v1/sessions/{id}/stream-tokens"
+	idemRouteActionToken = "POST /v1/sessions/{id}/action-tokens"
 	idemRouteTenant      = "POST /v1/tenants"
 	idemRouteImport      = "POST /v1/sessions/import"
 )

@@ -158,6 +158,10 @@ func TestOpenAPIDescribesResponses(t *testing.T) {
 	c.check("POST", "/v1/sessions/{id}/messages/stream", e.do(t, "POST", msgs+"/stream", e.keyB, `{"content":"text"}`).want(t, 404))
 	c.check("POST", "/v1/sessions/{id}/cancel", e.do(t, "POST", "/v1/sessions/"+ss.ID+"/cancel", e.keyA, `{"keepInbox":true}`).want(t, 200))
 	c.check("POST", "/v1/sessions/{id}/cancel", e.do(t, "POST", "/v1/sessions/"+ss.ID+"/cancel", e.keyB, `{}`).want(t, 404))
+	at := "/v1/sessions/" + ss.ID + "/action-tokens"
+	c.check("POST", "/v1/sessions/{id}/action-tokens", e.do(t, "POST", at, e.keyA, `{"scopes":["post","cancel"]}`).want(t, 201))
+	c.check("POST", "/v1/sessions/{id}/action-tokens", e.do(t, "POST", at, e.keyA, `{"scopes":[]}`).want(t, 400))
+	c.check("POST", "/v1/sessions/{id}/action-tokens", e.do(t, "POST", at, e.keyB, `{"scopes":["post"]}`).want(t, 404))
 	c.check("GET", "/v1/sessions/{id}/prompt", e.do(t, "GET", "/v1/sessions/"+ss.ID+"/prompt", e.keyA, nil).want(t, 200))
 	c.check("GET", "/v1/sessions/{id}/prompt", e.do(t, "GET", "/v1/sessions/"+ss.ID+"/prompt", e.keyB, nil).want(t, 404))
 	c.check("GET", "/v1/tools", e.do(t, "GET", "/v1/tools", e.keyA, nil).want(t, 200))

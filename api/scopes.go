@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/tenant"
 )
@@ -34,11 +32,7 @@ var routeScopes = map[string]string{
 
 // requiredScope is the scope r needs (see routeScopes).
 func (s *Server) requiredScope(r *http.Request) string {
-	path := r.URL.RawPath // as chi routes it: the escaped path when it has one
-	if path == "" {
-		path = r.URL.Path
-	}
-	pattern := metricsRoute(s.router.Find(chi.NewRouteContext(), r.Method, path))
+	pattern := s.routePattern(r)
 	if sc, ok := routeScopes[r.Method+" "+pattern]; ok {
 		return sc
 	}

@@ -43,6 +43,7 @@ func (rs sessionResource) routes() chi.Router {
 	r.Get("/{id}/tool-results", rs.handleToolResultList)
 	r.Post("/{id}/tool-results", rs.handleToolResultPost)
 	r.Post("/{id}/stream-tokens", rs.handleStreamTokenCreate)
+	r.Post("/{id}/action-tokens", rs.handleActionTokenCreate) // actiontokens.go
 	r.Get("/{id}/turns", rs.handleTurnList)
 	r.Get("/{id}/turns/{n}", rs.handleTurnGet)
 	r.Put("/{id}/approval-policy", rs.handleApprovalPolicySet)

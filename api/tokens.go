@@ -84,12 +84,12 @@ func mac(secret []byte, prefix, payload string) []byte {
 	return m.Sum(nil)
 }
 
-// signedBy reports whether got is the mac of payload under the current secret or a previous one.
-// Every secret is tried, so the time taken does not tell which one matched.
-func (st *streamTokens) signedBy(got []byte, payload string) bool {
-	ok := hmac.Equal(got, mac(st.secret, streamTokenPrefix, payload))
+// signedBy reports whether got is the mac of prefix+payload under the current secret or a
+// previous one. Every secret is tried, so the time taken does not tell which one matched.
+func (st *streamTokens) signedBy(got []byte, prefix, payload string) bool {
+	ok := hmac.Equal(got, mac(st.secret, prefix, payload))
 	for _, p := range st.previous {
-		ok = hmac.Equal(got, mac(p, streamTokenPrefix, payload)) || ok
+		ok = hmac.Equal(got, mac(p, prefix, payload)) || ok
 	}
 	return ok
 }
@@ -130,7 +130,7 @@ func (st *streamTokens) verify(token string) (tokenClaims, error) {
 	}
 	gotMAC, err1 := base64.RawURLEncoding.DecodeString(sig)
 	b, err2 := base64.RawURLEncoding.DecodeString(payload)
-	if err1 != nil || err2 != nil || len(b) != 64 || !st.signedBy(gotMAC, payload) {
+	if err1 != nil || err2 != nil || len(b) != 64 || !st.signedBy(gotMAC, streamTokenPrefix, payload) {
 		return tokenClaims{}, errTokenInvalid
 	}
 	var c tokenClaims
@@ -153,6 +153,10 @@ func (s *Server) streamTokenAuth(w http.ResponseWriter, r *http.Request, next ht
 	token := q.Get("token")
 	q.Del("token")
 	r.URL.RawQuery = q.Encode()
+	if strings.HasPrefix(token, actionTokenPrefix) {
+		s.actionTokenAuth(w, r, next, token, true) // actiontokens.go
+		return
+	}
 	refuse := func(detail string) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="dshd", error="invalid_token"`)
 		writeProblem(w, CodeUnauthorized, detail)

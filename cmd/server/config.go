@@ -80,9 +80,9 @@ type Config struct {
 	PolicyWebhookPrivate bool   `env:"DSHD_POLICY_WEBHOOK_ALLOW_PRIVATE" default:"0" doc:"«1» allows policy webhooks on loopback, private and link-local addresses (tests, private networks)"`
 
 	CORSOrigins               []string      `env:"DSHD_CORS_ORIGINS" defaultdoc:"empty: no other origin" doc:"comma-separated origins («scheme://host[:port]») whose pages may call the API from a browser (\"From a browser\")"`
-	StreamTokenSecret         string        `env:"DSHD_STREAM_TOKEN_SECRET,secret,raw" minlen:"32" defaultdoc:"empty: a random secret per process" doc:"signs stream tokens, at least 32 bytes; give every replica the same one, or they refuse each other's tokens"`
+	StreamTokenSecret         string        `env:"DSHD_STREAM_TOKEN_SECRET,secret,raw" minlen:"32" defaultdoc:"empty: a random secret per process" doc:"signs stream and action tokens, at least 32 bytes; give every replica the same one, or they refuse each other's tokens"`
 	StreamTokenSecretPrevious []string      `env:"DSHD_STREAM_TOKEN_SECRET_PREVIOUS,secret" doc:"former stream-token secrets (comma-separated, at least 32 bytes each) whose tokens are still accepted during a rotation; new tokens are signed with «DSHD_STREAM_TOKEN_SECRET» only"`
-	StreamTokenTTL            time.Duration `env:"DSHD_STREAM_TOKEN_TTL" default:"5m" max:"1h" doc:"how long a stream token opens streams (at most «1h»)"`
+	StreamTokenTTL            time.Duration `env:"DSHD_STREAM_TOKEN_TTL" default:"5m" max:"1h" doc:"how long a stream token opens streams, and the longest an action token lives (at most «1h»)"`
 
 	CredentialKeys      *secretbox.Keyring `env:"DSHD_CREDENTIAL_KEYS,secret" defaultdoc:"empty: tenant credentials disabled" doc:"the operator's key encryption keys of tenant model credentials, «id:base64key,...» (32-byte keys, the active one first); rotation in [docs/credentials-and-keys.md](docs/credentials-and-keys.md)"`
 	OperatorKeyFallback bool               `env:"DSHD_OPERATOR_KEY_FALLBACK" default:"1" doc:"«0» stops lending «DEEPSEEK_API_KEY» to presets without a «model.credential»: their DeepSeek turns end with «INVALID_CREDENTIAL»"`

@@ -574,6 +574,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/action-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Mint an action token that lets a page act in the session (for browsers)
+         * @description A signed token naming the tenant, the session, the actions granted and an expiry (at most
+         *     `DSHD_STREAM_TOKEN_TTL`, 5 minutes by default; `ttlSeconds` shortens it), stored nowhere.
+         *     A page sends it as `Authorization: Bearer <token>` (allowed by CORS for the origins of
+         *     `DSHD_CORS_ORIGINS`). Every action token reads its session (`GET /v1/sessions/{id}`, its
+         *     events and their stream, where `?token=` also works, for an EventSource); each scope adds
+         *     routes of that session: `post` (`POST .../messages`, `POST .../messages/stream`), `approve`
+         *     (`GET .../approvals`, `POST .../approvals/{approvalId}`), `cancel` (`POST .../cancel`),
+         *     `tool-results` (`GET` and `POST .../tool-results`). Anything else, another session's routes
+         *     included, answers 403 `insufficient_scope`; an expired or altered token answers 401.
+         *     Minting takes an API key with the write scope; no token mints another. The token is tied
+         *     to the key that minted it: once that key (or a parent of it) is revoked, rotated or
+         *     expired, the token authenticates nothing, and its open streams end within a heartbeat.
+         */
+        post: operations["createActionToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/turns": {
         parameters: {
             query?: never;
@@ -1411,6 +1444,22 @@ export interface components {
             expiresAt: string;
             /** @description The path of the session's stream with the token: /v1/sessions/{id}/events?token=...; absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
             streamUrl?: string;
+        };
+        ActionTokenRequest: {
+            /** @description The actions granted (a repeated one counts once). */
+            scopes: ("post" | "approve" | "cancel" | "tool-results")[];
+            /** @description The token's life in seconds, at most the server's DSHD_STREAM_TOKEN_TTL; 0 or absent is that. */
+            ttlSeconds?: number;
+        };
+        ActionToken: {
+            /** @description The token; absent from an idempotent replay (Idempotent-Replayed: true), since a secret is shown once. */
+            token?: string;
+            /** Format: date-time */
+            expiresAt: string;
+            /** Format: uuid */
+            sessionId: string;
+            /** @description The actions granted, in the order post, approve, cancel, tool-results. */
+            scopes: ("post" | "approve" | "cancel" | "tool-results")[];
         };
         SessionPage: {
             items: components["schemas"]["Session"][];
@@ -2751,6 +2800,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
@@ -2812,6 +2862,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -2936,6 +2987,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
@@ -3022,6 +3074,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3079,6 +3132,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3122,6 +3176,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3154,6 +3209,7 @@ export interface operations {
             200: components["responses"]["EventStream"];
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3314,6 +3370,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             422: components["responses"]["Problem"];
@@ -3342,6 +3399,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3402,6 +3460,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3474,6 +3533,44 @@ export interface operations {
             503: components["responses"]["Problem"];
         };
     };
+    createActionToken: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry of this create safe (kept for a day; the tenant's, per route; the operator's for POST /v1/tenants). The first request with the key creates and its successful answer is recorded; a later request with the key and the same path, query and body (byte for byte) answers the recorded status and body with the header `Idempotent-Replayed: true` and creates nothing, while one with another body answers 409 `idempotency_conflict`. A request that finds the key in use by one still in flight waits for its answer. A replay never shows a secret the first answer carried (a tenant's `apiKey`, an API key's or a webhook's `secret`, a stream token's `token` and `streamUrl`): those fields are left out, as the secret is never stored. A create that fails records nothing, so the key may be retried. Printable text (no control characters) of at most 255 bytes. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: components["parameters"]["ID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ActionTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActionToken"];
+                };
+            };
+            400: components["responses"]["Problem"];
+            401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
+            404: components["responses"]["Problem"];
+            409: components["responses"]["Problem"];
+            413: components["responses"]["Problem"];
+            415: components["responses"]["Problem"];
+            429: components["responses"]["Problem"];
+            503: components["responses"]["Problem"];
+        };
+    };
     listTurns: {
         parameters: {
             query?: {
@@ -3500,6 +3597,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3528,6 +3626,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3552,6 +3651,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
@@ -3575,6 +3675,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
@@ -3644,6 +3745,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3721,6 +3823,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -3791,6 +3894,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             409: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
@@ -3847,6 +3951,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
         };
@@ -3907,6 +4012,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -4023,6 +4129,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
@@ -4097,6 +4204,7 @@ export interface operations {
             };
             400: components["responses"]["Problem"];
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             /** @description `rate_limited`: the tenant's request rate is spent; retry after `Retry-After`. */
             429: {
                 headers: {
@@ -4258,6 +4366,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Problem"];
+            403: components["responses"]["Problem"];
             404: components["responses"]["Problem"];
             429: components["responses"]["Problem"];
             503: components["responses"]["Problem"];
