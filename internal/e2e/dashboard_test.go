@@ -137,14 +137,72 @@ for (const t of ` + "['" + strings.Join(types, "','") + "']" + `) es.addEventLis
 			fmt.Fprintf(w, "%d connections cut\n", proxy.cut())
 			return
 		}
-		if r.URL.Path != "/" {
+		body := page
+		switch r.URL.Path {
+		case "/":
+		case "/chat":
+			body = chatPage
+		default:
 			http.NotFound(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write([]byte(page))
+		_, _ = w.Write([]byte(body))
 	})
 }
+
+// chatPage runs a chat in a session with nothing but an action token (?token=, minted by the
+// test with post, approve and cancel): it posts a message over POST .../messages/stream with the
+// token as its bearer, answers the approval the turn asks, then posts a message whose tool
+// sleeps and cancels that turn once its tool/call shows. window.ends are the turns' end kinds,
+// window.listStatus what GET /v1/sessions answered the token, window.failure any error.
+const chatPage = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>a chat on another origin</title>
+<link rel="icon" href="data:,"></head><body><p id="state">starting</p><ol id="log"></ol><script>
+const q = new URLSearchParams(location.search);
+const api = q.get('api'), sid = q.get('session'), auth = { Authorization: 'Bearer ' + q.get('token') };
+window.done = false; window.failure = null; window.ends = []; window.listStatus = 0;
+function show(text) { const li = document.createElement('li'); li.textContent = text; document.getElementById('log').append(li); }
+async function* events(resp) {
+  const reader = resp.body.getReader(), dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    buf = (buf + dec.decode(value, { stream: true })).replace(/\r\n?/g, '\n');
+    for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+      const frame = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const data = frame.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+      if (data) yield JSON.parse(data);
+    }
+  }
+}
+async function call(method, path, body) {
+  const resp = await fetch(api + '/v1/sessions/' + sid + path, { method, headers: { ...auth, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  if (!resp.ok) throw new Error(method + ' ' + path + ': ' + resp.status + ' ' + await resp.text());
+  return resp;
+}
+async function turn(content, onEvent) {
+  for await (const ev of events(await call('POST', '/messages/stream', { content }))) {
+    show(ev.seq + ' ' + ev.type);
+    await onEvent(ev);
+    if (ev.type === 'turn/end') return ev.data.reason.kind;
+  }
+  throw new Error('the message stream ended before its turn/end');
+}
+(async () => {
+  window.ends.push(await turn('tool:echo', async (ev) => {
+    if (ev.type === 'approval/asked') await call('POST', '/approvals/' + ev.data.id, { outcome: 'allowed-once' });
+  }));
+  window.ends.push(await turn('tool:sleep args:{"ms":60000}', async (ev) => {
+    if (ev.type === 'tool/call') await call('POST', '/cancel', {});
+  }));
+  window.listStatus = (await fetch(api + '/v1/sessions', { headers: auth })).status;
+  document.getElementById('state').textContent = 'done';
+  window.done = true;
+})().catch((e) => { window.failure = String(e); document.getElementById('state').textContent = 'failed: ' + e; });
+</script></body></html>`
 
 // cutProxy forwards TCP connections to the server and can cut all of them at once, as a network
 // failure would (the browser's own offline emulation leaves open connections alone).

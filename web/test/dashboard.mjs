@@ -600,6 +600,42 @@ if (corsPage) {
   });
 }
 
+if (corsPage) {
+  await step('another-origin-acts-with-an-action-token', async () => {
+    // A page of another origin holds no API key: the backend (here the test) mints it a token
+    // that can post, approve and cancel in one session, and the page runs the chat with it alone.
+    const preset = await apiCall('POST', '/v1/presets', { name: 'page-chat', model: { provider: 'scripted', model: 'default' },
+      approval: { policy: 'ask', ask: ['echo'], timeoutMs: 120000 } });
+    const s = await apiCall('POST', '/v1/sessions', { presetId: preset.id });
+    const tok = await apiCall('POST', `/v1/sessions/${s.id}/action-tokens`, { scopes: ['post', 'approve', 'cancel'] });
+    const other = await context.newPage();
+    const otherErrors = [];
+    other.on('console', (m) => { if (m.type() === 'error') otherErrors.push(m.text()); });
+    await other.goto(`${corsPage}/chat?api=${encodeURIComponent(url)}&session=${s.id}&token=${encodeURIComponent(tok.token)}`);
+    await until('the page to run its chat', async () => other.evaluate(() => window.done || window.failure !== null), 60000);
+    const failure = await other.evaluate(() => window.failure);
+    check(failure === null, `the page failed: ${failure}`);
+    const ends = await other.evaluate(() => window.ends);
+    check(ends.join() === 'completed,aborted', `the page's turns ended ${ends}`);
+    const listStatus = await other.evaluate(() => window.listStatus);
+    check(listStatus === 403, `the token listed the tenant's sessions: ${listStatus}`);
+    // The log agrees: the approval asked and allowed, the tool ran, the second turn cancelled.
+    const evs = (await apiCall('GET', `/v1/sessions/${s.id}/events?limit=1000`)).events;
+    const decided = evs.find((e) => e.type === 'approval/decided');
+    check(decided && decided.data.outcome === 'allowed-once', `approval ${JSON.stringify(decided)}`);
+    const ran = evs.find((e) => e.type === 'tool/result');
+    check(ran && ran.data.message.content[0].isError !== true, `the approved echo did not run: ${JSON.stringify(ran)}`);
+    const cancel = evs.find((e) => e.type === 'agent/cancel');
+    check(cancel && cancel.data.reason.kind === 'user', `cancel ${JSON.stringify(cancel)}`);
+    const shown = await other.locator('#log li').count();
+    check(shown === evs.length, `the page showed ${shown} events of ${evs.length}`);
+    await shot('other-origin-chat', other);
+    // The one error the page's console shows is the refused listing's.
+    check(otherErrors.length === 1 && otherErrors[0].includes('403'), `console errors on the chat page: ${otherErrors}`);
+    await other.close();
+  });
+}
+
 const unlistedPage = process.env.DSHD_CORS_UNLISTED_PAGE;
 if (unlistedPage) {
   await step('unlisted-origin-refused', async () => {
