@@ -162,11 +162,19 @@ function signInView() {
     e.preventDefault();
     const k = key.value.trim();
     if (!k) return;
-    await guard(async () => {
+    showAlert('');
+    key.removeAttribute('aria-invalid');
+    try {
       await api('GET', '/v1/sessions?limit=1', undefined, k);
-      sessionStorage.setItem(KEY, k);
-      route();
-    });
+    } catch (err) {
+      // A refused key is said so here: api() signs out only a key that was signed in.
+      key.setAttribute('aria-invalid', 'true');
+      showAlert(err.status === 401 ? 'This API key was refused (unknown, revoked or expired). Check it and sign in again.' : (err.message || String(err)));
+      key.focus();
+      return;
+    }
+    sessionStorage.setItem(KEY, k);
+    route();
   } },
   h('h1', {}, 'Sign in'),
   field('API key', key, 'Kept in this tab\'s sessionStorage only. Live streams use short-lived stream tokens instead of the key.'),
@@ -462,6 +470,8 @@ class SessionView {
     this.id = id;
     this.lastSeq = -1;
     this.events = [];
+    this.turnOpen = false; // whether a turn/start of the events read has no turn/end yet
+    this.forkAt = new Set(); // the seqs a fork may end at: those outside an open turn
     this.turnEls = new Map();   // turn number -> section
     this.bubbles = new Map();   // "turn:step" -> assistant bubble
     this.userMsgs = new Map();  // message id -> bubble
@@ -501,8 +511,10 @@ class SessionView {
     this.status = h('span', { class: 'status', role: 'status', 'aria-live': 'polite' });
     this.usage = h('span', { class: 'usage' });
     this.cancelBtn = h('button', { type: 'button', class: 'danger', onclick: () => this.cancel() }, 'Cancel turn');
-    const head = h('div', { class: 'session-head' }, this.title, this.status, this.cancelBtn,
-      h('button', { type: 'button', onclick: () => this.fork(null) }, 'Fork'), this.usage);
+    // A fork copies a prefix that ends between turns (SES-15): the whole log only while no turn
+    // holds the session, and in the timeline only after a turn/end or before the first turn.
+    this.forkBtn = h('button', { type: 'button', disabled: true, title: 'A fork is made between turns', onclick: () => this.fork(null) }, 'Fork');
+    const head = h('div', { class: 'session-head' }, this.title, this.status, this.cancelBtn, this.forkBtn, this.usage);
 
     const tabs = ['Chat', 'Timeline', 'Turns', 'History', 'Prompt'];
     this.panels = {};
@@ -680,6 +692,10 @@ class SessionView {
     const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
     this.lastSeq = ev.seq;
     this.events.push(ev);
+    if (ev.type === 'turn/start') this.turnOpen = true;
+    if (ev.type === 'turn/end') this.turnOpen = false;
+    if (!this.turnOpen) this.forkAt.add(ev.seq);
+    if (this.turnOpen) this.forkBtn.disabled = true;
     try { this.apply(ev); } catch (e) { showAlert(`event ${ev.seq} (${ev.type}): ${e.message}`); }
     this.timelineRow(ev);
     if (atEnd && !this.panels.Chat.hidden && this.composer.contains(document.activeElement)) this.composer.scrollIntoView({ block: 'end' });
@@ -1025,7 +1041,9 @@ class SessionView {
       h('td', { class: 'mono' }, ev.type),
       h('td', { class: 'data' }, h('details', {}, h('summary', { class: 'mono' }, data.length > 90 ? `${data.slice(0, 90)}…` : data),
         h('pre', {}, JSON.stringify(ev, null, 2)))),
-      h('td', {}, h('button', { type: 'button', 'aria-label': `Fork after event ${ev.seq}`, onclick: () => this.fork(ev.seq) }, 'Fork')));
+      h('td', {}, this.forkAt.has(ev.seq)
+        ? h('button', { type: 'button', 'aria-label': `Fork after event ${ev.seq}`, onclick: () => this.fork(ev.seq) }, 'Fork')
+        : ''));
   }
 
   renderTimeline() {
@@ -1052,6 +1070,7 @@ class SessionView {
       if (this.closed) return;
       this.status.replaceChildren(badge(s.status), s.turn ? ` turn ${s.turn}` : '');
       this.cancelBtn.disabled = s.status === 'idle';
+      this.forkBtn.disabled = s.status !== 'idle' || this.turnOpen;
       const u = s.usage || {};
       this.usage.textContent = `${s.lastTurn || 0} turns · ${u.inputTokens || 0} in / ${u.outputTokens || 0} out tokens · ${u.modelCalls || 0} model calls · ${u.toolCalls || 0} tool calls · ${(u.toolErrors || 0) + (u.modelErrors || 0)} errors`;
       if (s.parentSession && !this.title.dataset.fork) {

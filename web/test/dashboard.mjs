@@ -43,11 +43,15 @@ page.setDefaultTimeout(20000);
 const consoleErrors = [];
 const NETWORK_ERRORS = /ERR_INTERNET_DISCONNECTED|ERR_NETWORK_CHANGED|ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_EMPTY_RESPONSE|ERR_CONNECTION_RESET|ERR_CONNECTION_CLOSED/;
 let offlineWindow = null;
+let refusedSignIns = 0; // the browser logs each refused sign-in's 401; the test makes one on purpose
 page.on('console', (m) => {
   if (m.type() !== 'error') return;
   const expected = offlineWindow && NETWORK_ERRORS.test(m.text()) &&
     Date.now() >= offlineWindow[0] && Date.now() <= (offlineWindow[1] ?? Infinity);
-  if (expected) console.log(`  (expected while the network is cut) ${m.text()}`);
+  if (refusedSignIns > 0 && m.text().includes('status of 401')) {
+    refusedSignIns--;
+    console.log(`  (expected of the wrong key at sign-in) ${m.text()}`);
+  } else if (expected) console.log(`  (expected while the network is cut) ${m.text()}`);
   else consoleErrors.push(m.text());
 });
 page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
@@ -243,6 +247,14 @@ await step('sign-in', async () => {
   await key.waitFor();
   await shot('sign-in-form');
   await a11y('sign-in');
+  check(!(await page.getByRole('button', { name: 'Sign out' }).isVisible()), 'the navigation shows before sign-in');
+  // A wrong key is said so, and the form stays.
+  await key.fill('dshd_not-a-key');
+  refusedSignIns = 1;
+  await key.press('Enter');
+  await until('the refusal to show', async () => (await page.locator('#alert').innerText().catch(() => '')).includes('refused'));
+  check(await key.getAttribute('aria-invalid') === 'true', 'the refused key is not marked invalid');
+  await shot('sign-in-refused');
   await key.fill(apiKey);
   await key.press('Enter');
   await page.getByRole('heading', { name: 'Sessions' }).waitFor();
@@ -394,6 +406,8 @@ await step('approval-asked', async () => {
   // The card shows its call's arguments (from the call's event, or the pending approvals list).
   await page.getByRole('group', { name: 'Approval for echo' }).locator('pre', { hasText: '"text": "hi"' }).waitFor()
     .catch(() => { throw new Error('approval lacks arguments'); });
+  // While the turn holds the session no fork can be made: the header's Fork is disabled.
+  check(await page.locator('.session-head').getByRole('button', { name: 'Fork' }).isDisabled(), 'Fork is offered while a turn holds the session');
 });
 
 await step('approval-allowed', async () => {
@@ -508,6 +522,20 @@ await step('turns-and-history', async () => {
 
 await step('forked', async () => {
   await page.getByRole('tab', { name: 'Timeline' }).click();
+  // Fork is offered exactly at the events a fork may end at: outside an open turn (SES-15).
+  const rows = page.locator('table.timeline tbody tr');
+  const offered = await rows.evaluateAll((trs) => trs.filter((tr) => tr.querySelector('button')).map((tr) => Number(tr.dataset.seq)));
+  const all = await rows.evaluateAll((trs) => trs.map((tr) => ({ seq: Number(tr.dataset.seq), type: tr.dataset.type })));
+  let open = false;
+  const allowed = [];
+  for (const r of all) {
+    if (r.type === 'turn/start') open = true;
+    if (r.type === 'turn/end') open = false;
+    if (!open) allowed.push(r.seq);
+  }
+  check(offered.join() === allowed.join(), `Fork offered at ${offered}, want ${allowed}`);
+  check(offered.length < all.length / 4, `Fork offered at ${offered.length} of ${all.length} events`);
+  check(!(await page.locator('.session-head').getByRole('button', { name: 'Fork' }).isDisabled()), 'the idle session offers no Fork');
   // Fork after turn 2's end: the child has turns 1 and 2.
   const turnEnds = page.locator('table.timeline tbody tr[data-type="turn/end"]');
   const seq = await turnEnds.nth(1).getAttribute('data-seq');
