@@ -494,11 +494,15 @@ class SessionView {
     this.refresh();
     this.connect();
     this.poll = setInterval(() => { if (navigator.onLine) this.refresh(); }, 5000);
+    // The tool calls without a result yet show how long they have run, once a second.
+    this.running = new Set();
+    this.ticker = setInterval(() => this.tickRunning(), 1000);
   }
 
   close() {
     this.closed = true;
     clearInterval(this.poll);
+    clearInterval(this.ticker);
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.refreshTimer);
     window.removeEventListener('online', this.onOnline);
@@ -752,6 +756,15 @@ class SessionView {
     return el;
   }
 
+  // tickRunning shows each running call's time since its tool/call (the server's clock, so a
+  // reloaded page counts from the call's start too).
+  tickRunning() {
+    for (const c of this.running) {
+      const secs = Math.max(0, Math.floor((Date.now() - c.started) / 1000));
+      c.timing.textContent = `running for ${secs < 60 ? `${secs} s` : `${Math.floor(secs / 60)} min ${secs % 60} s`}`;
+    }
+  }
+
   toolCard(callId, name) {
     let c = this.tools.get(callId);
     if (!c) {
@@ -828,6 +841,8 @@ class SessionView {
         const c = this.toolCard(d.callId, d.name);
         c.started = ev.time;
         c.rawArgs = d.arguments;
+        this.running.add(c);
+        this.tickRunning();
         c.args.replaceChildren(h('pre', { class: 'args' }, pretty(d.arguments || '')));
         break;
       }
@@ -836,6 +851,7 @@ class SessionView {
         const c = this.toolCard(callId, this.tools.get(callId) ? null : '(never started)');
         const block = (d.message?.content || []).find((x) => x.type === 'tool-result') || {};
         const failed = block.isError || !!d.error;
+        this.running.delete(c);
         c.classList.toggle('error', failed);
         c.state.replaceChildren(badge(failed ? 'error' : 'ok'), d.error ? h('code', { class: 'error-code' }, ` ${d.error.code}`) : '');
         if (c.started !== undefined) c.timing.textContent = `${ev.time - c.started} ms`;
@@ -917,6 +933,8 @@ class SessionView {
       case 'turn/end':
         this.turnEl(d.turn);
         this.closeWaits('the turn ended without it');
+        for (const c of this.running) c.timing.textContent = '';
+        this.running.clear();
         this.currentTurn = null;
         if (this.knownTurns.has(d.turn)) {
           this.showTurn(this.knownTurns.get(d.turn));

@@ -695,7 +695,10 @@ await step('run-code-card', async () => {
   // The sub-calls show while the program runs, before the outer result.
   await until('both sub-calls in the running card', async () => (await subs.count()) === 2 &&
     (await card.locator('.tool-state .badge.running').count()) === 1);
+  // The running card counts its time; the count goes once the result is in.
+  await until('the running card to show how long it runs', async () => /^running for [1-9]\d* s$/.test(await card.locator('.tool-head .timing').first().innerText()));
   await until('the program to succeed', async () => (await card.locator('.tool-state .badge.ok').count()) === 1);
+  check(/^\d+ ms$/.test(await card.locator('.tool-head .timing').first().innerText()), 'the finished card does not show its duration');
   check((await card.locator('.tool-result .result').innerText()) === 'x y', 'the run_code card lacks its result');
   const names = await subs.locator('.tool-head .mono').allInnerTexts();
   check(names.join() === 'echo,wait', `sub-calls ${names}`);
