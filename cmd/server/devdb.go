@@ -58,7 +58,7 @@ func runDevDB(ctx context.Context, args []string, getenv func(string) string, st
 	defer pool.Close()
 	envPath := filepath.Join(*dir, "dev.env")
 	prev, _ := readEnvFile(envPath)
-	env, err := devTenant(ctx, pool, prev, getenv("DEEPSEEK_API_KEY") != "")
+	env, notice, err := devTenant(ctx, pool, prev, getenv("DEEPSEEK_API_KEY") != "")
 	if err != nil {
 		return err
 	}
@@ -73,6 +73,9 @@ func runDevDB(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	fmt.Fprintf(stdout, "dshd development environment (%s):\n  DATABASE_URL=%s\n  tenant  %s\n  preset  %s\n  API key %s\nLoad it into a shell with: . %s\n",
 		envPath, url, env["DSHD_TENANT_ID"], env["DSHD_PRESET_ID"], env["DSHD_API_KEY"], envPath)
+	if notice != "" {
+		fmt.Fprintln(stdout, notice)
+	}
 	return nil
 }
 
@@ -110,8 +113,9 @@ func devCluster(ctx context.Context, dir string, port int) (string, error) {
 
 // devTenant reuses the tenant, key and preset of prev while they are valid and creates what is
 // missing. The default preset uses DeepSeek when an API key is configured, else the scripted
-// model.
-func devTenant(ctx context.Context, pool *pgxpool.Pool, prev map[string]string, deepseek bool) (map[string]string, error) {
+// model. A kept preset is never changed (it may have been edited since): when its model is not
+// what the environment would now choose, the notice says so and how to get the other.
+func devTenant(ctx context.Context, pool *pgxpool.Pool, prev map[string]string, deepseek bool) (map[string]string, string, error) {
 	tenants := pgstore.NewTenants(pool)
 	presets := pgstore.NewPresets(pool, preset.Rules{})
 	key := prev["DSHD_API_KEY"]
@@ -120,11 +124,24 @@ func devTenant(ctx context.Context, pool *pgxpool.Pool, prev map[string]string, 
 		tenantID, key, err = devKey(ctx, tenants, prev["DSHD_TENANT_ID"])
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	notice := ""
 	presetID, err := uuid.Parse(prev["DSHD_PRESET_ID"])
 	if err == nil {
-		_, err = presets.PresetGet(ctx, tenantID, presetID)
+		var kept preset.Preset
+		kept, err = presets.PresetGet(ctx, tenantID, presetID)
+		switch scripted := kept.Model.Provider == preset.ProviderScripted; {
+		case err != nil:
+		case deepseek && scripted:
+			notice = "Note: DEEPSEEK_API_KEY is set, but the default preset " + presetID.String() + " kept from an earlier run\n" +
+				"uses the scripted model. To use DeepSeek, remove the DSHD_PRESET_ID line of the env file and run again\n" +
+				"(a new default preset is made), or create a preset with model {provider: openai, model: deepseek-chat}."
+		case !deepseek && !scripted:
+			notice = "Note: DEEPSEEK_API_KEY is not set, but the default preset " + presetID.String() + " kept from an earlier run\n" +
+				"uses " + kept.Model.Provider + " model " + kept.Model.Model + ", whose turns will fail without a key. To use the\n" +
+				"scripted model, remove the DSHD_PRESET_ID line of the env file and run again."
+		}
 	}
 	if err != nil {
 		body := preset.Body{Name: "default", Model: preset.Model{Provider: preset.ProviderScripted, Model: "default"}}
@@ -133,12 +150,12 @@ func devTenant(ctx context.Context, pool *pgxpool.Pool, prev map[string]string, 
 		}
 		p, err := presets.PresetCreate(ctx, tenantID, body)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		presetID = p.ID
 	}
 	return map[string]string{"DSHD_API_KEY": key, "DSHD_TENANT_ID": tenantID.String(),
-		"DSHD_PRESET_ID": presetID.String()}, nil
+		"DSHD_PRESET_ID": presetID.String()}, notice, nil
 }
 
 // devKey creates a key for the tenant id if it still exists, else a new "dev" tenant.

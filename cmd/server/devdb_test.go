@@ -102,3 +102,49 @@ func TestREADMEExamples(t *testing.T) {
 		t.Logf("output:\n%s", out)
 	}
 }
+
+// TestDevDBSaysWhenItKeepsAPresetTheKeyWouldChange: a first run without DEEPSEEK_API_KEY makes
+// a scripted default preset; a run with the key keeps it (it may have been edited) and says so,
+// naming the way to a DeepSeek preset; removing the preset's line makes the DeepSeek one, and a
+// keyless run then says that one needs the key.
+func TestDevDBSaysWhenItKeepsAPresetTheKeyWouldChange(t *testing.T) {
+	t.Parallel()
+	url, dir := pgtest.URL(t), t.TempDir()
+	runWith := func(key string) (string, map[string]string) {
+		t.Helper()
+		var out bytes.Buffer
+		getenv := func(k string) string {
+			return map[string]string{"DATABASE_URL": url, "DSHD_ADMIN_TOKEN": "admin", "DEEPSEEK_API_KEY": key}[k]
+		}
+		if err := run(context.Background(), []string{"devdb", "-dir", dir}, getenv, &out, &out); err != nil {
+			t.Fatalf("devdb: %v\n%s", err, out.String())
+		}
+		env, err := readEnvFile(filepath.Join(dir, "dev.env"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), env
+	}
+	out, first := runWith("")
+	if strings.Contains(out, "Note:") {
+		t.Fatalf("a first run notes:\n%s", out)
+	}
+	out, second := runWith("sk-test")
+	if second["DSHD_PRESET_ID"] != first["DSHD_PRESET_ID"] || !strings.Contains(out, "Note: DEEPSEEK_API_KEY is set") ||
+		!strings.Contains(out, "uses the scripted model") || !strings.Contains(out, "DSHD_PRESET_ID") {
+		t.Fatalf("a run with the key over a scripted preset:\n%s", out)
+	}
+	// Without the preset's line, the run with the key makes a DeepSeek preset.
+	delete(second, "DSHD_PRESET_ID")
+	if err := writeEnvFile(filepath.Join(dir, "dev.env"), second); err != nil {
+		t.Fatal(err)
+	}
+	out, third := runWith("sk-test")
+	if third["DSHD_PRESET_ID"] == first["DSHD_PRESET_ID"] || strings.Contains(out, "Note:") {
+		t.Fatalf("after removing the preset's line:\n%s", out)
+	}
+	out, _ = runWith("")
+	if !strings.Contains(out, "Note: DEEPSEEK_API_KEY is not set") || !strings.Contains(out, "deepseek-chat") {
+		t.Fatalf("a keyless run over a DeepSeek preset:\n%s", out)
+	}
+}
