@@ -237,7 +237,9 @@ func TestCloseCutsStalledStreams(t *testing.T) {
 	e.api.Close()
 	took := time.Since(start)
 	t.Logf("Close took %s", took)
-	if took > 5*time.Second {
-		t.Fatalf("Close took %s", took)
+	// Without the cut Close would wait out the stalled write, a minute: half of it tells the two
+	// apart on any machine.
+	if took > 30*time.Second {
+		t.Fatalf("Close took %s: it waited for the stalled stream's write timeout", took)
 	}
 }
