@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"net/http"
 	"slices"
@@ -85,8 +83,6 @@ type actionClaims struct {
 	actions uint8
 }
 
-const actionPayloadBytes = 65
-
 // mintAction returns an action token for the session of the tenant with the actions, minted by
 // the key (id and hash), valid for ttl (at most the stream tokens' TTL), and its expiry.
 func (st *streamTokens) mintAction(c actionClaims, ttl time.Duration) (string, time.Time) {
@@ -94,15 +90,7 @@ func (st *streamTokens) mintAction(c actionClaims, ttl time.Duration) (string, t
 		ttl = st.ttl
 	}
 	exp := st.now().Add(ttl).Truncate(time.Millisecond)
-	var b [actionPayloadBytes]byte
-	copy(b[:16], c.tenant[:])
-	copy(b[16:32], c.session[:])
-	binary.BigEndian.PutUint64(b[32:40], uint64(exp.UnixMilli()))
-	copy(b[40:56], c.key[:])
-	copy(b[56:64], c.keyHash)
-	b[64] = c.actions
-	payload := base64.RawURLEncoding.EncodeToString(b[:])
-	return actionTokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(st.secret, actionTokenPrefix, payload)), exp
+	return st.seal(actionTokenPrefix, c.tokenClaims, exp, c.actions), exp
 }
 
 var (
@@ -113,26 +101,11 @@ var (
 // verifyAction returns the claims of an action token this server (or one sharing its secret)
 // minted and that has not expired.
 func (st *streamTokens) verifyAction(token string) (actionClaims, error) {
-	rest, ok := strings.CutPrefix(token, actionTokenPrefix)
-	payload, sig, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 || len(token) > 200 {
-		return actionClaims{}, errActionTokenInvalid
+	c, extra, err := st.open(actionTokenPrefix, token, 1, errActionTokenInvalid, errActionTokenExpired)
+	if err != nil {
+		return actionClaims{}, err
 	}
-	gotMAC, err1 := base64.RawURLEncoding.DecodeString(sig)
-	b, err2 := base64.RawURLEncoding.DecodeString(payload)
-	if err1 != nil || err2 != nil || len(b) != actionPayloadBytes || !st.signedBy(gotMAC, actionTokenPrefix, payload) {
-		return actionClaims{}, errActionTokenInvalid
-	}
-	var c actionClaims
-	copy(c.tenant[:], b[:16])
-	copy(c.session[:], b[16:32])
-	if exp := int64(binary.BigEndian.Uint64(b[32:40])); st.now().UnixMilli() >= exp {
-		return actionClaims{}, errActionTokenExpired
-	}
-	copy(c.key[:], b[40:56])
-	c.keyHash = b[56:64]
-	c.actions = b[64]
-	return c, nil
+	return actionClaims{tokenClaims: c, actions: extra[0]}, nil
 }
 
 // routePattern is the chi pattern of the route r reaches ("" when none does).

@@ -101,18 +101,53 @@ type tokenClaims struct {
 	keyHash         []byte // the first tokenKeyHashBytes of the key's hash
 }
 
+// claimBytes is the length of the claims' part of a payload: tenant, session, expiry, key id,
+// key hash prefix.
+const claimBytes = 64
+
+// seal returns the token of prefix whose payload is the claims, expiring at exp, then extra
+// bytes: prefix, the payload in base64url, a dot, and the payload's mac.
+func (st *streamTokens) seal(prefix string, c tokenClaims, exp time.Time, extra ...byte) string {
+	b := make([]byte, claimBytes, claimBytes+len(extra))
+	copy(b[:16], c.tenant[:])
+	copy(b[16:32], c.session[:])
+	binary.BigEndian.PutUint64(b[32:40], uint64(exp.UnixMilli()))
+	copy(b[40:56], c.key[:])
+	copy(b[56:64], c.keyHash)
+	payload := base64.RawURLEncoding.EncodeToString(append(b, extra...))
+	return prefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(st.secret, prefix, payload))
+}
+
+// open returns the claims and the extra bytes (extra of them) of a token of prefix sealed by
+// this server (or one sharing its secret): invalid when it is not one, expired when it is but
+// its expiry has passed.
+func (st *streamTokens) open(prefix, token string, extra int, invalid, expired error) (tokenClaims, []byte, error) {
+	rest, ok := strings.CutPrefix(token, prefix)
+	payload, sig, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || len(token) > 200 {
+		return tokenClaims{}, nil, invalid
+	}
+	gotMAC, err1 := base64.RawURLEncoding.DecodeString(sig)
+	b, err2 := base64.RawURLEncoding.DecodeString(payload)
+	if err1 != nil || err2 != nil || len(b) != claimBytes+extra || !st.signedBy(gotMAC, prefix, payload) {
+		return tokenClaims{}, nil, invalid
+	}
+	if exp := int64(binary.BigEndian.Uint64(b[32:40])); st.now().UnixMilli() >= exp {
+		return tokenClaims{}, nil, expired
+	}
+	var c tokenClaims
+	copy(c.tenant[:], b[:16])
+	copy(c.session[:], b[16:32])
+	copy(c.key[:], b[40:56])
+	c.keyHash = b[56:64]
+	return c, b[claimBytes:], nil
+}
+
 // mint returns a token for the session of the tenant, minted by the key (id and hash), and its
 // expiry.
 func (st *streamTokens) mint(tenant, session, key uuid.UUID, keyHash []byte) (string, time.Time) {
 	exp := st.now().Add(st.ttl).Truncate(time.Millisecond)
-	var b [64]byte
-	copy(b[:16], tenant[:])
-	copy(b[16:32], session[:])
-	binary.BigEndian.PutUint64(b[32:40], uint64(exp.UnixMilli()))
-	copy(b[40:56], key[:])
-	copy(b[56:], keyHash)
-	payload := base64.RawURLEncoding.EncodeToString(b[:])
-	return streamTokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(mac(st.secret, streamTokenPrefix, payload)), exp
+	return st.seal(streamTokenPrefix, tokenClaims{tenant: tenant, session: session, key: key, keyHash: keyHash}, exp), exp
 }
 
 var (
@@ -123,25 +158,8 @@ var (
 // verify returns the claims of a token this server (or one sharing its secret) minted and that
 // has not expired.
 func (st *streamTokens) verify(token string) (tokenClaims, error) {
-	rest, ok := strings.CutPrefix(token, streamTokenPrefix)
-	payload, sig, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 || len(token) > 200 {
-		return tokenClaims{}, errTokenInvalid
-	}
-	gotMAC, err1 := base64.RawURLEncoding.DecodeString(sig)
-	b, err2 := base64.RawURLEncoding.DecodeString(payload)
-	if err1 != nil || err2 != nil || len(b) != 64 || !st.signedBy(gotMAC, streamTokenPrefix, payload) {
-		return tokenClaims{}, errTokenInvalid
-	}
-	var c tokenClaims
-	copy(c.tenant[:], b[:16])
-	copy(c.session[:], b[16:32])
-	if exp := int64(binary.BigEndian.Uint64(b[32:40])); st.now().UnixMilli() >= exp {
-		return tokenClaims{}, errTokenExpired
-	}
-	copy(c.key[:], b[40:56])
-	c.keyHash = b[56:64]
-	return c, nil
+	c, _, err := st.open(streamTokenPrefix, token, 0, errTokenInvalid, errTokenExpired)
+	return c, err
 }
 
 // streamTokenAuth authenticates a request that carries ?token= instead of an API key. The token
