@@ -234,19 +234,11 @@ func (rs sessionResource) createActionToken(w http.ResponseWriter, r *http.Reque
 		writeError(w, r, fieldError("/ttlSeconds", "ttlSeconds must be 1 to "+strconv.Itoa(int(maxTTL/time.Second))+" (the server's DSHD_STREAM_TOKEN_TTL), or 0 for that"))
 		return
 	}
-	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id); err != nil {
-		writeError(w, r, err)
+	c, ok := rs.minter(w, r, id, "an action token")
+	if !ok {
 		return
 	}
-	a, ok := r.Context().Value(apiKeyCtx{}).(*authKey)
-	if !ok || a.hash == nil {
-		writeProblem(w, CodeUnauthorized, "an action token is minted with an API key")
-		return
-	}
-	token, exp := rs.s.tokens.mintAction(actionClaims{
-		tokenClaims: tokenClaims{tenant: tenantID(r), session: id, key: a.key.ID, keyHash: a.hash[:tokenKeyHashBytes]},
-		actions:     bits,
-	}, time.Duration(req.TTLSeconds)*time.Second)
+	token, exp := rs.s.tokens.mintAction(actionClaims{tokenClaims: c, actions: bits}, time.Duration(req.TTLSeconds)*time.Second)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, actionTokenJSON{Token: token, ExpiresAt: exp.UTC(), SessionID: id, Scopes: scopes})
 }

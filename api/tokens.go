@@ -230,22 +230,33 @@ func (rs sessionResource) handleStreamTokenCreate(w http.ResponseWriter, r *http
 		[]string{"token", "streamUrl"}, rs.createStreamToken)
 }
 
+// minter returns the claims of a token of the session that the request's API key mints, or
+// answers why there is none: the session is not the tenant's (404), or no API key authenticated
+// the request (a token cannot mint a token).
+func (rs sessionResource) minter(w http.ResponseWriter, r *http.Request, session uuid.UUID, what string) (tokenClaims, bool) {
+	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), session); err != nil {
+		writeError(w, r, err)
+		return tokenClaims{}, false
+	}
+	a, ok := r.Context().Value(apiKeyCtx{}).(*authKey)
+	if !ok || a.hash == nil {
+		writeProblem(w, CodeUnauthorized, what+" is minted with an API key")
+		return tokenClaims{}, false
+	}
+	return tokenClaims{tenant: tenantID(r), session: session, key: a.key.ID, keyHash: a.hash[:tokenKeyHashBytes]}, true
+}
+
 func (rs sessionResource) createStreamToken(w http.ResponseWriter, r *http.Request) {
 	id, err := rs.sessionID(r)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if _, err := rs.s.cfg.Log.SessionGet(r.Context(), tenantID(r), id); err != nil {
-		writeError(w, r, err)
+	c, ok := rs.minter(w, r, id, "a stream token")
+	if !ok {
 		return
 	}
-	a, ok := r.Context().Value(apiKeyCtx{}).(*authKey)
-	if !ok || a.hash == nil {
-		writeProblem(w, CodeUnauthorized, "a stream token is minted with an API key")
-		return
-	}
-	token, exp := rs.s.tokens.mint(tenantID(r), id, a.key.ID, a.hash[:tokenKeyHashBytes])
+	token, exp := rs.s.tokens.mint(c.tenant, c.session, c.key, c.keyHash)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusCreated, streamTokenJSON{Token: token, ExpiresAt: exp.UTC(),
 		StreamURL: "/v1/sessions/" + id.String() + "/events?token=" + url.QueryEscape(token)})
