@@ -1,7 +1,8 @@
 // Package contracttest checks HTTP exchanges with dshd against openapi.yaml, with
 // github.com/getkin/kin-openapi (a complete OpenAPI 3.1 and JSON Schema 2020-12 implementation).
-// The tests of api and internal/e2e send their requests through Transport, so every exchange
-// with a dshd server is validated: the request, unless the server refused it (a test about a
+// The tests of api send their requests through Transport, so every exchange with a dshd server
+// is validated; internal/e2e's go through SampledTransport, which validates the first exchanges
+// of each operation and status. A validated exchange is checked whole: the request, unless the server refused it (a test about a
 // bad request sends one on purpose; a 2xx answer to a request the contract does not allow
 // fails), and always the response: its status must be documented, its headers and content type
 // too, and its body must match the schema (a stream's body is not read: its frames are checked
@@ -20,7 +21,9 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -65,9 +68,20 @@ func init() {
 	}
 }
 
-// hosts are the host:port of the dshd servers of this test binary; requests to anything else
-// (the scripted model, webhook receivers, proxies the tests put in front) pass unvalidated.
-var hosts sync.Map
+// hosts counts, by host:port, the tests that serve a dshd server there; requests to anything
+// else (the scripted model, webhook receivers, proxies the tests put in front) pass unvalidated.
+// A count, not a flag: a port a stopped server freed may serve another test's server before the
+// first test's cleanup runs.
+var (
+	hostsMu sync.Mutex
+	hosts   = map[string]int{}
+)
+
+func served(host string) bool {
+	hostsMu.Lock()
+	defer hostsMu.Unlock()
+	return hosts[host] > 0
+}
 
 // Serve has the exchanges with the server at raw (its base URL) validated until the test ends.
 func Serve(t testing.TB, raw string) {
@@ -76,8 +90,16 @@ func Serve(t testing.TB, raw string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts.Store(u.Host, true)
-	t.Cleanup(func() { hosts.Delete(u.Host) })
+	hostsMu.Lock()
+	hosts[u.Host]++
+	hostsMu.Unlock()
+	t.Cleanup(func() {
+		hostsMu.Lock()
+		defer hostsMu.Unlock()
+		if hosts[u.Host]--; hosts[u.Host] <= 0 {
+			delete(hosts, u.Host)
+		}
+	})
 }
 
 type lenientKey struct{}
@@ -88,12 +110,45 @@ type lenientKey struct{}
 func Lenient(ctx context.Context) context.Context { return context.WithValue(ctx, lenientKey{}, true) }
 
 // Transport validates the exchanges through base with the servers given to Serve.
-func Transport(base http.RoundTripper) http.RoundTripper { return transport{base} }
+func Transport(base http.RoundTripper) http.RoundTripper { return &transport{base: base} }
 
-type transport struct{ base http.RoundTripper }
+// SampledTransport is Transport validating only the first perOperation exchanges of each
+// operation and status (and every exchange no operation answers). kin-openapi compiles the
+// schema of every response it checks (an event page's takes about 20 ms of CPU), which tests
+// that poll a log many times a second cannot afford on two cores; the operations and statuses
+// they reach are all checked, as every exchange of the api package's tests is.
+func SampledTransport(base http.RoundTripper, perOperation int64) http.RoundTripper {
+	return &transport{base: base, perOperation: perOperation}
+}
 
-func (k transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if _, ok := hosts.Load(req.URL.Host); !ok {
+type transport struct {
+	base         http.RoundTripper
+	perOperation int64    // 0: every exchange
+	seen         sync.Map // operationId and status: *atomic.Int64, with perOperation
+}
+
+// sampledOut reports whether the exchange's operation and status were validated perOperation
+// times already.
+func (k *transport) sampledOut(req *http.Request, status int) bool {
+	if k.perOperation <= 0 {
+		return false
+	}
+	r, err := router()
+	if err != nil {
+		return false
+	}
+	vr := req.Clone(context.Background())
+	vr.URL = &url.URL{Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+	route, _, err := r.FindRoute(vr)
+	if err != nil {
+		return false
+	}
+	n, _ := k.seen.LoadOrStore(route.Operation.OperationID+" "+strconv.Itoa(status), new(atomic.Int64))
+	return n.(*atomic.Int64).Add(1) > k.perOperation
+}
+
+func (k *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !served(req.URL.Host) {
 		return k.base.RoundTrip(req)
 	}
 	var body []byte
@@ -108,7 +163,7 @@ func (k transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	resp, err := k.base.RoundTrip(req)
-	if err != nil {
+	if err != nil || k.sampledOut(req, resp.StatusCode) {
 		return resp, err
 	}
 	if err := exchange(req, body, resp); err != nil {
