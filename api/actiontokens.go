@@ -37,7 +37,8 @@ import (
 // the API key that minted it, and the actions as a bit set; the mac an HMAC-SHA256 of
 // "at1."+payload under the stream tokens' secret (DSHD_STREAM_TOKEN_SECRET and its former
 // secrets), so a stream token and an action token can never pass for each other. Its lifetime is
-// at most the stream tokens' (DSHD_STREAM_TOKEN_TTL), shorter when the minting asks. It
+// at most the stream tokens' (DSHD_STREAM_TOKEN_TTL), shorter when the minting asks; like a
+// stream token's, its expiry bounds when it opens a stream, and an open stream goes on. It
 // authenticates only while the key that minted it does: revoking the key (or a parent of it,
 // which revokes its children) or rotating it ends the token's power at the next request, and a
 // stream it opened within a heartbeat. The token is removed from a request's URL before anything
@@ -135,7 +136,7 @@ func (s *Server) actionTokenAuth(w http.ResponseWriter, r *http.Request, next ht
 	need, ok := actionRoutes[pattern]
 	switch {
 	case !ok:
-		refuse("an action token reaches only its session's routes of the actions it was granted (docs/browsers.md); " +
+		refuse("an action token reaches only its session's routes of the actions it was granted (the README's From a browser); " +
 			r.Method + " " + r.URL.Path + " takes an API key")
 		return
 	case inURL && pattern != "GET /v1/sessions/{id}/events/stream" && (pattern != "GET /v1/sessions/{id}/events" || !acceptsEventStream(r)):
@@ -230,7 +231,7 @@ func (rs sessionResource) createActionToken(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	maxTTL := rs.s.tokens.ttl
-	if req.TTLSeconds < 0 || time.Duration(req.TTLSeconds)*time.Second > maxTTL {
+	if req.TTLSeconds < 0 || req.TTLSeconds > int64(maxTTL/time.Second) { // compared in seconds: no overflow
 		writeError(w, r, fieldError("/ttlSeconds", "ttlSeconds must be 1 to "+strconv.Itoa(int(maxTTL/time.Second))+" (the server's DSHD_STREAM_TOKEN_TTL), or 0 for that"))
 		return
 	}

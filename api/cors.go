@@ -20,7 +20,8 @@ const (
 	corsMethods = "GET, POST, PUT, PATCH, DELETE"
 	// Last-Event-ID is what an EventSource sends when it reconnects; Idempotency-Key makes a post
 	// retryable; X-Request-Id correlates a request with the server's log; traceparent and
-	// tracestate carry a page's trace into the server's (W3C Trace Context).
+	// tracestate (W3C Trace Context) are what a page's tracing library adds to every request, so
+	// a preflight must allow them (the server does not join a page's trace yet).
 	corsHeaders = "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Cache-Control, X-Request-Id, traceparent, tracestate"
 	// What a page may read beside the safelisted headers: Location of a create, Retry-After of a
 	// 429 or 503, the RateLimit-* of a tenant's rate (usage.go), and Idempotent-Replayed, which

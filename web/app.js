@@ -699,7 +699,7 @@ class SessionView {
     if (ev.type === 'turn/start') this.turnOpen = true;
     if (ev.type === 'turn/end') this.turnOpen = false;
     if (!this.turnOpen) this.forkAt.add(ev.seq);
-    if (this.turnOpen) this.forkBtn.disabled = true;
+    if (this.turnOpen) this.setForkable(false);
     try { this.apply(ev); } catch (e) { showAlert(`event ${ev.seq} (${ev.type}): ${e.message}`); }
     this.timelineRow(ev);
     if (atEnd && !this.panels.Chat.hidden && this.composer.contains(document.activeElement)) this.composer.scrollIntoView({ block: 'end' });
@@ -756,8 +756,9 @@ class SessionView {
     return el;
   }
 
-  // tickRunning shows each running call's time since its tool/call (the server's clock, so a
-  // reloaded page counts from the call's start too).
+  // tickRunning shows each running call's time since its tool/call: the browser's clock against
+  // the event's server time, so a reloaded page counts from the call's start too (a skew between
+  // the two clocks shifts it).
   tickRunning() {
     for (const c of this.running) {
       const secs = Math.max(0, Math.floor((Date.now() - c.started) / 1000));
@@ -1060,7 +1061,7 @@ class SessionView {
       h('td', { class: 'data' }, h('details', {}, h('summary', { class: 'mono' }, data.length > 90 ? `${data.slice(0, 90)}…` : data),
         h('pre', {}, JSON.stringify(ev, null, 2)))),
       h('td', {}, this.forkAt.has(ev.seq)
-        ? h('button', { type: 'button', 'aria-label': `Fork after event ${ev.seq}`, onclick: () => this.fork(ev.seq) }, 'Fork')
+        ? h('button', { type: 'button', class: 'fork', disabled: this.forkBtn.disabled, 'aria-label': `Fork after event ${ev.seq}`, onclick: () => this.fork(ev.seq) }, 'Fork')
         : ''));
   }
 
@@ -1088,7 +1089,9 @@ class SessionView {
       if (this.closed) return;
       this.status.replaceChildren(badge(s.status), s.turn ? ` turn ${s.turn}` : '');
       this.cancelBtn.disabled = s.status === 'idle';
-      this.forkBtn.disabled = s.status !== 'idle' || this.turnOpen;
+      this.setForkable(s.status === 'idle' && !this.turnOpen);
+      // The run lease may outlive the turn/end briefly: look again until the session is idle.
+      if (s.status !== 'idle' && !this.turnOpen) setTimeout(() => this.refreshSoon(), 500);
       const u = s.usage || {};
       this.usage.textContent = `${s.lastTurn || 0} turns · ${u.inputTokens || 0} in / ${u.outputTokens || 0} out tokens · ${u.modelCalls || 0} model calls · ${u.toolCalls || 0} tool calls · ${(u.toolErrors || 0) + (u.modelErrors || 0)} errors`;
       if (s.parentSession && !this.title.dataset.fork) {
@@ -1171,6 +1174,13 @@ class SessionView {
         throw e;
       }
     });
+  }
+
+  // setForkable enables the Fork buttons (the header's and the timeline's) only while no turn
+  // holds the session: a fork then answers 409 whatever its boundary.
+  setForkable(ok) {
+    this.forkBtn.disabled = !ok;
+    for (const b of this.timelineBody?.querySelectorAll('button.fork') || []) b.disabled = !ok;
   }
 
   fork(seq) {

@@ -213,9 +213,10 @@ const jsonValueRef = "#/components/schemas/JsonValue"
 // kind with its type and data as they are, and a linter sees the branches exclude each other by
 // their const type. The two catch-alls narrow EventEnvelope (written with this too) with allOf:
 // their type is no const (an enum or pattern, and the complement of every known kind), which
-// Redocly's no-illogical-composition-keywords cannot compare, so it leaves composed branches alone;
-// that they exclude the kinds' branches and each other is checked where every event of the HTTP
-// tests is validated against Event (kin-openapi fails a value two oneOf branches match).
+// Redocly's no-illogical-composition-keywords cannot compare, so it leaves composed branches alone.
+// That they exclude the kinds' branches and each other holds by construction (TestEventBranches
+// checks that no kind with a payload is in the other kinds' enum or matches a family's pattern),
+// and kin-openapi fails any event of the HTTP tests that two branches match.
 func event(description string, required []any, typ, data *ordered) *ordered {
 	return obj(
 		"type", "object",
@@ -331,7 +332,8 @@ func blockSchema() any {
 }
 
 // rewrite makes a reflected schema one of components.schemas: references point there, and a
-// `true` schema (json.RawMessage: any JSON value) is written {}.
+// schema of any JSON value (`true`, as json.RawMessage reflects, or one of annotations only) is a
+// reference to JsonValue.
 func rewrite(v any) any {
 	switch x := v.(type) {
 	case bool:

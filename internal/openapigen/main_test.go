@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -60,6 +61,23 @@ func TestEventBranches(t *testing.T) {
 		dataRef, _ := data["$ref"].(string)
 		if _, ok := schemas[strings.TrimPrefix(dataRef, "#/components/schemas/")]; !ok {
 			t.Errorf("branch %s: data %v is not a generated schema", ref, data)
+		}
+	}
+	// The catch-alls exclude the kinds' branches: no kind with a payload is one of the other known
+	// kinds or of a family.
+	others := map[string]bool{}
+	typ, _ := schemas["EventOfOtherKnownKind"]["properties"].(map[string]any)["type"].(map[string]any)
+	anyOf, _ := typ["anyOf"].([]any)
+	if len(anyOf) != 2 {
+		t.Fatalf("EventOfOtherKnownKind's type is %v, want an enum and a pattern", typ)
+	}
+	for _, k := range anyOf[0].(map[string]any)["enum"].([]any) {
+		others[k.(string)] = true
+	}
+	family := regexp.MustCompile(anyOf[1].(map[string]any)["pattern"].(string))
+	for _, p := range payloads {
+		if others[p.Type()] || family.MatchString(p.Type()) {
+			t.Errorf("%s has a payload branch and is also one of EventOfOtherKnownKind's", p.Type())
 		}
 	}
 	later := schemas["EventOfLaterKind"]

@@ -408,6 +408,10 @@ await step('approval-asked', async () => {
     .catch(() => { throw new Error('approval lacks arguments'); });
   // While the turn holds the session no fork can be made: the header's Fork is disabled.
   check(await page.locator('.session-head').getByRole('button', { name: 'Fork' }).isDisabled(), 'Fork is offered while a turn holds the session');
+  await page.getByRole('tab', { name: 'Timeline' }).click();
+  const offered = page.locator('table.timeline tbody button.fork');
+  check(await offered.count() > 0 && await offered.evaluateAll((bs) => bs.every((b) => b.disabled)), 'the timeline offers a Fork while a turn holds the session');
+  await page.getByRole('tab', { name: 'Chat' }).click();
 });
 
 await step('approval-allowed', async () => {
@@ -535,7 +539,9 @@ await step('forked', async () => {
   }
   check(offered.join() === allowed.join(), `Fork offered at ${offered}, want ${allowed}`);
   check(offered.length < all.length / 4, `Fork offered at ${offered.length} of ${all.length} events`);
-  check(!(await page.locator('.session-head').getByRole('button', { name: 'Fork' }).isDisabled()), 'the idle session offers no Fork');
+  // The run lease may outlive the turn/end a little: the header's Fork is enabled once it is gone.
+  await until('the idle session to offer Fork', async () => !(await page.locator('.session-head').getByRole('button', { name: 'Fork' }).isDisabled()));
+  check(!(await rows.locator('button.fork').first().isDisabled()), 'the timeline\'s Fork is disabled in an idle session');
   // Fork after turn 2's end: the child has turns 1 and 2.
   const turnEnds = page.locator('table.timeline tbody tr[data-type="turn/end"]');
   const seq = await turnEnds.nth(1).getAttribute('data-seq');
