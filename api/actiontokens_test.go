@@ -187,10 +187,11 @@ func TestActionTokensStayInTheirGrant(t *testing.T) {
 	e.do(t, "POST", "/v1/api-keys", e.keyA, `{"name":"ro","scopes":["read"]}`).want(t, http.StatusCreated).json(t, &ro)
 	e.do(t, "POST", "/v1/sessions/"+sid+"/action-tokens", ro.Secret, `{"scopes":["post"]}`).wantProblem(t, http.StatusForbidden, api.CodeInsufficientScope)
 	for body, pointer := range map[string]string{
-		`{"scopes":[]}`:                         "/scopes",
-		`{"scopes":["post","admin"]}`:           "/scopes/1",
-		`{"scopes":["post"],"ttlSeconds":-1}`:   "/ttlSeconds",
-		`{"scopes":["post"],"ttlSeconds":3601}`: "/ttlSeconds",
+		`{"scopes":[]}`:                               "/scopes",
+		`{"scopes":["post","admin"]}`:                 "/scopes/1",
+		`{"scopes":["post"],"ttlSeconds":-1}`:         "/ttlSeconds",
+		`{"scopes":["post"],"ttlSeconds":3601}`:       "/ttlSeconds",
+		`{"scopes":["post"],"ttlSeconds":9223372037}`: "/ttlSeconds", // wrapped to a negative Duration once
 	} {
 		p := e.do(t, "POST", "/v1/sessions/"+sid+"/action-tokens", e.keyA, body).wantProblem(t, http.StatusBadRequest, api.CodeInvalidRequest)
 		if len(p.Errors) != 1 || p.Errors[0].Pointer != pointer {
