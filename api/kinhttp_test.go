@@ -57,7 +57,7 @@ func TestKinValidationFails(t *testing.T) {
 		io.WriteString(w, a.body)
 	}))
 	t.Cleanup(srv.Close)
-	kinServe(t, srv.URL)
+	contracttest.ServeFailing(t, srv.URL) // it answers against the contract on purpose
 	for _, tc := range []struct {
 		method, path, body string
 		fails              bool

@@ -68,36 +68,68 @@ func init() {
 	}
 }
 
-// hosts counts, by host:port, the tests that serve a dshd server there; requests to anything
-// else (the scripted model, webhook receivers, proxies the tests put in front) pass unvalidated.
-// A count, not a flag: a port a stopped server freed may serve another test's server before the
-// first test's cleanup runs.
+// hosts are the dshd servers of this test binary by host:port; requests to anything else (the
+// scripted model, webhook receivers, proxies the tests put in front) pass unvalidated. Each
+// counts the tests serving it (a port a stopped server freed may serve another test's server
+// before the first test's cleanup runs) and keeps the mismatches found, which the test's cleanup
+// reports: a client may retry a failed exchange and never show its error.
 var (
 	hostsMu sync.Mutex
-	hosts   = map[string]int{}
+	hosts   = map[string]*host{}
 )
 
-func served(host string) bool {
-	hostsMu.Lock()
-	defer hostsMu.Unlock()
-	return hosts[host] > 0
+type host struct {
+	tests      int
+	mismatches []string
 }
 
-// Serve has the exchanges with the server at raw (its base URL) validated until the test ends.
-func Serve(t testing.TB, raw string) {
+func served(h string) bool {
+	hostsMu.Lock()
+	defer hostsMu.Unlock()
+	return hosts[h] != nil
+}
+
+func mismatch(h string, err error) {
+	hostsMu.Lock()
+	defer hostsMu.Unlock()
+	if s := hosts[h]; s != nil && len(s.mismatches) < 20 {
+		s.mismatches = append(s.mismatches, err.Error())
+	}
+}
+
+// Serve has the exchanges with the server at raw (its base URL) validated until the test ends,
+// when the test fails with every mismatch found (besides the error its round trip returned).
+func Serve(t testing.TB, raw string) { serve(t, raw, true) }
+
+// ServeFailing is Serve for a server that answers against the contract on purpose: the
+// mismatches are the round trips' errors only.
+func ServeFailing(t testing.TB, raw string) { serve(t, raw, false) }
+
+func serve(t testing.TB, raw string, report bool) {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hostsMu.Lock()
-	hosts[u.Host]++
+	if hosts[u.Host] == nil {
+		hosts[u.Host] = &host{}
+	}
+	hosts[u.Host].tests++
 	hostsMu.Unlock()
 	t.Cleanup(func() {
 		hostsMu.Lock()
-		defer hostsMu.Unlock()
-		if hosts[u.Host]--; hosts[u.Host] <= 0 {
+		s := hosts[u.Host]
+		found := s.mismatches
+		s.mismatches = nil
+		if s.tests--; s.tests <= 0 {
 			delete(hosts, u.Host)
+		}
+		hostsMu.Unlock()
+		if report {
+			for _, m := range found {
+				t.Errorf("an exchange with %s did not match openapi.yaml: %s", u.Host, m)
+			}
 		}
 	})
 }
@@ -168,7 +200,9 @@ func (k *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if err := exchange(req, body, resp); err != nil {
 		resp.Body.Close()
-		return nil, fmt.Errorf("openapi.yaml (kin-openapi): %s %s answered %d: %w", req.Method, req.URL.RequestURI(), resp.StatusCode, err)
+		err = fmt.Errorf("openapi.yaml (kin-openapi): %s %s answered %d: %w", req.Method, req.URL.Path, resp.StatusCode, err)
+		mismatch(req.URL.Host, err)
+		return nil, err
 	}
 	return resp, nil
 }
