@@ -34,6 +34,18 @@ curl -sN -X POST "$DSHD/v1/sessions/$SID/messages/stream" -H "Authorization: Bea
   -H 'Content-Type: application/json' -d '{"content":"tools:1"}' >/dev/null
 `
 
+// docsOutputs are what each page's examples must print, as their comments say: the test fails
+// on a page of docs/ with examples that this does not list.
+var docsOutputs = map[string][]string{
+	"credentials-and-keys.md": {`"name":"prod","provider":"deepseek"`, `"name":"dashboards"`, `"secret":"dshd_`, `"items":[`},
+	"import-export.md":        {`"importedEvents":`, `"repairedEvents":0`},
+	"scripted-model.md": {"Done after 0 steps and 0 tool results.", "event: llm/retry", `"code":"UNKNOWN_TOOL"`,
+		`"kind":"max-tokens"`, `"cancelled":true`, `{"callId":"call_1_1","seq":`, `data: [DONE]`, "HTTP/1.1 429",
+		"Done after 1 steps and 1 tool results."},
+	"usage-and-quotas.md": {`"requestsPerSecond":20`, `"effective":`},
+	"webhooks.md":         {`"url":"https://hooks.example.com/dshd"`, `"secret":"whsec_`},
+}
+
 // fence is the first line of a shell block, indented as in a list item or not.
 var fence = regexp.MustCompile("^( *)```sh$")
 
@@ -98,6 +110,9 @@ func TestDocsExamples(t *testing.T) {
 		}
 		ran++
 		name := filepath.Base(path)
+		if docsOutputs[name] == nil {
+			t.Errorf("docs/%s has examples but docsOutputs names nothing they print", name)
+		}
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			devdb(t, filepath.Join(dir, ".data"), m.Config.DatabaseURL)
@@ -117,6 +132,11 @@ func TestDocsExamples(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("the examples of docs/%s failed: %v\n%s", name, err, out)
+			}
+			for _, want := range docsOutputs[name] {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("the examples of docs/%s printed no %q:\n%s", name, want, out)
+				}
 			}
 		})
 	}
