@@ -699,7 +699,7 @@ class SessionView {
     if (ev.type === 'turn/start') this.turnOpen = true;
     if (ev.type === 'turn/end') this.turnOpen = false;
     if (!this.turnOpen) this.forkAt.add(ev.seq);
-    if (this.turnOpen) this.setForkable(false);
+    if (ev.type === 'turn/start') this.setForkable(false); // once a turn, not once an event
     try { this.apply(ev); } catch (e) { showAlert(`event ${ev.seq} (${ev.type}): ${e.message}`); }
     this.timelineRow(ev);
     if (atEnd && !this.panels.Chat.hidden && this.composer.contains(document.activeElement)) this.composer.scrollIntoView({ block: 'end' });
