@@ -57,6 +57,23 @@ import (
 // committed, when it begins right after q.after, are events this request committed (a message's
 // own splice): they are the stream's first frames, sent with its header, without a read.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, known int64, committed []eventlog.Event, until func(eventlog.Event) bool, release func()) {
+	s.streamAs(w, r, id, q, known, committed, until, release, nil)
+}
+
+// A translator writes a session's events in another protocol's terms (the AI SDK's UI message stream, AG-UI): each event
+// becomes zero or more SSE frames, in order, with what it needs carried from one event to the
+// next. A stream with a translator writes only the translator's frames, never the log's own.
+type translator interface {
+	// header sets the response headers the protocol asks for, before the first write.
+	header(h http.Header)
+	// event appends ev's frames to buf.
+	event(buf *bytes.Buffer, ev eventlog.Event) error
+	// end appends the frames that close a stream whose until event came.
+	end(buf *bytes.Buffer) error
+}
+
+// streamAs is stream with the events written by tr (nil: the log's own frames).
+func (s *Server) streamAs(w http.ResponseWriter, r *http.Request, id uuid.UUID, q eventQuery, known int64, committed []eventlog.Event, until func(eventlog.Event) bool, release func(), tr translator) {
 	ctx := r.Context()
 	tenant := tenantID(r)
 	if known < 0 {
@@ -73,6 +90,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	if tr != nil {
+		tr.header(h)
+	}
 	// A stream without an end (GET .../events) is detached once it has caught up, so that an idle
 	// subscriber costs little; a detached stream closes its connection when it ends. A message's
 	// stream ends with its turn: it stays in its handler and leaves the connection to the client's
@@ -85,7 +105,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id uuid.UUID, q 
 	info(r).stream = true
 	s.metrics.streams.Inc()
 	rc := http.NewResponseController(w)
-	st := &sseWriter{out: httpOut{w: w, rc: rc}, timeout: s.cfg.StreamWriteTimeout, m: s.metrics.ops}
+	st := &sseWriter{out: httpOut{w: w, rc: rc}, timeout: s.cfg.StreamWriteTimeout, m: s.metrics.ops, tr: tr}
 	if until != nil {
 		st.firstFrom = info(r).start // a streaming POST: its time to first event is measured
 	}
@@ -333,6 +353,11 @@ func (s *Server) backfill(ctx context.Context, st *sseWriter, tenant, id uuid.UU
 		if err := st.events(evs); err != nil {
 			return cursor, false, err
 		}
+		if done {
+			if err := st.ended(); err != nil {
+				return cursor, false, err
+			}
+		}
 		cursor = evs[len(evs)-1].Seq
 		if done || !full {
 			return cursor, done, nil
@@ -386,6 +411,9 @@ type sseWriter struct {
 	// streaming POST, whose time to its first event frame is recorded once (then it is reset).
 	m         *telemetry.Metrics
 	firstFrom time.Time
+	// tr, when not nil, writes the events in another protocol's frames (streamAs).
+	tr    translator
+	trBuf bytes.Buffer
 }
 
 // streamOut is where a stream's batches go: the handler's ResponseWriter, or the connection of a
@@ -406,6 +434,9 @@ const (
 // (shared by the streams of a tail, so each event is encoded once per replica); they are written
 // as they are, not copied.
 func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string, until func(eventlog.Event) bool) (done bool, err error) {
+	if st.tr != nil {
+		return st.translate(evs, types, until)
+	}
 	for i, ev := range evs {
 		if len(types) == 0 || slices.Contains(types, ev.Type) {
 			f := []byte(nil)
@@ -430,6 +461,50 @@ func (st *sseWriter) send(evs []eventlog.Event, frames [][]byte, types []string,
 		}
 	}
 	return done, st.flush()
+}
+
+// translate is send through the stream's translator: the events' frames are the translator's,
+// and the until event is followed by the translator's end.
+func (st *sseWriter) translate(evs []eventlog.Event, types []string, until func(eventlog.Event) bool) (done bool, err error) {
+	for _, ev := range evs {
+		if len(types) == 0 || slices.Contains(types, ev.Type) {
+			st.trBuf.Reset()
+			if err := st.tr.event(&st.trBuf, ev); err != nil {
+				return false, err
+			}
+			st.nEvents++
+			if st.trBuf.Len() > 0 {
+				if err := st.put(bytes.Clone(st.trBuf.Bytes())); err != nil {
+					return false, err
+				}
+			}
+		}
+		if until != nil && until(ev) {
+			done = true
+			if err := st.ended(); err != nil {
+				return false, err
+			}
+			break
+		}
+	}
+	return done, st.flush()
+}
+
+// ended writes (and flushes) the translator's end frames, if the stream has a translator.
+func (st *sseWriter) ended() error {
+	if st.tr == nil {
+		return nil
+	}
+	st.trBuf.Reset()
+	if err := st.tr.end(&st.trBuf); err != nil {
+		return err
+	}
+	if st.trBuf.Len() > 0 {
+		if err := st.put(bytes.Clone(st.trBuf.Bytes())); err != nil {
+			return err
+		}
+	}
+	return st.flush()
 }
 
 // events writes one frame per event and flushes them together.
