@@ -11,6 +11,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // reqInfo is what the observe middleware knows about a request; handlers and the auth middleware
@@ -77,9 +80,13 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		ri := &reqInfo{id: id, base: s.logger, start: start}
-		r = r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+		ctx, span := telemetry.StartRequest(r.Context(), s.cfg.Tracer, r.Header, s.cfg.TraceTrustIngress, r.Method)
+		r = r.WithContext(context.WithValue(ctx, infoKey{}, ri))
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		defer func() {
+			if span.IsRecording() {
+				defer s.endSpan(span, r, ww, ri)
+			}
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
@@ -95,6 +102,24 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(ww, r)
 	})
+}
+
+// endSpan ends the request's span (a stream's covers its handler, not what a detached stream
+// writes later). Only the route goes on it, never the path or its query, which can hold a token.
+func (s *Server) endSpan(span trace.Span, r *http.Request, ww middleware.WrapResponseWriter, ri *reqInfo) {
+	status := ww.Status()
+	if status == 0 {
+		status = http.StatusOK
+	}
+	route := ""
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		route = metricsRoute(rc.RoutePattern())
+	}
+	tenant := ""
+	if ri.tenant != uuid.Nil {
+		tenant = ri.tenant.String()
+	}
+	telemetry.EndRequest(span, r.Method, route, status, tenant, ri.session)
 }
 
 func (s *Server) finish(r *http.Request, ww middleware.WrapResponseWriter, d time.Duration) {

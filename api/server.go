@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dshd/dshd"
 	"github.com/dshd/dshd/pkg/eventlog"
@@ -145,6 +146,12 @@ type Config struct {
 	// <token>; anything else answers 401). Empty: /metrics answers anyone who reaches it, so it
 	// must be kept off the public network (docs/observability.md).
 	MetricsToken string
+
+	// Tracer, when not nil, traces every request with a server span (observe.go,
+	// docs/observability.md); TraceTrustIngress lets an incoming traceparent be that span's
+	// parent (otherwise it is only a link).
+	Tracer            trace.Tracer
+	TraceTrustIngress bool
 }
 
 func (c *Config) defaults() {

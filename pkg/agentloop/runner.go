@@ -293,9 +293,19 @@ func (r *Runner) startRoot(ctx context.Context, name string, turn int64) (contex
 	if r.cfg.Tracer == nil {
 		return ctx, noSpan // never a span of the caller's, which this runner must not end
 	}
-	ctx, span := r.cfg.Tracer.Start(ctx, name, trace.WithNewRoot(), trace.WithAttributes(
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(
 		telemetry.AttrSession.String(r.cfg.SessionID), telemetry.AttrTenant.String(r.cfg.TenantID),
-		telemetry.AttrTurn.Int64(turn)))
+		telemetry.AttrTurn.Int64(turn))}
+	if name == telemetry.OperationInvokeAgent {
+		// The GenAI agent conventions; the conversation is the session.
+		opts = append(opts, trace.WithAttributes(telemetry.AttrOperation.String(telemetry.OperationInvokeAgent),
+			telemetry.AttrConversationID.String(r.cfg.SessionID)))
+		// The request that posted the message this turn serves (its own trace: the turn outlives it).
+		if l, ok := telemetry.TakeTurnLink(ctx); ok {
+			opts = append(opts, trace.WithLinks(l))
+		}
+	}
+	ctx, span := r.cfg.Tracer.Start(ctx, name, opts...)
 	// An unsampled turn's trace id leads nowhere: the worker's lines of it get none (and not the
 	// last sampled turn's either).
 	if telemetry.Sampled(span) {

@@ -51,7 +51,7 @@ func (r *Runner) runTurn(ctx context.Context, p *eventlog.Park) (Reason, error) 
 		r.cfg.Metrics.TurnResumed()
 	}
 	started := time.Now()
-	ctx, span := r.startRoot(ctx, "dshd.turn", int64(turn))
+	ctx, span := r.startRoot(ctx, telemetry.OperationInvokeAgent, int64(turn))
 	var first *handle
 	if p == nil {
 		first = r.w.stage(staged{typ: eventlog.TypeTurnStart, data: eventlog.TurnStart{Turn: turn}})

@@ -39,6 +39,8 @@ type PostParams struct {
 	Message string
 	// Bound bounds the session's pending inbox (checked under the counter row lock).
 	Bound InboxBound
+	// Trace is the traceparent the wake job carries when the post enqueues one (Wake.Trace).
+	Trace string
 	// Lease, when not nil, offers to take the session's run lease in the same transaction
 	// instead of enqueueing a wake: the caller serves the session itself (Posted.Leased). When
 	// the lease is held, nothing is taken or enqueued (a turn runs, and its runner serves what
@@ -292,7 +294,7 @@ func (s *Store) postWake(ctx context.Context, tx pgx.Tx, p PostParams, st runSta
 	if st.queued {
 		return nil
 	}
-	return p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message"})
+	return p.Queue.wakeTx(ctx, tx, Wake{TenantID: p.Tenant, SessionID: p.Session, Reason: "message", Trace: p.Trace})
 }
 
 // idempotencyClaim records the key, or finds the earlier request that used it. Two concurrent

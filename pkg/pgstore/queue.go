@@ -25,6 +25,9 @@ type Wake struct {
 	TenantID  uuid.UUID `json:"tenantId"`
 	SessionID uuid.UUID `json:"sessionId"`
 	Reason    string    `json:"reason"`
+	// Trace is the W3C traceparent of the request that asked for the wake (a post), when it was
+	// traced: the first turn the wake serves links to it (docs/observability.md).
+	Trace string `json:"trace,omitempty"`
 }
 
 // Kind implements river.JobArgs.

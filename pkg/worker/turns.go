@@ -16,6 +16,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/pgstore"
 	"github.com/dshd/dshd/pkg/preset"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // turnWorker serves the queue's wake jobs.
@@ -149,7 +150,7 @@ func (w *turnWorker) serveSession(ctx context.Context, a TurnArgs, owner uuid.UU
 	if len(posted) > 0 {
 		j.Seed(posted) // the runner's first read is what the post appended, when it is all it misses
 	}
-	keep, err := w.serveWith(ctx, a, owner, r, j, from)
+	keep, err := w.serveWith(telemetry.WithTurnLink(ctx, a.Trace), a, owner, r, j, from)
 	if err != nil {
 		w.s.cfg.Logger.WarnContext(r.TraceContext(ctx), "serve failed", "session", a.SessionID, "reason", a.Reason, "err", err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/llm"
 	"github.com/dshd/dshd/pkg/pgstore"
+	"github.com/dshd/dshd/pkg/telemetry"
 )
 
 // TurnArgs wakes a session (the queue's job).
@@ -328,6 +329,7 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 		target = eventlog.InboxNextStep
 	}
 	p := pgstore.PostParams{Tenant: tenantID, Session: sessionID, Idem: idem, Message: msg.ID, Runnable: true,
+		Trace: telemetry.Traceparent(ctx),
 		Bound: pgstore.InboxBound{Messages: max(s.cfg.InboxMaxMessages, 0), Bytes: max(s.cfg.InboxMaxBytes, 0)},
 		Build: func(h eventlog.Head) ([]eventlog.NewEvent, error) {
 			return []eventlog.NewEvent{eventlog.Of(eventlog.Insertion(target, h.Inbox.Len(target), msg))}, nil
@@ -358,7 +360,7 @@ func (s *Service) Post(ctx context.Context, tenantID, sessionID uuid.UUID, msg l
 			s.cfg.Hub.Observe(sessionID, out.Head.Last(), gen)
 		}
 		sess := eventlog.Session{ID: sessionID, TenantID: tenantID, PresetID: out.Preset, PresetVersion: out.PresetVersion}
-		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message"}, p.Lease.Owner, sess, out.Head.Last(), out.Events, unsub)
+		s.serveNow(TurnArgs{TenantID: tenantID, SessionID: sessionID, Reason: "message", Trace: p.Trace}, p.Lease.Owner, sess, out.Head.Last(), out.Events, unsub)
 	} else {
 		unsub()
 	}
