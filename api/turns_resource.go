@@ -75,6 +75,8 @@ type turnJSON struct {
 	MessageIDs       []string  `json:"messageIds"`
 	PendingApprovals int       `json:"pendingApprovals"`
 	Usage            usageJSON `json:"usage"`
+	// TraceIDs are the turn's traces (docs/observability.md), one per loop instance that ran it.
+	TraceIDs []string `json:"traceIds"`
 
 	open bool
 	park *eventlog.Park // the turn's park while it is the log's last turn and parked (settle)
@@ -86,7 +88,10 @@ func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 func turnOut(t eventlog.TurnSummary) *turnJSON {
 	out := &turnJSON{Turn: t.Turn, Status: TurnStalled, EndReason: json.RawMessage("null"), FirstSeq: t.FirstSeq,
 		LastSeq: t.LastSeq, StartedAt: msTime(t.StartMs), Steps: t.Steps, MessageIDs: t.MessageIDs,
-		PendingApprovals: len(t.Pending), Usage: t.Usage, open: t.Open}
+		PendingApprovals: len(t.Pending), Usage: t.Usage, TraceIDs: t.TraceIDs, open: t.Open}
+	if out.TraceIDs == nil {
+		out.TraceIDs = []string{}
+	}
 	if !t.Open {
 		end := msTime(t.EndMs)
 		out.Status, out.Failed, out.EndReason, out.EndedAt = string(t.Outcome), t.Outcome.Failed(), t.Reason, &end

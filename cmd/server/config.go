@@ -120,6 +120,7 @@ type TracingSettings struct {
 	TracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,secret" doc:"the standard OTLP traces URL, used as it is when «DSHD_OTLP_ENDPOINT» is unset"`
 	Endpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT,secret" doc:"the standard OTLP base URL («/v1/traces» is appended), used when both above are unset"`
 	SDKDisabled    string `env:"OTEL_SDK_DISABLED" default:"false" doc:"«true» turns tracing off; any other value leaves it on"`
+	TrustIngress   bool   `env:"DSHD_TRACE_TRUST_INGRESS" default:"0" doc:"«1» makes a request's W3C «traceparent» the parent of its server span (the caller's trace continues into dshd's, with the caller's sampling decision): only behind a proxy that sets or strips it; «0»: the request starts a trace of its own, linked to the caller's span"`
 }
 
 // TenantLimitSettings are the DSHD_TENANT_* defaults of tenant limits; 0 is no limit.

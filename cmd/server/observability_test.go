@@ -23,6 +23,7 @@ type obsClient struct {
 	t   *testing.T
 	m   *Main
 	key string
+	hdr http.Header // sent with every request, when set
 }
 
 // do sends a JSON request and decodes a JSON answer into v (when not nil), failing the test on a
@@ -35,6 +36,9 @@ func (c obsClient) do(method, path string, body any, want int, v any) {
 		rd = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, c.m.URL()+path, rd)
+	for k, v := range c.hdr {
+		req.Header[k] = v
+	}
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

@@ -189,6 +189,9 @@ func (m *Main) Run(ctx context.Context) error {
 
 		MetricsToken: m.Config.MetricsToken,
 
+		Tracer:            tracer,
+		TraceTrustIngress: m.Config.Tracing.TrustIngress,
+
 		// The former values of a rotation (config.go parsePrevious).
 		AdminTokenPrevious:         m.Config.AdminTokenPrevious,
 		StreamTokenPreviousSecrets: bytesList(m.Config.StreamTokenSecretPrevious),

@@ -241,13 +241,16 @@ return a + b;`
 	turnSpans := map[int64]*tracepb.Span{}
 	var askTrace string // the trace of the turn that lost its lease
 	for _, s := range tree.children[""] {
+		if s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+			continue // a request's span (TestTraceFromTheRequest)
+		}
 		if attrString(s, "dshd.session.id") == asid {
-			if s.Name == "dshd.turn" {
+			if s.Name == "invoke_agent" {
 				askTrace = hex.EncodeToString(s.TraceId)
 			} // else the repair of its open turn, when the sweeper came before Close
 			continue
 		}
-		if s.Name != "dshd.turn" {
+		if s.Name != "invoke_agent" {
 			t.Errorf("unexpected root span %q", s.Name)
 			continue
 		}
@@ -373,6 +376,100 @@ return a + b;`
 	}
 	if ended != 2 || lost != 1 {
 		t.Errorf("%d 'turn ended' (want 2) and %d 'lease lost while serving' (want 1) log lines:\n%s", ended, lost, logs.b.String())
+	}
+}
+
+// TestTraceFromTheRequest: every request gets a server span named by its route; a caller's
+// traceparent is that span's parent when the ingress is trusted (DSHD_TRACE_TRUST_INGRESS=1),
+// else only its link; the turn that serves a posted message is an invoke_agent span in a trace of
+// its own, linked to the post's span, and the turn resource names its trace.
+func TestTraceFromTheRequest(t *testing.T) {
+	t.Parallel()
+	const callerTrace, callerSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, trust := range []bool{true, false} {
+		t.Run(map[bool]string{true: "trusted", false: "untrusted"}[trust], func(t *testing.T) {
+			t.Parallel()
+			rc := newOTLPReceiver(t)
+			m := NewMain()
+			m.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+			m.Config.DatabaseURL = pgtest.URL(t)
+			m.Config.Addr = "127.0.0.1:0"
+			m.Config.AdminToken = "admin"
+			m.Config.TracesURL = rc.srv.URL + "/v1/traces"
+			m.Config.Tracing.TrustIngress = trust
+			if err := m.Run(context.Background()); err != nil {
+				m.Close()
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Close() })
+			c, tenantID := newObsTenant(t, m)
+			sid := c.session(map[string]any{"name": "traced", "model": map[string]any{"provider": "scripted", "model": "m"}})
+			c.hdr = http.Header{"Traceparent": {"00-" + callerTrace + "-" + callerSpan + "-01"}}
+			c.do("POST", "/v1/sessions/"+sid+"/messages", map[string]string{"content": "hello"}, 202, nil)
+			c.hdr = nil
+			c.waitTurns(sid, 1)
+			var turns struct {
+				Items []struct {
+					TraceIDs []string `json:"traceIds"`
+				} `json:"items"`
+			}
+			c.do("GET", "/v1/sessions/"+sid+"/turns", nil, 200, &turns)
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			rc.mu.Lock()
+			spans := rc.spans
+			rc.mu.Unlock()
+
+			var post, turn *tracepb.Span
+			for _, s := range spans {
+				switch {
+				case s.Name == "POST /v1/sessions/{id}/messages":
+					post = s
+				case s.Name == "invoke_agent" && attrString(s, "dshd.session.id") == sid:
+					turn = s
+				}
+				for _, kv := range s.Attributes {
+					if strings.Contains(kv.Value.GetStringValue(), c.key) {
+						t.Errorf("span %s carries the API key in %s", s.Name, kv.Key)
+					}
+				}
+			}
+			if post == nil || turn == nil {
+				t.Fatalf("no post span (%v) or turn span (%v) among %d spans", post != nil, turn != nil, len(spans))
+			}
+			if post.Kind != tracepb.Span_SPAN_KIND_SERVER || attrString(post, "http.request.method") != "POST" ||
+				attrString(post, "http.route") != "/v1/sessions/{id}/messages" || attrString(post, "dshd.session.id") != sid ||
+				attrString(post, "dshd.tenant.id") != tenantID.String() {
+				t.Errorf("post span %v %v", post.Kind, post.Attributes)
+			}
+			if code, _ := attrInt(post, "http.response.status_code"); code != 202 {
+				t.Errorf("post span status %d", code)
+			}
+			postTrace, parent := hex.EncodeToString(post.TraceId), hex.EncodeToString(post.ParentSpanId)
+			linked := func(s *tracepb.Span, traceID, spanID string) bool {
+				return slices.ContainsFunc(s.Links, func(l *tracepb.Span_Link) bool {
+					return hex.EncodeToString(l.TraceId) == traceID && hex.EncodeToString(l.SpanId) == spanID
+				})
+			}
+			if trust {
+				if postTrace != callerTrace || parent != callerSpan {
+					t.Errorf("trusted: the post span is in trace %s under %s, want the caller's %s under %s", postTrace, parent, callerTrace, callerSpan)
+				}
+			} else if postTrace == callerTrace || parent != "" || !linked(post, callerTrace, callerSpan) {
+				t.Errorf("untrusted: the post span is in trace %s under %q with links %v: want a new root linked to the caller", postTrace, parent, post.Links)
+			}
+			turnTrace := hex.EncodeToString(turn.TraceId)
+			if turnTrace == postTrace || len(turn.ParentSpanId) != 0 || !linked(turn, postTrace, hex.EncodeToString(post.SpanId)) {
+				t.Errorf("the turn span (trace %s, links %v) is not a root of its own linked to the post span", turnTrace, turn.Links)
+			}
+			if attrString(turn, "gen_ai.operation.name") != "invoke_agent" || attrString(turn, "gen_ai.conversation.id") != sid {
+				t.Errorf("turn span attributes %v", turn.Attributes)
+			}
+			if len(turns.Items) != 1 || !slices.Equal(turns.Items[0].TraceIDs, []string{turnTrace}) {
+				t.Errorf("the turn resource names traces %+v, want [%s]", turns.Items, turnTrace)
+			}
+		})
 	}
 }
 

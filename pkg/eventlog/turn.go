@@ -56,7 +56,7 @@ func (o Outcome) Failed() bool { return o == OutcomeFailed || o == OutcomeInterr
 
 // TurnKinds returns the event kinds FoldTurns reads: a reader may filter the log by them.
 func TurnKinds() []string {
-	out := []string{TypeTurnStart, TypeTurnEnd, TypeStepStart, TypeUserMessage, TypeApprovalAsked, TypeApprovalDecided}
+	out := []string{TypeTurnStart, TypeTurnEnd, TypeStepStart, TypeUserMessage, TypeApprovalAsked, TypeApprovalDecided, TypeTurnTrace}
 	for _, k := range usageKinds {
 		if !slices.Contains(out, k) {
 			out = append(out, k)
@@ -84,6 +84,9 @@ type TurnSummary struct {
 	// Pending are the ids of the turn's approvals asked and not decided, in the order asked.
 	Pending []string
 	Usage   Usage
+	// TraceIDs are the trace ids of the turn's spans (turn/trace), in order: one per loop
+	// instance that ran it (a parked turn resumed gets another); none when it was not traced.
+	TraceIDs []string
 }
 
 // FoldTurns folds events (in seq order; any kinds, those of TurnKinds suffice) into turns, in
@@ -98,7 +101,7 @@ func FoldTurns(evs []Event, last int64) []TurnSummary {
 				continue
 			}
 			out = append(out, TurnSummary{Turn: d.Turn, FirstSeq: ev.Seq, LastSeq: last, StartMs: ev.Time,
-				Open: true, MessageIDs: []string{}})
+				Open: true, MessageIDs: []string{}, TraceIDs: []string{}})
 		}
 		if len(out) == 0 || !out[len(out)-1].Open {
 			continue
@@ -138,6 +141,10 @@ func (t *TurnSummary) add(ev Event) {
 	case TypeApprovalDecided:
 		if d, err := Decode[ApprovalDecided](ev); err == nil {
 			t.Pending = slices.DeleteFunc(t.Pending, func(id string) bool { return id == d.ID })
+		}
+	case TypeTurnTrace:
+		if d, err := Decode[TurnTrace](ev); err == nil && d.Turn == t.Turn && !slices.Contains(t.TraceIDs, d.TraceID) {
+			t.TraceIDs = append(t.TraceIDs, d.TraceID)
 		}
 	}
 }

@@ -1432,6 +1432,8 @@ export interface components {
             messageIds: string[];
             pendingApprovals: number;
             usage: components["schemas"]["Usage"];
+            /** @description The OpenTelemetry trace ids of the turn's invoke_agent spans (its turn/trace events), one per loop instance that ran it (a parked turn that resumed has one more); empty when the turn was not traced (docs/observability.md). */
+            traceIds: string[];
         };
         TurnPage: {
             items: components["schemas"]["Turn"][];
