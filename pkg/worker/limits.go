@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/time/rate"
 
 	"github.com/dshd/dshd/pkg/eventlog"
 	"github.com/dshd/dshd/pkg/fault"
@@ -15,7 +16,7 @@ import (
 	"github.com/dshd/dshd/pkg/tenant"
 )
 
-// Rate is a token bucket: PerSecond tokens are added a second, at most Burst kept; every post
+// Rate is a token bucket (golang.org/x/time/rate): PerSecond tokens are added a second, at most Burst kept; every post
 // takes one. The zero value means the setting's default; PerSecond < 0 means no limit.
 type Rate struct {
 	PerSecond float64
@@ -52,51 +53,45 @@ type postLimiter struct {
 	session, tenant buckets
 }
 
-// buckets are the token buckets of one rate, by tenant and session (uuid.Nil for a tenant's own
-// bucket). A session's bucket is keyed by its tenant too: a post that names another tenant's
-// session id is refused (404) after the limiter, and must not drain that session's bucket.
+// buckets are the token buckets of one rate (golang.org/x/time/rate limiters), by tenant and
+// session (uuid.Nil for a tenant's own bucket). A session's bucket is keyed by its tenant too: a
+// post that names another tenant's session id is refused (404) after the limiter, and must not
+// drain that session's bucket.
 type buckets struct {
 	rate Rate
-	m    map[bucketKey]*bucket
+	m    map[bucketKey]*rate.Limiter
 }
 
 type bucketKey struct{ tenant, session uuid.UUID }
 
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
 func newPostLimiter(session, tenant Rate) *postLimiter {
-	return &postLimiter{session: buckets{rate: session, m: map[bucketKey]*bucket{}},
-		tenant: buckets{rate: tenant, m: map[bucketKey]*bucket{}}}
+	return &postLimiter{session: buckets{rate: session, m: map[bucketKey]*rate.Limiter{}},
+		tenant: buckets{rate: tenant, m: map[bucketKey]*rate.Limiter{}}}
 }
 
-// fill returns id's bucket refilled at now (a new one is full), nil without a limit.
-func (bs *buckets) fill(id bucketKey, now time.Time) *bucket {
+// take takes a token from id's bucket at now (a new bucket is full): ok, or the wait until it
+// holds one, having taken nothing. undo gives a taken token back. Without a limit it takes nothing.
+func (bs *buckets) take(id bucketKey, now time.Time) (wait time.Duration, undo func()) {
 	if bs.rate.unlimited() {
-		return nil
+		return 0, func() {}
 	}
-	b := bs.m[id]
-	if b == nil {
-		b = &bucket{tokens: float64(bs.rate.Burst), at: now}
-		bs.m[id] = b
+	l := bs.m[id]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(bs.rate.PerSecond), bs.rate.Burst)
+		bs.m[id] = l
 	}
-	b.tokens = min(float64(bs.rate.Burst), b.tokens+now.Sub(b.at).Seconds()*bs.rate.PerSecond)
-	b.at = now
-	return b
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return d, nil
+	}
+	return 0, func() { r.CancelAt(now) }
 }
 
-// wait is how long until b holds a token again.
-func (bs *buckets) wait(b *bucket) time.Duration {
-	return time.Duration(math.Ceil((1 - b.tokens) / bs.rate.PerSecond * float64(time.Second)))
-}
-
-// prune forgets the buckets that have filled up again (a new bucket is full too), all of them
-// when there are more than maxBuckets.
+// prune forgets the buckets that have filled up again (a new bucket is full too).
 func (bs *buckets) prune(now time.Time) {
-	for id, b := range bs.m {
-		if b.tokens+now.Sub(b.at).Seconds()*bs.rate.PerSecond >= float64(bs.rate.Burst) {
+	for id, l := range bs.m {
+		if l.TokensAt(now) >= float64(bs.rate.Burst) {
 			delete(bs.m, id)
 		}
 	}
@@ -111,17 +106,13 @@ const maxBuckets = 100_000
 func (l *postLimiter) allow(tenantID, sessionID uuid.UUID, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s, t := l.session.fill(bucketKey{tenantID, sessionID}, now), l.tenant.fill(bucketKey{tenant: tenantID}, now)
-	if s != nil && s.tokens < 1 {
-		return rateLimited("session", l.session.wait(s))
+	wait, undo := l.session.take(bucketKey{tenantID, sessionID}, now)
+	if wait > 0 {
+		return rateLimited("session", wait)
 	}
-	if t != nil && t.tokens < 1 {
-		return rateLimited("tenant", l.tenant.wait(t))
-	}
-	for _, b := range []*bucket{s, t} {
-		if b != nil {
-			b.tokens--
-		}
+	if wait, _ := l.tenant.take(bucketKey{tenant: tenantID}, now); wait > 0 {
+		undo()
+		return rateLimited("tenant", wait)
 	}
 	for _, bs := range []*buckets{&l.session, &l.tenant} {
 		if len(bs.m) > maxBuckets {
